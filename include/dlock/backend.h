@@ -1,0 +1,81 @@
+// Backend: the small interface one store implements.
+//
+// A backend only speaks to its store: one attempt to grant, one owner-checked
+// release, one batched renewal, a listing, and (optionally) a way to wait for
+// a key to be released. Waiting policy, deadlines, renewal timing and loss
+// detection live in the core (src/core/) and are written once.
+//
+// Contract for every implementation (tests/conformance checks it):
+//  - TryAcquire grants when the key is free, its lease has expired by the
+//    store's clock, or `owner` already holds it (a retried request whose
+//    reply was lost: the same token comes back and the lease is extended).
+//    Each new grant's token is strictly larger than every earlier token for
+//    that key. Expiry is judged only by the store's clock.
+//  - Release deletes the key only when `owner` holds it: kNotOwner when
+//    another owner does, OK when nobody does (idempotent).
+//  - Renew extends each lease that `owner` still holds to a fresh ttl from
+//    the store's now; kNotOwner for one it no longer holds.
+//  - kUnavailable means "could not reach the store or the outcome is
+//    unknown"; the core retries or reconciles by owner.
+//
+// Thread-safety: the core calls a backend from the caller's thread and from
+// the client's renewal thread at once; implementations must be thread-safe.
+#ifndef DLOCK_BACKEND_H_
+#define DLOCK_BACKEND_H_
+
+#include <chrono>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlock/clock.h"
+#include "dlock/status.h"
+#include "dlock/types.h"
+
+namespace dlock {
+
+struct LeaseRequest {
+  std::string key;
+  OwnerId owner;
+  std::chrono::milliseconds ttl{0};
+};
+
+// The answer to one grant attempt.
+struct Attempt {
+  bool granted = false;
+  FencingToken token = 0;  // when granted
+  // When not granted: the time left on the holder's lease by the store's
+  // clock, so a poller need not wake before it (zero when unknown).
+  std::chrono::milliseconds holder_ttl_remaining{0};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Result<Attempt> TryAcquire(const LeaseRequest& request) = 0;
+  virtual Status Release(std::string_view key, const OwnerId& owner) = 0;
+  // One Status per request, in order. All requests in one call share the
+  // store round trip where the store allows it.
+  virtual std::vector<Status> Renew(std::span<const LeaseRequest> leases) = 0;
+  // Held (unexpired) locks whose key starts with `prefix`, by key.
+  virtual Result<std::vector<HolderInfo>> List(std::string_view prefix) = 0;
+
+  // Blocks until `key` may have been released or expired, `until` passes, or
+  // `stop` is requested. Returns true if it can wait that way; a backend
+  // without notifications returns false at once and the core polls with
+  // capped backoff instead.
+  virtual bool WaitForRelease(std::string_view /*key*/, TimePoint /*until*/,
+                              std::stop_token /*stop*/) {
+    return false;
+  }
+
+  // The store's address for messages, with any password removed.
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_BACKEND_H_

@@ -1,0 +1,109 @@
+// Client: the entry point. One Client talks to one store.
+//
+//   auto client = dlock::Client::Connect("sqlite:///var/lib/app/locks.db");
+//   if (!client.ok()) return client.status();
+//   auto lease = (*client)->Acquire("orders/42", {.ttl = 30s, .wait = 10s});
+//   if (!lease.ok()) return lease.status();       // kDeadlineExceeded, ...
+//   Write(data, lease->token());                  // the resource checks it
+//   return lease->Release();
+//
+// The store is chosen by URI (see docs/backends.md):
+//   sqlite:///path/locks.db     embedded, one host (the default)
+// An empty URI means $DLOCK_BACKEND if set, else the default SQLite file
+// $XDG_STATE_HOME/dlock/locks.db (~/.local/state/dlock/locks.db).
+//
+// Each Client owns one background thread that renews all of its leases,
+// batched into one store call per tick, at ttl/3.
+//
+// Thread-safety: a Client may be used from many threads at once. Leases
+// handed out keep what they need alive, so they may outlive the Client.
+#ifndef DLOCK_CLIENT_H_
+#define DLOCK_CLIENT_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlock/backend.h"
+#include "dlock/clock.h"
+#include "dlock/lease.h"
+#include "dlock/status.h"
+#include "dlock/types.h"
+
+namespace dlock {
+
+namespace internal {
+class ClientCore;
+}
+
+struct ClientOptions {
+  std::shared_ptr<Clock> clock;    // null: RealClock
+  std::shared_ptr<Random> random;  // null: the kernel's CSPRNG
+  // Bounds connecting to a network store (not used by SQLite).
+  std::chrono::milliseconds connect_timeout{5000};
+};
+
+struct AcquireOptions {
+  std::chrono::milliseconds ttl{30000};
+  // How long Acquire waits for a held key before kDeadlineExceeded.
+  // TryAcquire ignores it.
+  std::chrono::milliseconds wait{10000};
+  // Subtracted from every valid_until to cover clock-rate differences between
+  // this host and the store. Unset: ttl/100 + 2 ms (capped at ttl/4).
+  std::optional<std::chrono::milliseconds> drift_margin;
+  // Runs once, on the client's renewal thread, when the lease is lost. Keep
+  // it short; it must not block.
+  std::function<void(const Status& why)> on_lost;
+  // Cancels a waiting Acquire (kCancelled).
+  std::stop_token cancel;
+};
+
+class Client {
+ public:
+  // Opens the store named by `uri` (empty: $DLOCK_BACKEND, else the default
+  // SQLite file). Errors: kInvalidArgument for a malformed or unknown URI,
+  // kUnavailable when the store cannot be opened or reached.
+  static Result<std::unique_ptr<Client>> Connect(std::string_view uri,
+                                                 ClientOptions options = {});
+  // Wraps a backend built by hand (tests, custom stores).
+  static std::unique_ptr<Client> FromBackend(std::unique_ptr<Backend> backend,
+                                             ClientOptions options = {});
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  // Acquires `key`, waiting up to options.wait while another owner holds it.
+  // kDeadlineExceeded when the wait runs out, kCancelled on options.cancel.
+  Result<Lease> Acquire(std::string_view key, const AcquireOptions& options = {});
+  // One attempt: kLockHeld if another owner holds the key.
+  Result<Lease> TryAcquire(std::string_view key,
+                           const AcquireOptions& options = {});
+
+  // Locks currently held in the store whose key starts with `prefix`.
+  Result<std::vector<HolderInfo>> List(std::string_view prefix = {});
+
+  // The store's address, without any password.
+  std::string Describe() const;
+
+ private:
+  explicit Client(std::shared_ptr<internal::ClientCore> core);
+  std::shared_ptr<internal::ClientCore> core_;
+};
+
+// The URI Connect("") would use, and where that choice came from
+// ("DLOCK_BACKEND" or "default").
+struct DefaultBackend {
+  std::string uri;
+  std::string source;
+};
+Result<DefaultBackend> ResolveDefaultBackend();
+
+}  // namespace dlock
+
+#endif  // DLOCK_CLIENT_H_

@@ -1,0 +1,83 @@
+// Lease: one granted lock, owned by exactly one handle.
+//
+// A Lease is what Client::Acquire returns. It names the key, the owner id
+// (128 random bits, new for each acquisition) and the fencing token, and it
+// knows until when the client may still believe it holds the lock:
+//
+//   valid_until = (monotonic time the last successful acquire/renew request
+//                  was *sent*) + ttl - drift margin
+//
+// so the client always considers the lease gone before the store can grant
+// the key to anybody else, provided clock *rates* agree within the margin.
+// The client renews it in the background (one thread per Client); when
+// valid_until passes without a successful renewal, or the store reports that
+// another owner has the key, the lease is lost: stop_token() is requested,
+// the on_lost callback (AcquireOptions) runs once, and Check() and Release()
+// return kLeaseLost.
+//
+// A lost lease cannot stop a process that is paused while it writes. Send
+// token() with every write and let the resource reject stale ones
+// (dlock/fence.h).
+//
+// Move-only. Destroying a held Lease releases it, best effort. All const
+// methods are safe to call from any thread while the client renews.
+#ifndef DLOCK_LEASE_H_
+#define DLOCK_LEASE_H_
+
+#include <memory>
+#include <stop_token>
+#include <string>
+
+#include "dlock/clock.h"
+#include "dlock/status.h"
+#include "dlock/types.h"
+
+namespace dlock {
+
+namespace internal {
+class ClientCore;
+struct LeaseState;
+}  // namespace internal
+
+class Lease {
+ public:
+  Lease() = default;  // empty; every accessor but the bool is invalid
+  Lease(Lease&& other) noexcept = default;
+  Lease& operator=(Lease&& other) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease();
+
+  explicit operator bool() const { return state_ != nullptr; }
+
+  const std::string& key() const;
+  const OwnerId& owner() const;
+  FencingToken token() const;
+
+  // Moves forward with each successful renewal.
+  TimePoint valid_until() const;
+
+  // OK while the lease is believed held; kLeaseLost once it is lost;
+  // kFailedPrecondition after Release().
+  Status Check() const;
+
+  // Requested when the lease is lost (not when it is released).
+  std::stop_token stop_token() const;
+
+  // Releases the lock if this owner still holds it. Idempotent: a second call
+  // returns OK. Returns kLeaseLost if the lease was lost first (the store is
+  // still asked to drop the key if, and only if, this owner holds it).
+  Status Release();
+
+ private:
+  friend class internal::ClientCore;
+  Lease(std::shared_ptr<internal::ClientCore> core,
+        std::shared_ptr<internal::LeaseState> state);
+
+  std::shared_ptr<internal::ClientCore> core_;
+  std::shared_ptr<internal::LeaseState> state_;
+};
+
+}  // namespace dlock
+
+#endif  // DLOCK_LEASE_H_

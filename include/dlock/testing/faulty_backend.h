@@ -1,0 +1,84 @@
+// FaultyBackend: wraps any Backend and injects the failures a network gives.
+//
+// The test keeps the FaultPlan and changes it while the client runs:
+//
+//   auto plan = std::make_shared<dlock::testing::FaultPlan>();
+//   auto client = Client::FromBackend(
+//       std::make_unique<FaultyBackend>(std::move(inner), plan), options);
+//   plan->renew_error = UnavailableError("partitioned");   // renewals fail
+//   plan->lose_acquire_replies = 1;  // next grant happens, reply is lost
+//
+// Thread-safety: FaultPlan fields are read under its mutex by the wrapper;
+// set them through the setters or while no call is in flight.
+#ifndef DLOCK_TESTING_FAULTY_BACKEND_H_
+#define DLOCK_TESTING_FAULTY_BACKEND_H_
+
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "dlock/backend.h"
+
+namespace dlock::testing {
+
+struct FaultPlan {
+  std::mutex mu;
+  // When set, every call of that kind fails with it and the store is not
+  // touched.
+  std::optional<Status> acquire_error;
+  std::optional<Status> release_error;
+  std::optional<Status> renew_error;
+  // The next N TryAcquire calls reach the store (and may grant) but report
+  // kUnavailable: a reply lost on the way back.
+  int lose_acquire_replies = 0;
+  // Counts, for assertions.
+  int renew_batches = 0;  // Renew calls (one per tick, however many leases)
+
+  int RenewBatches() {
+    std::lock_guard l(mu);
+    return renew_batches;
+  }
+
+  void SetRenewError(std::optional<Status> s) {
+    std::lock_guard l(mu);
+    renew_error = std::move(s);
+  }
+  void SetAcquireError(std::optional<Status> s) {
+    std::lock_guard l(mu);
+    acquire_error = std::move(s);
+  }
+  void SetReleaseError(std::optional<Status> s) {
+    std::lock_guard l(mu);
+    release_error = std::move(s);
+  }
+  void LoseAcquireReplies(int n) {
+    std::lock_guard l(mu);
+    lose_acquire_replies = n;
+  }
+};
+
+class FaultyBackend final : public Backend {
+ public:
+  FaultyBackend(std::unique_ptr<Backend> inner, std::shared_ptr<FaultPlan> plan)
+      : inner_(std::move(inner)), plan_(std::move(plan)) {}
+
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  Status Release(std::string_view key, const OwnerId& owner) override;
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
+  bool WaitForRelease(std::string_view key, TimePoint until,
+                      std::stop_token stop) override {
+    return inner_->WaitForRelease(key, until, stop);
+  }
+  std::string Describe() const override { return inner_->Describe(); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::shared_ptr<FaultPlan> plan_;
+};
+
+}  // namespace dlock::testing
+
+#endif  // DLOCK_TESTING_FAULTY_BACKEND_H_

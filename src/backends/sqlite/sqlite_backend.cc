@@ -1,0 +1,719 @@
+#include "backends/sqlite/sqlite_backend.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/duration.h"
+
+namespace dlock::sqlite {
+namespace {
+
+// Bumped when dlock_locks changes shape; kept in dlock_meta rather than
+// PRAGMA user_version so that a database shared with another application
+// (which may use user_version itself) is not misread.
+constexpr std::int64_t kSchemaVersion = 1;
+
+// The row is never deleted: it carries the key's token counter, which must
+// never go back, so Release only clears `owner`. A lease is held iff owner is
+// not NULL, boot_id is the current boot and expires_at_ms > now (both in
+// CLOCK_BOOTTIME milliseconds of that boot).
+constexpr const char* kSchemaSql = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_meta (
+  name  TEXT PRIMARY KEY NOT NULL,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO dlock_meta (name, value) VALUES ('schema_version', 1)
+  ON CONFLICT (name) DO NOTHING;
+CREATE TABLE IF NOT EXISTS dlock_locks (
+  key            TEXT PRIMARY KEY NOT NULL,
+  owner          TEXT,
+  token          INTEGER NOT NULL CHECK (token > 0),
+  boot_id        TEXT,
+  expires_at_ms  INTEGER,
+  acquired_at_ms INTEGER
+) WITHOUT ROWID;
+)sql";
+
+constexpr const char* kSchemaVersionSql =
+    "SELECT value FROM dlock_meta WHERE name = 'schema_version'";
+
+// Grants a free or expired key with token + 1 (1 for a new key), or hands the
+// same token back with a fresh expiry to the owner that already holds it (a
+// retried request whose reply was lost: the owner id is new for every
+// acquisition, so a row still naming it means nobody was granted in between).
+// In the DO UPDATE clause bare column names are the existing row, and every
+// SET expression sees the old values.
+constexpr const char* kAcquireSql = R"sql(
+INSERT INTO dlock_locks (key, owner, token, boot_id, expires_at_ms, acquired_at_ms)
+VALUES (:key, :owner, 1, :boot, :now_ms + :ttl_ms, :now_ms)
+ON CONFLICT (key) DO UPDATE SET
+  token          = CASE WHEN owner IS excluded.owner THEN token ELSE token + 1 END,
+  acquired_at_ms = CASE WHEN owner IS excluded.owner THEN acquired_at_ms
+                        ELSE excluded.acquired_at_ms END,
+  owner          = excluded.owner,
+  boot_id        = excluded.boot_id,
+  expires_at_ms  = excluded.expires_at_ms
+WHERE owner IS NULL
+   OR owner = excluded.owner
+   OR boot_id IS NOT excluded.boot_id
+   OR expires_at_ms <= excluded.acquired_at_ms
+RETURNING token
+)sql";
+
+constexpr const char* kHolderTtlSql =
+    "SELECT expires_at_ms - :now_ms FROM dlock_locks WHERE key = :key";
+
+constexpr const char* kReleaseSql =
+    "UPDATE dlock_locks SET owner = NULL WHERE key = :key AND owner = :owner";
+
+constexpr const char* kHeldByAnyoneSql = R"sql(
+SELECT 1 FROM dlock_locks
+WHERE key = :key AND owner IS NOT NULL AND boot_id = :boot AND expires_at_ms > :now_ms
+)sql";
+
+constexpr const char* kRenewSql = R"sql(
+UPDATE dlock_locks SET expires_at_ms = :now_ms + :ttl_ms
+WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
+)sql";
+
+// A key range rather than LIKE or GLOB: keys may hold '%', '_', '*' and bytes
+// that are not UTF-8, and TEXT compares with memcmp (BINARY collation).
+constexpr const char* kListSql = R"sql(
+SELECT key, owner, token, expires_at_ms - :now_ms FROM dlock_locks
+WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
+  AND owner IS NOT NULL AND boot_id = :boot AND expires_at_ms > :now_ms
+ORDER BY key
+)sql";
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbHandle = std::unique_ptr<sqlite3, DbCloser>;
+
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+using StmtHandle = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+std::string ErrnoText(int err) {
+  return std::error_code(err, std::generic_category()).message();
+}
+
+// The one place SQLite result codes become dlock Statuses. `what` says what
+// was being done ("acquire jobs/a"); the database path comes from `db`.
+// Call it right after the failing call: a later call overwrites errmsg.
+Status FromSqlite(int rc, sqlite3* db, std::string_view what) {
+  const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
+  const std::string path = file != nullptr && *file != '\0' ? file : "(unnamed database)";
+  std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  const std::string prefix = std::string(what) + ": ";
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return UnavailableError(prefix + "database " + path +
+                              " is busy: another connection kept its write lock "
+                              "longer than busy_timeout");
+    case SQLITE_NOTADB:
+      return UnavailableError(prefix + "file " + path + " is not a SQLite database");
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CORRUPT:
+    case SQLITE_PROTOCOL:
+    case SQLITE_NOLFS:
+    case SQLITE_NOMEM: {
+      // The OS error says more than "disk I/O error" (EACCES, ENOSPC, ...).
+      const int err = db != nullptr ? sqlite3_system_errno(db) : 0;
+      if (err != 0) detail += " (" + ErrnoText(err) + ")";
+      return UnavailableError(prefix + path + ": " + detail);
+    }
+    default:
+      // SQL errors, constraint failures, misuse: none should happen with
+      // dlock's own schema and statements.
+      return InternalError(prefix + "unexpected SQLite error on " + path + ": " +
+                           detail + " (code " + std::to_string(rc) + ")");
+  }
+}
+
+bool IsError(int rc) { return rc != SQLITE_ROW && rc != SQLITE_DONE && rc != SQLITE_OK; }
+
+// One use of a cached statement: binds by name, steps, and on scope exit
+// resets it and clears its bindings, so no statement is left holding a read
+// snapshot or a pointer to a caller's string.
+class Query {
+ public:
+  explicit Query(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~Query() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& Bind(const char* name, std::string_view value) {
+    // A null data pointer would bind NULL instead of the empty string.
+    const char* data = value.data() != nullptr ? value.data() : "";
+    return Check(sqlite3_bind_text(stmt_, Index(name), data,
+                                   static_cast<int>(value.size()), SQLITE_TRANSIENT));
+  }
+  Query& Bind(const char* name, std::int64_t value) {
+    return Check(sqlite3_bind_int64(stmt_, Index(name), value));
+  }
+  Query& BindNull(const char* name) { return Check(sqlite3_bind_null(stmt_, Index(name))); }
+
+  // SQLITE_ROW, SQLITE_DONE, or the error (including a failed bind).
+  int Step() { return bind_rc_ != SQLITE_OK ? bind_rc_ : sqlite3_step(stmt_); }
+
+  // Steps to the end, for statements whose rows do not matter any more.
+  int Finish() {
+    int rc;
+    while ((rc = Step()) == SQLITE_ROW) {
+    }
+    return rc;
+  }
+
+  std::int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string Text(int col) const {
+    const auto* text = sqlite3_column_text(stmt_, col);
+    if (text == nullptr) return {};
+    return std::string(reinterpret_cast<const char*>(text),
+                       static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)));
+  }
+
+ private:
+  int Index(const char* name) const { return sqlite3_bind_parameter_index(stmt_, name); }
+  Query& Check(int rc) {
+    if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+    return *this;
+  }
+
+  sqlite3_stmt* stmt_;
+  int bind_rc_ = SQLITE_OK;
+};
+
+// BEGIN IMMEDIATE ... COMMIT. Destroying it before Commit() succeeded rolls
+// back whatever is still open, so a failed call never leaves half its writes
+// (or a held write lock) behind. IMMEDIATE takes the write lock up front: a
+// deferred transaction that reads first and writes later can fail with
+// SQLITE_BUSY_SNAPSHOT without waiting, where this one waits busy_timeout.
+class WriteTransaction {
+ public:
+  WriteTransaction(sqlite3* db, sqlite3_stmt* begin, sqlite3_stmt* commit,
+                   sqlite3_stmt* rollback)
+      : db_(db), begin_(begin), commit_(commit), rollback_(rollback) {}
+  ~WriteTransaction() {
+    // A failed COMMIT may leave the transaction open; an I/O error may have
+    // rolled it back already. get_autocommit tells which.
+    if (sqlite3_get_autocommit(db_) == 0) Query(rollback_).Finish();
+  }
+  WriteTransaction(const WriteTransaction&) = delete;
+  WriteTransaction& operator=(const WriteTransaction&) = delete;
+
+  int Begin() { return Query(begin_).Finish(); }
+  int Commit() { return Query(commit_).Finish(); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* begin_;
+  sqlite3_stmt* commit_;
+  sqlite3_stmt* rollback_;
+};
+
+// The smallest string greater than every string that starts with `prefix`,
+// or nullopt when there is none (empty prefix, or all 0xff bytes).
+std::optional<std::string> PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    const auto last = static_cast<unsigned char>(end.back());
+    if (last != 0xff) {
+      end.back() = static_cast<char>(last + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::nullopt;
+}
+
+std::string DirectoryOf(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// mkdir -p with mode 0700: the default database holds lock names that other
+// users need not see.
+Status MakeDirectories(const std::string& dir) {
+  std::size_t pos = 1;
+  while (true) {
+    const std::size_t slash = dir.find('/', pos);
+    const std::string part = dir.substr(0, slash);
+    struct stat st;
+    if (stat(part.c_str(), &st) != 0) {
+      // EEXIST: another process created it between stat and mkdir.
+      if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+        return UnavailableError("cannot create directory " + part + ": " + ErrnoText(errno));
+      }
+    }
+    if (slash == std::string::npos) return Status::Ok();
+    pos = slash + 1;
+  }
+}
+
+// SQLite would report a missing directory as "unable to open database file"
+// and a read-only one only at the first write, or not at all (it silently
+// opens read-only); WAL also needs to create -wal and -shm files beside the
+// database. So check up front and say which.
+Status CheckLocation(const std::string& path, bool create_directory) {
+  const std::string dir = DirectoryOf(path);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT && create_directory) {
+      DLOCK_RETURN_IF_ERROR(MakeDirectories(dir));
+      if (stat(dir.c_str(), &st) != 0) {
+        return UnavailableError("directory " + dir + ": " + ErrnoText(errno));
+      }
+    } else if (err == ENOENT) {
+      return UnavailableError("directory " + dir + " does not exist");
+    } else if (err == ENOTDIR) {
+      return UnavailableError("directory " + dir +
+                              " does not exist: a part of its path is not a directory");
+    } else {
+      return UnavailableError("directory " + dir + ": " + ErrnoText(err));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) return UnavailableError(dir + " is not a directory");
+  // AT_EACCESS: judge by the effective ids, as open() will.
+  if (faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    if (err == EACCES || err == EPERM) {
+      return UnavailableError("directory " + dir + " is not writable");
+    }
+    return UnavailableError("directory " + dir + " is not writable: " + ErrnoText(err));
+  }
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return UnavailableError(path + " is a directory");
+    if (!S_ISREG(st.st_mode)) return UnavailableError(path + " is not a regular file");
+    if (faccessat(AT_FDCWD, path.c_str(), R_OK | W_OK, AT_EACCESS) != 0) {
+      return UnavailableError("file " + path + " is not writable: " + ErrnoText(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+const char* SynchronousPragma(Synchronous s) {
+  switch (s) {
+    case Synchronous::kFull: return "PRAGMA synchronous = FULL";
+    case Synchronous::kNormal: return "PRAGMA synchronous = NORMAL";
+    case Synchronous::kOff: return "PRAGMA synchronous = OFF";
+  }
+  return "PRAGMA synchronous = FULL";
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+class SqliteBackend final : public Backend {
+ public:
+  SqliteBackend(SqliteOptions options, DbHandle db)
+      : options_(std::move(options)), db_(std::move(db)) {}
+
+  // Everything Open does once the file is known to be openable.
+  Status Init(std::string_view what);
+
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  Status Release(std::string_view key, const OwnerId& owner) override;
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  std::string Describe() const override { return "sqlite://" + options_.path; }
+
+ private:
+  BootTime StoreNow() const {
+    return options_.store_clock ? options_.store_clock() : ReadBootTime();
+  }
+  Status SetJournalModeWal(std::string_view what);
+  Status CreateSchema(std::string_view what);
+  Status Prepare(const char* sql, StmtHandle* out, std::string_view what);
+  WriteTransaction Transaction() {
+    return WriteTransaction(db_.get(), begin_.get(), commit_.get(), rollback_.get());
+  }
+
+  const SqliteOptions options_;
+  std::mutex mu_;  // guards the connection and every statement below
+  // Declared before the statements so that they are finalized first.
+  DbHandle db_;
+  StmtHandle begin_, commit_, rollback_;
+  StmtHandle acquire_, holder_ttl_, release_, held_by_anyone_, renew_, list_;
+};
+
+Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
+  sqlite3_stmt* raw = nullptr;
+  const int rc = sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+  out->reset(raw);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+  return Status::Ok();
+}
+
+Status SqliteBackend::SetJournalModeWal(std::string_view what) {
+  // Switching a new file to WAL takes a brief exclusive lock, and SQLite can
+  // report SQLITE_BUSY for it without consulting the busy handler when many
+  // processes open the same new file at once. Retry within busy_timeout.
+  const auto deadline = std::chrono::steady_clock::now() + options_.busy_timeout;
+  while (true) {
+    StmtHandle stmt;
+    DLOCK_RETURN_IF_ERROR(Prepare("PRAGMA journal_mode = WAL", &stmt, what));
+    Query query(stmt.get());
+    const int rc = query.Step();
+    if (rc == SQLITE_ROW) {
+      const std::string mode = Lower(query.Text(0));
+      if (mode == "wal") return Status::Ok();
+      return UnavailableError(std::string(what) + ": cannot switch " + options_.path +
+                              " to WAL journal mode (it stays in '" + mode +
+                              "' mode; is it on a network file system?)");
+    }
+    if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) {
+      return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db_.get(), what);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Status SqliteBackend::CreateSchema(std::string_view what) {
+  // IF NOT EXISTS inside BEGIN IMMEDIATE: many processes may open a new file
+  // at once; each waits for the write lock, and all but the first find the
+  // tables there.
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  rc = sqlite3_exec(db_.get(), kSchemaSql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+  StmtHandle version_stmt;
+  DLOCK_RETURN_IF_ERROR(Prepare(kSchemaVersionSql, &version_stmt, what));
+  std::int64_t version = 0;
+  {
+    Query query(version_stmt.get());
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+    if (rc == SQLITE_ROW) version = query.Int(0);
+  }
+  if (version != kSchemaVersion) {
+    return FailedPreconditionError(
+        std::string(what) + ": " + options_.path + " has lock schema version " +
+        std::to_string(version) + ", this dlock reads version " +
+        std::to_string(kSchemaVersion) + " (was it written by a newer dlock?)");
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  return Status::Ok();
+}
+
+Status SqliteBackend::Init(std::string_view what) {
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  sqlite3_extended_result_codes(db, 1);
+  // SQLITE_OPEN_READWRITE falls back to read-only when the file is write
+  // protected; a lock store that cannot write is useless, say so now.
+  if (sqlite3_db_readonly(db, "main") == 1) {
+    return UnavailableError(std::string(what) + ": file " + options_.path + " is not writable");
+  }
+  int rc = sqlite3_busy_timeout(db, static_cast<int>(options_.busy_timeout.count()));
+  if (rc != SQLITE_OK) return FromSqlite(rc, db, what);
+  rc = sqlite3_exec(db, SynchronousPragma(options_.synchronous), nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db, what);
+  // The first statement that reads the file: a non-database fails here.
+  DLOCK_RETURN_IF_ERROR(SetJournalModeWal(what));
+  DLOCK_RETURN_IF_ERROR(Prepare("BEGIN IMMEDIATE", &begin_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare("COMMIT", &commit_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare("ROLLBACK", &rollback_, what));
+  DLOCK_RETURN_IF_ERROR(CreateSchema(what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kAcquireSql, &acquire_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kHolderTtlSql, &holder_ttl_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kReleaseSql, &release_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kHeldByAnyoneSql, &held_by_anyone_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kRenewSql, &renew_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kListSql, &list_, what));
+  return Status::Ok();
+}
+
+Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  auto what = [&] { return "acquire " + request.key; };
+  const std::string owner = request.owner.ToString();
+
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  // Read after BEGIN IMMEDIATE: the time spent waiting for the write lock
+  // must not make us judge expiry by a stale clock.
+  const BootTime now = StoreNow();
+
+  Attempt attempt;
+  {
+    Query query(acquire_.get());
+    query.Bind(":key", request.key)
+        .Bind(":owner", owner)
+        .Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms)
+        .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()));
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+    if (rc == SQLITE_ROW) {
+      attempt.granted = true;
+      attempt.token = static_cast<FencingToken>(query.Int(0));
+      rc = query.Finish();
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+  }
+  if (!attempt.granted) {
+    Query query(holder_ttl_.get());
+    query.Bind(":key", request.key).Bind(":now_ms", now.now_ms);
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+    if (rc == SQLITE_ROW) {
+      attempt.holder_ttl_remaining = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(0)));
+    }
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  return attempt;
+}
+
+Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  auto what = [&] { return "release " + std::string(key); };
+
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  {
+    // Our own row, expired or not: clear it, keeping the token counter.
+    Query query(release_.get());
+    query.Bind(":key", key).Bind(":owner", owner.ToString());
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+  }
+  if (sqlite3_changes(db) == 0) {
+    const BootTime now = StoreNow();
+    Query query(held_by_anyone_.get());
+    query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+    if (rc == SQLITE_ROW) {
+      return NotOwnerError("release " + std::string(key) + ": the lock is held by another owner");
+    }
+    // Free or expired: releasing again is not an error.
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  return Status::Ok();
+}
+
+std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {
+  std::vector<Status> result(leases.size());
+  bool any_valid = false;
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    result[i] = ValidateKey(leases[i].key);
+    if (result[i].ok()) result[i] = ValidateTtl(leases[i].ttl);
+    any_valid = any_valid || result[i].ok();
+  }
+  if (!any_valid) return result;
+
+  // Every OK verdict so far becomes `error`: the batch is one transaction, so
+  // when it fails none of its renewals happened.
+  auto fail_all = [&](const Status& error) {
+    for (Status& s : result) {
+      if (s.ok()) s = error;
+    }
+    return result;
+  };
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  // A renewal that waits for another writer longer than a third of the
+  // shortest TTL would only delay the retry the core makes anyway (and hold
+  // this connection's mutex while it waits), so it waits less.
+  std::chrono::milliseconds shortest = options_.busy_timeout * 3;
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    if (result[i].ok()) shortest = std::min(shortest, leases[i].ttl);
+  }
+  sqlite3_busy_timeout(db, static_cast<int>(std::min(options_.busy_timeout, shortest / 3).count()));
+  struct RestoreBusyTimeout {
+    sqlite3* db;
+    int ms;
+    ~RestoreBusyTimeout() { sqlite3_busy_timeout(db, ms); }
+  } restore{db, static_cast<int>(options_.busy_timeout.count())};
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return fail_all(FromSqlite(rc, db, "renew"));
+  const BootTime now = StoreNow();
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    if (!result[i].ok()) continue;
+    const LeaseRequest& lease = leases[i];
+    Query query(renew_.get());
+    query.Bind(":key", lease.key)
+        .Bind(":owner", lease.owner.ToString())
+        .Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms)
+        .Bind(":ttl_ms", static_cast<std::int64_t>(lease.ttl.count()));
+    rc = query.Step();
+    if (IsError(rc)) {
+      // Later entries are still OK here and get this error too.
+      result[i] = FromSqlite(rc, db, "renew " + lease.key);
+      return fail_all(result[i]);
+    }
+    if (sqlite3_changes(db) != 1) {
+      result[i] = NotOwnerError("lease on key " + lease.key +
+                                " is no longer held by this owner");
+    }
+  }
+  rc = txn.Commit();
+  // A NotOwner verdict stands even if the commit failed: a lease that was
+  // not held cannot have become held again.
+  if (IsError(rc)) return fail_all(FromSqlite(rc, db, "renew"));
+  return result;
+}
+
+Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
+  auto what = [&] { return "list '" + std::string(prefix) + "'"; };
+  const std::optional<std::string> end = PrefixEnd(prefix);
+
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  const BootTime now = StoreNow();
+  Query query(list_.get());
+  query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+  if (end.has_value()) {
+    query.Bind(":hi", *end);
+  } else {
+    query.BindNull(":hi");
+  }
+  std::vector<HolderInfo> holders;
+  int rc;
+  while ((rc = query.Step()) == SQLITE_ROW) {
+    HolderInfo info;
+    info.key = query.Text(0);
+    Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
+    if (!owner.ok()) {
+      return InternalError(what() + ": row for key " + info.key + " in " + options_.path +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    info.owner = *owner;
+    info.token = static_cast<FencingToken>(query.Int(2));
+    info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
+    holders.push_back(std::move(info));
+  }
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  return holders;
+}
+
+}  // namespace
+
+BootTime ReadBootTime() {
+  // The boot id cannot change while this process lives, so read it once. If
+  // /proc is unreadable it stays empty: after a reboot old leases then look
+  // alive until the new boot's clock passes their expiry, which delays
+  // takeover but never lets a lease expire early.
+  static const std::string boot_id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string id;
+    std::getline(in, id);
+    return id;
+  }();
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return BootTime{boot_id, static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000};
+}
+
+Result<SqliteOptions> OptionsFromUri(const internal::Uri& uri) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("bad SQLite URI '" + uri.Redacted() + "': " + why +
+                                "; expected sqlite:///absolute/path/locks.db");
+  };
+  if (uri.scheme != "sqlite") return bad("the scheme is not sqlite");
+  if (!uri.hosts.empty() || !uri.user.empty() || uri.has_password) {
+    return bad("'" + uri.hosts + "' is read as a host name, but the file is on this machine "
+               "(a path needs three slashes)");
+  }
+  if (uri.path.empty() || uri.path.front() != '/') return bad("the path is missing");
+  if (uri.path.back() == '/') return bad("the path names a directory, not a file");
+  if (uri.path.find('\0') != std::string::npos) return bad("the path contains a NUL byte");
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"synchronous", "busy_timeout"}));
+
+  SqliteOptions options;
+  options.path = uri.path;
+  if (const std::string* value = uri.Param("synchronous")) {
+    const std::string v = Lower(*value);
+    if (v == "full") {
+      options.synchronous = Synchronous::kFull;
+    } else if (v == "normal") {
+      options.synchronous = Synchronous::kNormal;
+    } else if (v == "off") {
+      options.synchronous = Synchronous::kOff;
+    } else {
+      return InvalidArgumentError("bad synchronous value '" + *value +
+                                  "' in SQLite URI: accepted: full, normal, off");
+    }
+  }
+  if (const std::string* value = uri.Param("busy_timeout")) {
+    Result<std::chrono::milliseconds> timeout = internal::ParseDuration(*value);
+    if (!timeout.ok()) return timeout.status().WithContext("busy_timeout in SQLite URI");
+    if (*timeout > std::chrono::hours(1)) {
+      return InvalidArgumentError("busy_timeout " + *value +
+                                  " in SQLite URI is too long: at most 1h");
+    }
+    options.busy_timeout = *timeout;
+  }
+  return options;
+}
+
+Result<std::unique_ptr<Backend>> Open(const SqliteOptions& options) {
+  const std::string& path = options.path;
+  const std::string what = "cannot open lock database " + path;
+  if (path.empty() || path.front() != '/' || path.back() == '/') {
+    return InvalidArgumentError(what + ": the path must be an absolute file name");
+  }
+  if (options.busy_timeout < std::chrono::milliseconds(0) ||
+      options.busy_timeout > std::chrono::hours(1)) {
+    return InvalidArgumentError(what + ": busy_timeout must be 0 to 1h, got " +
+                                internal::FormatDuration(options.busy_timeout));
+  }
+  DLOCK_RETURN_IF_ERROR(CheckLocation(path, options.create_directory).WithContext(what));
+
+  sqlite3* raw = nullptr;
+  // NOMUTEX: the backend's own mutex serializes every use of the connection.
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  DbHandle db(raw);  // owns it even when the open failed
+  if (rc != SQLITE_OK) return FromSqlite(rc, db.get(), what);
+  auto backend = std::make_unique<SqliteBackend>(options, std::move(db));
+  DLOCK_RETURN_IF_ERROR(backend->Init(what));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace dlock::sqlite

@@ -1,0 +1,58 @@
+#include "cli/common.h"
+
+#include <iostream>
+
+namespace dlock::cli {
+
+int ExitCodeFor(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kUnavailable: return kExitUnavailable;
+    case StatusCode::kLockHeld:
+    case StatusCode::kDeadlineExceeded: return kExitTimedOut;
+    case StatusCode::kLeaseLost:
+    case StatusCode::kNotOwner: return kExitLeaseLost;
+    case StatusCode::kStaleToken: return kExitDataErr;
+    case StatusCode::kCancelled: return 130;
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kInternal: return kExitSoftware;
+  }
+  return kExitSoftware;
+}
+
+int Fail(int code, std::string_view message) {
+  std::string line = "dlock: ";
+  line += message;
+  // One line, always: a store's message may carry newlines.
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << line << '\n';
+  return code;
+}
+
+int Fail(const Status& status) { return Fail(ExitCodeFor(status), status.message()); }
+
+Result<Store> OpenStore(const std::string& backend_flag) {
+  Store store;
+  if (!backend_flag.empty()) {
+    store.uri = backend_flag;
+  } else {
+    auto resolved = ResolveDefaultBackend();
+    if (!resolved.ok()) return resolved.status();
+    store.uri = resolved->uri;
+    // Let Connect apply the default's rules (creating its directory) and
+    // name DLOCK_BACKEND in errors.
+    auto client = Client::Connect("");
+    if (!client.ok()) return client.status();
+    store.client = std::move(*client);
+    return store;
+  }
+  auto client = Client::Connect(store.uri);
+  if (!client.ok()) return client.status().WithContext("--backend");
+  store.client = std::move(*client);
+  return store;
+}
+
+}  // namespace dlock::cli

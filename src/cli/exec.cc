@@ -1,0 +1,299 @@
+// How `dlock exec` keeps its promise: the child's process group is gone
+// before the lease's valid_until, so before the store can grant the key to
+// anybody else.
+//
+//   acquire ──> fork child in its own process group ──> renew in background
+//        │                                                  │
+//        │  valid_until - lead:      SIGTERM to the group   │ (no renewal
+//        │  valid_until - lead/5:    SIGKILL to the group   │  got through)
+//        │  lease lost (store names another owner): SIGKILL at once
+//
+// Signals are blocked in every thread and read from a signalfd, so the main
+// loop sees SIGCHLD, SIGINT and SIGTERM as events next to the lease's
+// deadlines, and nothing runs inside a signal handler.
+#include "cli/exec.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "cli/common.h"
+#include "cli/fd.h"
+#include "core/duration.h"
+
+extern char** environ;
+
+namespace dlock::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+Result<milliseconds> ParseFlagDuration(std::string_view flag, const std::string& text) {
+  auto d = internal::ParseDuration(text);
+  if (!d.ok()) return d.status().WithContext(flag);
+  return d;
+}
+
+// The child's environment: ours, with DLOCK_* replaced.
+std::vector<std::string> ChildEnvironment(const Lease& lease, const std::string& uri) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string_view v(*e);
+    if (v.starts_with("DLOCK_KEY=") || v.starts_with("DLOCK_TOKEN=") ||
+        v.starts_with("DLOCK_BACKEND=")) {
+      continue;
+    }
+    env.emplace_back(v);
+  }
+  env.push_back("DLOCK_KEY=" + lease.key());
+  env.push_back("DLOCK_TOKEN=" + std::to_string(lease.token()));
+  env.push_back("DLOCK_BACKEND=" + uri);
+  return env;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+void WriteAll(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(fd, s.data(), s.size());
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// Only async-signal-safe calls between fork and exec: the parent has threads.
+[[noreturn]] void RunChild(pid_t parent, const sigset_t& old_mask, char** argv, char** envp,
+                           const std::string& exec_error_prefix) {
+  ::setpgid(0, 0);
+  // If dlock dies (even by SIGKILL) the child must not keep running without
+  // the lock. PDEATHSIG follows the thread that forked: the main thread,
+  // which lives until dlock exits.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(kExitSoftware);
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : kForwarded) ::sigaction(s, &dfl, nullptr);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  ::execvpe(argv[0], argv, envp);
+  const int err = errno;
+  WriteAll(2, exec_error_prefix);
+  WriteAll(2, err == ENOENT ? "command not found\n"
+              : err == EACCES ? "permission denied\n"
+                              : "cannot execute\n");
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+int ExitCodeOfChild(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return kExitSoftware;
+}
+
+// Waits for SIGINT/SIGTERM/SIGHUP/SIGQUIT while Acquire blocks, and cancels
+// it. Stops when `done` is signalled.
+class InterruptWatcher {
+ public:
+  InterruptWatcher(int signal_fd, std::stop_source cancel)
+      : done_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        thread_([this, signal_fd, cancel]() mutable {
+          pollfd fds[2] = {{signal_fd, POLLIN, 0}, {done_.get(), POLLIN, 0}};
+          for (;;) {
+            if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+            if (fds[1].revents) return;
+            signalfd_siginfo si;
+            while (::read(signal_fd, &si, sizeof si) == sizeof si) {
+              if (si.ssi_signo == SIGCHLD) continue;
+              signal_ = static_cast<int>(si.ssi_signo);
+              cancel.request_stop();
+              return;
+            }
+          }
+        }) {}
+
+  ~InterruptWatcher() { Stop(); }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    std::uint64_t one = 1;
+    (void)!::write(done_.get(), &one, sizeof one);
+    thread_.join();
+  }
+  int signal() const { return signal_; }
+
+ private:
+  Fd done_;
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
+int RunExec(const ExecFlags& flags) {
+  auto ttl = ParseFlagDuration("--ttl", flags.ttl);
+  if (!ttl.ok()) return Fail(ttl.status());
+  auto wait = ParseFlagDuration("--wait", flags.wait);
+  if (!wait.ok()) return Fail(wait.status());
+  auto grace = ParseFlagDuration("--kill-grace", flags.kill_grace);
+  if (!grace.ok()) return Fail(grace.status());
+  if (Status s = ValidateKey(flags.key); !s.ok()) return Fail(s);
+  if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
+  if (flags.command.empty()) {
+    return Fail(kExitUsage, "no command given: usage: dlock exec KEY [OPTIONS] -- CMD [ARGS...]");
+  }
+
+  // Block the signals we handle before any thread exists, so that every
+  // thread inherits the mask and they arrive only through the signalfd.
+  sigset_t handled, old_mask;
+  sigemptyset(&handled);
+  for (int s : kForwarded) sigaddset(&handled, s);
+  sigaddset(&handled, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &handled, &old_mask);
+  Fd signal_fd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
+  Fd lost_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!signal_fd.valid() || !lost_fd.valid()) {
+    return Fail(kExitSoftware, std::string("cannot set up signal handling: ") + std::strerror(errno));
+  }
+
+  auto store = OpenStore(flags.backend);
+  if (!store.ok()) return Fail(store.status());
+
+  std::stop_source cancel;
+  AcquireOptions options;
+  options.ttl = *ttl;
+  options.wait = *wait;
+  options.cancel = cancel.get_token();
+  const int lost_event = lost_fd.get();
+  options.on_lost = [lost_event](const Status&) {
+    std::uint64_t one = 1;
+    (void)!::write(lost_event, &one, sizeof one);
+  };
+  Result<Lease> acquired = LeaseLostError("unreachable");
+  int interrupted = 0;
+  {
+    InterruptWatcher watcher(signal_fd.get(), cancel);
+    acquired = flags.no_wait ? store->client->TryAcquire(flags.key, options)
+                             : store->client->Acquire(flags.key, options);
+    watcher.Stop();
+    interrupted = watcher.signal();
+  }
+  if (interrupted != 0) {
+    if (acquired.ok()) (void)acquired->Release();
+    Fail(128 + interrupted, "interrupted by signal " + std::to_string(interrupted) +
+                                " while waiting for key '" + flags.key + "'");
+    return 128 + interrupted;
+  }
+  if (!acquired.ok()) return Fail(acquired.status());
+  Lease& lease = *acquired;
+
+  std::vector<std::string> env = ChildEnvironment(lease, store->uri);
+  std::vector<std::string> args = flags.command;
+  std::vector<char*> envp = CStrings(env);
+  std::vector<char*> argv = CStrings(args);
+  const std::string exec_error_prefix = "dlock: cannot run '" + args[0] + "': ";
+
+  // Orphaned members of the child's group are re-parented to us, so that
+  // after a SIGKILL we can wait until the whole group is gone.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    (void)lease.Release();
+    return Fail(kExitSoftware, std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (child == 0) RunChild(parent, old_mask, argv.data(), envp.data(), exec_error_prefix);
+  ::setpgid(child, child);  // also done by the child; whichever runs first wins
+
+  // When to act, counted back from valid_until: valid_until is already a
+  // drift margin before the store's own expiry.
+  const Duration term_lead = std::min<Duration>(*grace, *ttl / 4);
+  const Duration kill_lead = term_lead / 5;
+  bool sent_term = false, sent_kill = false;
+  Status lost_reason;
+  int wstatus = 0;
+  bool child_done = false;
+  int forwarded = 0;
+
+  auto reap = [&] {
+    if (child_done) return;
+    if (::waitpid(child, &wstatus, WNOHANG) == child) child_done = true;
+  };
+
+  while (!child_done) {
+    const TimePoint now = MonotonicClock::now();
+    const TimePoint valid_until = lease.valid_until();
+    if (lost_reason.ok()) {
+      if (Status s = lease.Check(); !s.ok()) lost_reason = s;
+    }
+    if (!sent_kill && (!lost_reason.ok() || now >= valid_until - kill_lead)) {
+      ::killpg(child, SIGKILL);
+      sent_kill = sent_term = true;
+    } else if (!sent_term && now >= valid_until - term_lead) {
+      Fail(0, "lease on key '" + flags.key + "' is about to expire without a renewal; " +
+                  "sending SIGTERM to process group " + std::to_string(child));
+      ::killpg(child, SIGTERM);
+      sent_term = true;
+    }
+    int timeout_ms = -1;
+    if (!sent_kill) {
+      const TimePoint next = sent_term ? valid_until - kill_lead : valid_until - term_lead;
+      auto left = std::chrono::ceil<milliseconds>(next - MonotonicClock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+    }
+    pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {lost_fd.get(), POLLIN, 0}};
+    ::poll(fds, 2, timeout_ms);
+    std::uint64_t count;
+    while (::read(lost_fd.get(), &count, sizeof count) == sizeof count) {
+    }
+    signalfd_siginfo si;
+    while (::read(signal_fd.get(), &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo != SIGCHLD) {
+        forwarded = static_cast<int>(si.ssi_signo);
+        ::killpg(child, forwarded);
+      }
+    }
+    reap();
+  }
+  if (sent_kill) {
+    // Wait for the rest of the group (it was SIGKILLed) before we report.
+    while (::waitpid(-child, nullptr, 0) > 0 || errno == EINTR) {
+    }
+  }
+
+  Status released = lease.Release();
+  if (sent_term || !lost_reason.ok()) {
+    std::string why = lost_reason.ok() ? "no renewal got through before its valid_until"
+                                       : lost_reason.message();
+    return Fail(kExitLeaseLost, "lease on key '" + flags.key + "' lost (" + why +
+                                    "); the command's process group was terminated");
+  }
+  if (released.code() == StatusCode::kLeaseLost) {
+    return Fail(kExitLeaseLost, "lease on key '" + flags.key +
+                                    "' was lost while the command ran: " + released.message());
+  }
+  if (!released.ok()) {
+    Fail(0, "warning: could not release key '" + flags.key + "': " + released.message() +
+                "; it expires by itself within " + internal::FormatDuration(*ttl));
+  }
+  (void)forwarded;
+  return ExitCodeOfChild(wstatus);
+}
+
+}  // namespace dlock::cli

@@ -1,0 +1,27 @@
+// `dlock exec KEY -- CMD...`: run a command while holding a lock.
+#ifndef DLOCK_SRC_CLI_EXEC_H_
+#define DLOCK_SRC_CLI_EXEC_H_
+
+#include <string>
+#include <vector>
+
+namespace dlock::cli {
+
+struct ExecFlags {
+  std::string key;
+  std::string ttl = "30s";
+  std::string wait = "10s";
+  bool no_wait = false;
+  // SIGTERM this long before valid_until (at most ttl/4), SIGKILL at a fifth
+  // of it.
+  std::string kill_grace = "5s";
+  std::string backend;
+  std::vector<std::string> command;
+};
+
+// Returns the process exit code (docs/cli.md).
+int RunExec(const ExecFlags& flags);
+
+}  // namespace dlock::cli
+
+#endif  // DLOCK_SRC_CLI_EXEC_H_

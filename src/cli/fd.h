@@ -1,0 +1,40 @@
+// A file descriptor owned by exactly one object.
+#ifndef DLOCK_SRC_CLI_FD_H_
+#define DLOCK_SRC_CLI_FD_H_
+
+#include <unistd.h>
+
+#include <utility>
+
+namespace dlock::cli {
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace dlock::cli
+
+#endif  // DLOCK_SRC_CLI_FD_H_

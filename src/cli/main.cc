@@ -1,0 +1,122 @@
+// The `dlock` command: parses flags and hands each subcommand to its file.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+#include "cli/demo_cmd.h"
+#include "cli/exec.h"
+#include "cli/fence_cmd.h"
+#include "cli/status_cmd.h"
+#include "core/registry.h"
+
+namespace {
+
+constexpr const char* kBackendHelp =
+    "store URI (default: $DLOCK_BACKEND, else the SQLite file "
+    "$XDG_STATE_HOME/dlock/locks.db)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlock::cli;
+  CLI::App app{"dlock: distributed locks with fencing tokens", "dlock"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dlock 0.1.0");
+  app.footer("Stores: " + dlock::internal::SupportedSchemes() +
+             "\nExit codes: 64 usage, 65 stale token, 69 store unavailable, 75 gave up "
+             "waiting, 79 lease lost.\nSee docs/cli.md.");
+
+  ExecFlags exec_flags;
+  CLI::App* exec = app.add_subcommand(
+      "exec", "Run CMD while holding the lock KEY; DLOCK_KEY, DLOCK_TOKEN and DLOCK_BACKEND "
+              "are set in its environment");
+  exec->add_option("key", exec_flags.key, "lock key (1 to 1024 bytes)")->required();
+  exec->add_option("command", exec_flags.command, "command and arguments, after --")
+      ->required();
+  exec->add_option("--ttl", exec_flags.ttl, "lease time to live (10ms..24h)")
+      ->capture_default_str();
+  auto* wait = exec->add_option("--wait", exec_flags.wait, "how long to wait for a held lock")
+                   ->capture_default_str();
+  exec->add_flag("--no-wait", exec_flags.no_wait, "fail at once (exit 75) if the lock is held")
+      ->excludes(wait);
+  exec->add_option("--kill-grace", exec_flags.kill_grace,
+                   "SIGTERM the command this long before the lease could lapse (at most "
+                   "ttl/4); SIGKILL at a fifth of it")
+      ->capture_default_str();
+  exec->add_option("--backend", exec_flags.backend, kBackendHelp);
+  exec->footer(
+      "Example: dlock exec nightly-report --ttl 30s -- sh -c 'make-report > out.csv'\n"
+      "Exit status: the command's own; 64 usage; 69 store unavailable; 75 gave up waiting; "
+      "79 lease lost (command terminated).");
+
+  StatusFlags status_flags;
+  CLI::App* status = app.add_subcommand("status", "List held locks: key, owner, token, time left");
+  status->add_option("prefix", status_flags.prefix, "only keys starting with this");
+  status->add_flag("--json", status_flags.json,
+                   "print a JSON array of {key, owner, token, ttl_remaining_ms}");
+  status->add_option("--backend", status_flags.backend, kBackendHelp);
+
+  FenceWriteFlags fence_flags;
+  CLI::App* fence = app.add_subcommand(
+      "fence", "Resource-side guards that reject writes carrying a stale fencing token");
+  fence->require_subcommand(1);
+  CLI::App* fence_write = fence->add_subcommand(
+      "write",
+      "Replace DIR/NAME with standard input, atomically, only if the token is not older than "
+      "the newest one this directory has accepted for the key (exit 65 if it is)");
+  fence_write->add_option("name", fence_flags.name, "file name inside DIR")->required();
+  fence_write->add_option("--dir", fence_flags.dir, "the fenced directory")->required();
+  fence_write->add_option("--token", fence_flags.token, "fencing token (default: $DLOCK_TOKEN)");
+  fence_write->add_option("--key", fence_flags.key, "lock key (default: $DLOCK_KEY)");
+  fence_write->footer(
+      "Example: dlock exec daily -- sh -c 'make-report | dlock fence write --dir /srv/reports "
+      "daily.csv'\nExit status: 0 written; 64 usage; 65 stale token (file untouched); 73 the "
+      "directory cannot be written.");
+
+  DemoFlags demo_flags;
+  CLI::App* demo = app.add_subcommand(
+      "demo", "Play the stale-writer story live: a paused holder, an expired lease, a fence");
+  demo->add_option("--backend", demo_flags.backend, kBackendHelp);
+  demo->add_option("--ttl", demo_flags.ttl, "lease of the two workers")->capture_default_str();
+  demo->add_option("--key", demo_flags.key, "lock key the workers use")->capture_default_str();
+  demo->add_flag("--no-fence", demo_flags.no_fence,
+                 "write without the fence, and watch an update get lost");
+  demo->add_flag("--json", demo_flags.json, "print the events and the outcome as JSON");
+
+  DemoWorkerFlags worker_flags;
+  CLI::App* worker = app.add_subcommand("demo-worker", "one worker of 'dlock demo'");
+  worker->group("");  // hidden
+  worker->add_option("--name", worker_flags.name)->required();
+  worker->add_option("--key", worker_flags.key)->required();
+  worker->add_option("--ttl", worker_flags.ttl)->required();
+  worker->add_option("--wait", worker_flags.wait);
+  worker->add_option("--backend", worker_flags.backend)->required();
+  worker->add_option("--dir", worker_flags.dir)->required();
+  worker->add_option("--add", worker_flags.add);
+  worker->add_option("--work", worker_flags.work);
+  worker->add_flag("--no-fence", worker_flags.no_fence);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::Normal);
+    // Help for the subcommand that was asked about.
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "dlock 0.1.0\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return Fail(kExitUsage, std::string(e.what()) + " (see 'dlock --help')");
+  }
+
+  if (exec->parsed()) return RunExec(exec_flags);
+  if (status->parsed()) return RunStatus(status_flags);
+  if (fence_write->parsed()) return RunFenceWrite(fence_flags);
+  if (demo->parsed()) return RunDemo(demo_flags);
+  if (worker->parsed()) return RunDemoWorker(worker_flags);
+  return Fail(kExitUsage, "no command given (see 'dlock --help')");
+}

@@ -1,0 +1,93 @@
+#include "dlock/client.h"
+
+#include <cstdlib>
+
+#include "core/client_core.h"
+#include "core/registry.h"
+
+namespace dlock {
+namespace {
+
+// Percent-encodes the characters that would end or escape a URI path.
+std::string PathToUri(const std::string& path) {
+  std::string out = "sqlite://";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      static const char* kHex = "0123456789ABCDEF";
+      out += '%';
+      out += kHex[(static_cast<unsigned char>(c) >> 4) & 0xF];
+      out += kHex[static_cast<unsigned char>(c) & 0xF];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<DefaultBackend> ResolveDefaultBackend() {
+  if (const char* env = std::getenv("DLOCK_BACKEND"); env && *env) {
+    return DefaultBackend{env, "DLOCK_BACKEND"};
+  }
+  // XDG says a relative XDG_STATE_HOME is invalid and must be ignored.
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && xdg[0] == '/') {
+    return DefaultBackend{PathToUri(std::string(xdg) + "/dlock/locks.db"), "default"};
+  }
+  if (const char* home = std::getenv("HOME"); home && home[0] == '/') {
+    return DefaultBackend{PathToUri(std::string(home) + "/.local/state/dlock/locks.db"),
+                          "default"};
+  }
+  return InvalidArgumentError(
+      "no place for the default lock database: set DLOCK_BACKEND to a store URI, or "
+      "XDG_STATE_HOME or HOME to an absolute path");
+}
+
+Client::Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(std::string_view uri, ClientOptions options) {
+  std::string chosen(uri);
+  bool is_default = false;
+  std::string source;
+  if (chosen.empty()) {
+    auto resolved = ResolveDefaultBackend();
+    if (!resolved.ok()) return resolved.status();
+    chosen = resolved->uri;
+    source = resolved->source;
+    is_default = source == "default";
+  }
+  internal::BackendParams params;
+  params.clock = options.clock ? options.clock : DefaultClock();
+  params.connect_timeout = options.connect_timeout;
+  params.is_default = is_default;
+  auto backend = internal::OpenBackend(chosen, params);
+  if (!backend.ok()) {
+    return source == "DLOCK_BACKEND" ? backend.status().WithContext("DLOCK_BACKEND")
+                                     : backend.status();
+  }
+  return FromBackend(std::move(*backend), std::move(options));
+}
+
+std::unique_ptr<Client> Client::FromBackend(std::unique_ptr<Backend> backend,
+                                            ClientOptions options) {
+  auto core = std::make_shared<internal::ClientCore>(std::move(backend), std::move(options));
+  core->Start();
+  return std::unique_ptr<Client>(new Client(std::move(core)));
+}
+
+Result<Lease> Client::Acquire(std::string_view key, const AcquireOptions& options) {
+  return core_->Acquire(key, options, /*wait=*/true);
+}
+
+Result<Lease> Client::TryAcquire(std::string_view key, const AcquireOptions& options) {
+  return core_->Acquire(key, options, /*wait=*/false);
+}
+
+Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
+  return core_->List(prefix);
+}
+
+std::string Client::Describe() const { return core_->Describe(); }
+
+}  // namespace dlock

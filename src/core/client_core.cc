@@ -1,0 +1,321 @@
+#include "core/client_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/duration.h"
+
+namespace dlock::internal {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Polling backends (SQLite) wait at most this long between attempts.
+constexpr Duration kMaxPollInterval = milliseconds(50);
+constexpr Duration kFirstPollInterval = milliseconds(1);
+// With no lease to renew the loop still wakes now and then; harmless.
+constexpr Duration kIdleTick = std::chrono::hours(1);
+
+Duration DefaultDrift(milliseconds ttl) {
+  return std::min<Duration>(ttl / 100 + milliseconds(2), ttl / 4);
+}
+
+// After a failed renewal, try again this much later (until valid_until).
+Duration RenewRetryInterval(milliseconds ttl) {
+  return std::max<Duration>(ttl / 10, milliseconds(1));
+}
+
+std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
+
+}  // namespace
+
+ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
+    : backend_(std::move(backend)),
+      clock_(options.clock ? std::move(options.clock) : DefaultClock()),
+      random_(options.random ? std::move(options.random) : DefaultRandom()) {}
+
+ClientCore::~ClientCore() { loop_.reset(); }
+
+void ClientCore::Start() {
+  loop_ = clock_->StartLoop([this](TimePoint now) { return Tick(now); });
+}
+
+Result<Lease> ClientCore::Acquire(std::string_view key,
+                                  const AcquireOptions& options, bool wait) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(options.ttl));
+  if (wait && options.wait < milliseconds(0)) {
+    return InvalidArgumentError("wait " + FormatDuration(options.wait) +
+                                " is negative: use 0 for a single attempt");
+  }
+  const Duration drift =
+      options.drift_margin ? Duration(*options.drift_margin) : DefaultDrift(options.ttl);
+  if (drift < Duration::zero() || drift >= options.ttl) {
+    return InvalidArgumentError("drift margin must be at least 0 and less than the ttl " +
+                                FormatDuration(options.ttl));
+  }
+
+  LeaseRequest request{std::string(key), OwnerId(random_->Next(), random_->Next()),
+                       options.ttl};
+  const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
+  Duration poll_interval = kFirstPollInterval;
+  // Set once an attempt's outcome is unknown (its reply was lost): the store
+  // may have granted the key to this owner. Later attempts with the same
+  // owner re-grant it; if we give up, we release it.
+  bool maybe_granted = false;
+
+  for (;;) {
+    if (options.cancel.stop_requested()) {
+      if (maybe_granted) (void)backend_->Release(request.key, request.owner);
+      return CancelledError("acquire of key " + Quoted(key) + " was cancelled");
+    }
+    const TimePoint sent = clock_->Now();
+    Result<Attempt> attempt = backend_->TryAcquire(request);
+    if (attempt.ok() && attempt->granted) {
+      auto state = std::make_shared<LeaseState>();
+      state->key = request.key;
+      state->owner = request.owner;
+      state->token = attempt->token;
+      state->ttl = options.ttl;
+      state->drift = drift;
+      state->on_lost = options.on_lost;
+      state->valid_until = sent + options.ttl - drift;
+      state->next_renew_at = sent + options.ttl / 3;
+      {
+        std::lock_guard lock(mu_);
+        held_.push_back(state);
+      }
+      loop_->Wake();
+      return Lease(shared_from_this(), std::move(state));
+    }
+    milliseconds holder_left{0};
+    if (attempt.ok()) {
+      holder_left = attempt->holder_ttl_remaining;
+    } else if (attempt.status().code() == StatusCode::kUnavailable) {
+      maybe_granted = true;
+    } else {
+      return attempt.status();
+    }
+
+    const TimePoint now = clock_->Now();
+    if (now >= deadline) {
+      if (maybe_granted) (void)backend_->Release(request.key, request.owner);
+      if (!attempt.ok()) return attempt.status();
+      std::string left = holder_left > milliseconds(0)
+                             ? " (its lease has " + FormatDuration(holder_left) + " left)"
+                             : "";
+      if (!wait) {
+        return LockHeldError("key " + Quoted(key) + " is held by another owner" + left);
+      }
+      return DeadlineExceededError("gave up waiting for key " + Quoted(key) + " after " +
+                                   FormatDuration(options.wait) +
+                                   ": still held by another owner" + left);
+    }
+    TimePoint until = deadline;
+    if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
+    if (attempt.ok() && backend_->WaitForRelease(key, until, options.cancel)) continue;
+
+    // Poll with capped, jittered exponential backoff, so that many waiters
+    // on one host neither spin nor march in step.
+    const auto half = poll_interval / 2;
+    const Duration jittered =
+        half + Duration(static_cast<Duration::rep>(random_->Next() %
+                                                   static_cast<std::uint64_t>(half.count() + 1)));
+    clock_->SleepUntil(std::min(deadline, now + jittered), options.cancel);
+    poll_interval = std::min(poll_interval * 2, kMaxPollInterval);
+  }
+}
+
+Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {
+  if (prefix.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
+  }
+  return backend_->List(prefix);
+}
+
+void ClientCore::MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,
+                                std::vector<std::shared_ptr<LeaseState>>& newly_lost) {
+  state->phase = LeaseState::Phase::kLost;
+  state->lost_reason = std::move(why);
+  newly_lost.push_back(state);
+}
+
+void ClientCore::NotifyLost(const std::vector<std::shared_ptr<LeaseState>>& newly_lost) {
+  for (const auto& state : newly_lost) {
+    state->lost.request_stop();
+    if (state->on_lost) {
+      try {
+        state->on_lost(state->lost_reason);
+      } catch (...) {
+        // A throwing callback must not take the renewal thread (and every
+        // other lease of this client) down with it.
+      }
+    }
+  }
+}
+
+TimePoint ClientCore::Tick(TimePoint now) {
+  // Keep the core alive through this tick even if an on_lost callback drops
+  // the last Lease.
+  std::shared_ptr<ClientCore> self = weak_from_this().lock();
+  if (!self) return now + kIdleTick;
+
+  std::vector<std::shared_ptr<LeaseState>> newly_lost;
+  std::vector<std::shared_ptr<LeaseState>> due;
+  std::vector<LeaseRequest> requests;
+  auto drop_lost = [this] {
+    std::erase_if(held_, [](const auto& s) { return s->phase != LeaseState::Phase::kHeld; });
+  };
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& state : held_) {
+      if (now >= state->valid_until) {
+        MarkLostLocked(state,
+                       LeaseLostError("lease on key " + Quoted(state->key) +
+                                      " reached its valid_until without a successful renewal"),
+                       newly_lost);
+      } else if (now >= state->next_renew_at - state->ttl / 6) {
+        // Due, or due soon: renewing a little early costs nothing and lets
+        // leases acquired at different times share one store call.
+        due.push_back(state);
+        requests.push_back({state->key, state->owner, state->ttl});
+      }
+    }
+    drop_lost();
+  }
+
+  std::vector<std::shared_ptr<LeaseState>> release_at_store;
+  if (!due.empty()) {
+    const TimePoint sent = clock_->Now();
+    std::vector<Status> results = backend_->Renew(requests);
+    const TimePoint replied = clock_->Now();
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < due.size(); ++i) {
+      const auto& state = due[i];
+      if (state->phase != LeaseState::Phase::kHeld) continue;  // released meanwhile
+      Status result = i < results.size()
+                          ? results[i]
+                          : InternalError("backend returned too few renewal results");
+      if (replied >= state->valid_until) {
+        // The caller may already have seen the lease as lost; it must stay
+        // lost even though the store extended it. Give the key back.
+        MarkLostLocked(state,
+                       LeaseLostError("renewal of key " + Quoted(state->key) +
+                                      " was answered after the lease's valid_until"),
+                       newly_lost);
+        if (result.ok()) release_at_store.push_back(state);
+      } else if (result.ok()) {
+        state->valid_until = std::max(state->valid_until, sent + state->ttl - state->drift);
+        state->next_renew_at = sent + state->ttl / 3;
+      } else if (result.code() == StatusCode::kNotOwner ||
+                 result.code() == StatusCode::kLeaseLost) {
+        MarkLostLocked(state,
+                       LeaseLostError("the store no longer holds key " + Quoted(state->key) +
+                                      " for this owner: " + result.message()),
+                       newly_lost);
+      } else {
+        state->next_renew_at = replied + RenewRetryInterval(state->ttl);
+      }
+    }
+    drop_lost();
+  }
+
+  for (const auto& state : release_at_store) {
+    (void)backend_->Release(state->key, state->owner);
+  }
+  NotifyLost(newly_lost);
+
+  std::lock_guard lock(mu_);
+  TimePoint next = now + kIdleTick;
+  for (const auto& state : held_) {
+    next = std::min({next, state->next_renew_at, state->valid_until});
+  }
+  return next;
+}
+
+Status ClientCore::Release(LeaseState& state) {
+  bool was_lost = false;
+  Status lost_reason;
+  {
+    std::lock_guard lock(mu_);
+    if (state.phase == LeaseState::Phase::kReleased) return Status::Ok();
+    if (state.phase == LeaseState::Phase::kLost) {
+      was_lost = true;
+      lost_reason = state.lost_reason;
+    } else if (clock_->Now() >= state.valid_until) {
+      was_lost = true;
+      lost_reason = LeaseLostError("lease on key " + Quoted(state.key) +
+                                   " passed its valid_until before release");
+    }
+    state.phase = LeaseState::Phase::kReleased;
+    std::erase_if(held_, [&](const auto& s) { return s.get() == &state; });
+  }
+  // Owner-checked at the store, so this never drops another owner's lock.
+  Status released = backend_->Release(state.key, state.owner);
+  if (was_lost) return lost_reason;
+  if (released.code() == StatusCode::kNotOwner) {
+    return LeaseLostError("lease on key " + Quoted(state.key) +
+                          " was lost before release: " + released.message());
+  }
+  return released;
+}
+
+Status ClientCore::Check(const LeaseState& state) const {
+  std::lock_guard lock(mu_);
+  switch (state.phase) {
+    case LeaseState::Phase::kReleased:
+      return FailedPreconditionError("lease on key " + Quoted(state.key) + " was released");
+    case LeaseState::Phase::kLost:
+      return state.lost_reason;
+    case LeaseState::Phase::kHeld:
+      break;
+  }
+  if (clock_->Now() >= state.valid_until) {
+    return LeaseLostError("lease on key " + Quoted(state.key) + " passed its valid_until");
+  }
+  return Status::Ok();
+}
+
+TimePoint ClientCore::ValidUntil(const LeaseState& state) const {
+  std::lock_guard lock(mu_);
+  return state.valid_until;
+}
+
+}  // namespace dlock::internal
+
+namespace dlock {
+
+Lease::Lease(std::shared_ptr<internal::ClientCore> core,
+             std::shared_ptr<internal::LeaseState> state)
+    : core_(std::move(core)), state_(std::move(state)) {}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    if (core_ && state_) (void)core_->Release(*state_);
+    core_ = std::move(other.core_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Lease::~Lease() {
+  if (core_ && state_) (void)core_->Release(*state_);
+}
+
+const std::string& Lease::key() const { return state_->key; }
+const OwnerId& Lease::owner() const { return state_->owner; }
+FencingToken Lease::token() const { return state_->token; }
+TimePoint Lease::valid_until() const { return core_->ValidUntil(*state_); }
+std::stop_token Lease::stop_token() const { return state_->lost.get_token(); }
+
+Status Lease::Check() const {
+  if (!state_) return FailedPreconditionError("empty Lease");
+  return core_->Check(*state_);
+}
+
+Status Lease::Release() {
+  if (!state_) return FailedPreconditionError("empty Lease");
+  return core_->Release(*state_);
+}
+
+}  // namespace dlock

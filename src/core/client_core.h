@@ -1,0 +1,86 @@
+// ClientCore: the acquire/wait loop, renewal and loss detection, written once
+// for every backend.
+//
+// One ClientCore per Client. It owns the backend and one Loop (a thread under
+// RealClock) that renews every held lease in one batched Backend::Renew call
+// per tick, at ttl/3, and declares a lease lost when its valid_until passes
+// without a successful renewal or the store names another owner.
+//
+// Leases hold a shared_ptr to the core, so a Lease may outlive its Client and
+// is still renewed until released.
+#ifndef DLOCK_SRC_CORE_CLIENT_CORE_H_
+#define DLOCK_SRC_CORE_CLIENT_CORE_H_
+
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "dlock/backend.h"
+#include "dlock/client.h"
+#include "dlock/clock.h"
+#include "dlock/lease.h"
+
+namespace dlock::internal {
+
+// What the core knows about one granted lease. Immutable fields are set
+// before the state is shared; the rest are guarded by ClientCore::mu_.
+struct LeaseState {
+  enum class Phase { kHeld, kLost, kReleased };
+
+  std::string key;
+  OwnerId owner;
+  FencingToken token = 0;
+  std::chrono::milliseconds ttl{0};
+  Duration drift{0};
+  std::function<void(const Status&)> on_lost;
+  std::stop_source lost;  // requested on loss
+
+  // Guarded by ClientCore::mu_.
+  Phase phase = Phase::kHeld;
+  TimePoint valid_until{};
+  TimePoint next_renew_at{};
+  Status lost_reason;
+};
+
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
+ public:
+  ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
+  ~ClientCore();
+
+  // Starts the renewal loop. Separate from the constructor because the loop
+  // must not run before the object is fully built.
+  void Start();
+
+  Result<Lease> Acquire(std::string_view key, const AcquireOptions& options,
+                        bool wait);
+  Result<std::vector<HolderInfo>> List(std::string_view prefix);
+  std::string Describe() const { return backend_->Describe(); }
+
+  // For Lease.
+  Status Release(LeaseState& state);
+  Status Check(const LeaseState& state) const;
+  TimePoint ValidUntil(const LeaseState& state) const;
+
+ private:
+  // One renewal tick; returns when it wants to run next.
+  TimePoint Tick(TimePoint now);
+  // Marks `state` lost (under mu_) and queues it for notification.
+  void MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,
+                      std::vector<std::shared_ptr<LeaseState>>& newly_lost);
+  void NotifyLost(const std::vector<std::shared_ptr<LeaseState>>& newly_lost);
+
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Clock> clock_;
+  std::shared_ptr<Random> random_;
+
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<LeaseState>> held_;  // phase == kHeld
+
+  std::unique_ptr<Loop> loop_;  // last member: stopped first
+};
+
+}  // namespace dlock::internal
+
+#endif  // DLOCK_SRC_CORE_CLIENT_CORE_H_

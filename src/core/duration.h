@@ -1,0 +1,23 @@
+// Durations as people type them: "250ms", "30s", "1.5s", "5m", "1h".
+#ifndef DLOCK_SRC_CORE_DURATION_H_
+#define DLOCK_SRC_CORE_DURATION_H_
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "dlock/status.h"
+
+namespace dlock::internal {
+
+// A non-negative decimal number followed by ms, s, m or h, with a whole
+// number of milliseconds. kInvalidArgument otherwise, with a message that
+// quotes `text` and says what is accepted.
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+// 1500ms -> "1.5s", 250ms -> "250ms", 300000ms -> "5m".
+std::string FormatDuration(std::chrono::milliseconds d);
+
+}  // namespace dlock::internal
+
+#endif  // DLOCK_SRC_CORE_DURATION_H_

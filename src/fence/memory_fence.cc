@@ -1,0 +1,31 @@
+#include "dlock/fence.h"
+
+namespace dlock::fence {
+
+Status StaleToken(FencingToken token, FencingToken highest, std::string_view key) {
+  return StaleTokenError("stale token " + std::to_string(token) + " < " +
+                         std::to_string(highest) + " for key " + std::string(key));
+}
+
+Status Memory::Admit(std::string_view key, FencingToken token,
+                     const std::function<Status()>& write) {
+  std::lock_guard lock(mu_);
+  auto it = highest_.find(key);
+  const FencingToken highest = it == highest_.end() ? 0 : it->second;
+  if (token < highest) return StaleToken(token, highest, key);
+  if (write) DLOCK_RETURN_IF_ERROR(write());
+  if (it == highest_.end()) {
+    highest_.emplace(std::string(key), token);
+  } else {
+    it->second = token;
+  }
+  return Status::Ok();
+}
+
+FencingToken Memory::Highest(std::string_view key) const {
+  std::lock_guard lock(mu_);
+  auto it = highest_.find(key);
+  return it == highest_.end() ? 0 : it->second;
+}
+
+}  // namespace dlock::fence

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# dlock exec: waiting, exit codes, environment, signals, parent death, lease
+# loss.
+source "$(dirname "$0")/lib.sh"
+DB="$XDG_STATE_HOME/dlock/locks.db"
+
+# The child's environment and exit status.
+out=$("$DLOCK" exec env-key -- sh -c 'echo "$DLOCK_KEY|$DLOCK_TOKEN|$DLOCK_BACKEND"; exit 7')
+rc=$?
+[ "$rc" = 7 ] || fail "child exit 7 came back as $rc"
+[ "$out" = "env-key|1|sqlite://$DB" ] || fail "child environment: $out"
+
+# --wait 200ms on a held key exits 75 within 1 s.
+"$DLOCK" exec held --ttl 30s -- sleep 30 &
+holder=$!
+for _ in $(seq 100); do "$DLOCK" status held --json | grep -q '"key": "held"' && break; sleep 0.05; done
+start=$(date +%s%N)
+expect_exit 75 "gave up waiting for key 'held' after 200ms" -- "$DLOCK" exec held --wait 200ms -- true
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+[ "$elapsed_ms" -lt 1000 ] || fail "--wait 200ms took ${elapsed_ms} ms"
+expect_exit 75 "key 'held' is held by another owner" -- "$DLOCK" exec held --no-wait -- true
+
+# SIGTERM to dlock is forwarded to the child, and the lock is released.
+kill -TERM "$holder"
+wait "$holder"
+rc=$?
+[ "$rc" = 143 ] || fail "SIGTERM'd exec exited $rc, want 143 (child killed by SIGTERM)"
+expect_exit 0 "" -- "$DLOCK" exec held --no-wait -- true
+
+# kill -9 of dlock kills its child; the key is free once the TTL has passed,
+# with a larger token.
+"$DLOCK" exec orphan --ttl 3s -- sh -c 'echo $DLOCK_TOKEN >"$0/tok"; echo $$ >"$0/pid"; exec sleep 60' "$WORK" &
+parent=$!
+for _ in $(seq 100); do [ -s "$WORK/pid" ] && break; sleep 0.05; done
+child=$(cat "$WORK/pid")
+kill -9 "$parent"
+wait "$parent" 2>/dev/null
+alive() { [ -e "/proc/$1" ] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+for _ in $(seq 100); do alive "$child" || break; sleep 0.02; done
+alive "$child" && fail "child $child survived kill -9 of its dlock parent"
+first=$(cat "$WORK/tok")
+expect_exit 75 "is held by another owner" -- "$DLOCK" exec orphan --no-wait -- true
+out=$("$DLOCK" exec orphan --wait 5s -- sh -c 'echo $DLOCK_TOKEN')
+[ -n "$out" ] && [ "$out" -gt "$first" ] || fail "token after takeover '$out' not above $first"
+
+# A lease that cannot be renewed: the store is locked by another writer for
+# longer than the TTL. The command's group is killed before valid_until and
+# dlock exits 79.
+python3 - "$DB" <<'PY' &
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+time.sleep(0.5)  # let dlock acquire first
+c.execute("BEGIN EXCLUSIVE")
+time.sleep(4)
+c.execute("COMMIT")
+PY
+blocker=$!
+start=$(date +%s%N)
+"$DLOCK" exec starved --ttl 1500ms -- sh -c 'while :; do date +%s%N >>"$0/beats"; sleep 0.05; done' "$WORK" 2>"$WORK/starved.err"
+rc=$?
+end=$(date +%s%N)
+wait "$blocker"
+[ "$rc" = 79 ] || fail "starved exec exited $rc, want 79: $(cat "$WORK/starved.err")"
+grep -q "lease on key 'starved' lost" "$WORK/starved.err" || fail "no loss message: $(cat "$WORK/starved.err")"
+last_beat=$(tail -n1 "$WORK/beats")
+sleep 0.3
+[ "$(tail -n1 "$WORK/beats")" = "$last_beat" ] || fail "the command kept running after exit 79"
+echo "starved exec: exit $rc after $(((end - start) / 1000000)) ms"
+
+# A command that does not exist: 127, and the lock is released.
+expect_exit 127 "cannot run 'no-such-cmd-xyz': command not found" -- "$DLOCK" exec nf -- no-such-cmd-xyz
+expect_exit 0 "" -- "$DLOCK" exec nf --no-wait -- true
+
+finish

@@ -1,0 +1,525 @@
+// Core behaviour on the simulated clock and the in-memory store: renewal,
+// loss detection, waiting, release, tokens. Nothing here sleeps.
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "backends/sqlite/sqlite_backend.h"
+#include "dlock/client.h"
+#include "dlock/testing/faulty_backend.h"
+#include "dlock/testing/in_memory_backend.h"
+#include "dlock/testing/simulated_clock.h"
+
+namespace dlock {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::FaultPlan;
+using testing::FaultyBackend;
+using testing::InMemoryBackend;
+using testing::InMemoryStore;
+using testing::SimulatedClock;
+
+// A counter-based Random, so owner ids are distinct and runs replay.
+class SeqRandom final : public Random {
+ public:
+  std::uint64_t Next() override { return ++n_; }
+
+ private:
+  std::atomic<std::uint64_t> n_{0x1000};
+};
+
+// The same behaviours on every store that can run on the simulated clock:
+// the in-memory test double, and SQLite with its store clock driven by the
+// simulated one (so its expiry is judged in simulated milliseconds).
+class ClientTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  ClientTest()
+      : clock_(std::make_shared<SimulatedClock>()),
+        memory_(std::make_shared<InMemoryStore>(clock_)),
+        plan_(std::make_shared<FaultPlan>()) {
+    if (GetParam() == "sqlite") {
+      char tmpl[] = "/tmp/dlock-client-test.XXXXXX";
+      dir_ = mkdtemp(tmpl);
+    }
+  }
+  ~ClientTest() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // A backend on the store under test (a new connection each time).
+  std::unique_ptr<Backend> NewBackend() {
+    if (GetParam() == "memory") return std::make_unique<InMemoryBackend>(memory_);
+    sqlite::SqliteOptions o;
+    o.path = dir_ + "/locks.db";
+    o.store_clock = [clock = clock_] {
+      return sqlite::BootTime{
+          "simulated-boot",
+          std::chrono::duration_cast<milliseconds>(clock->Now().time_since_epoch()).count()};
+    };
+    auto b = sqlite::Open(o);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return std::move(*b);
+  }
+
+  // The store itself, for what no client would do (drop a lease behind its
+  // owner's back, as a failover might).
+  Backend& Store() {
+    if (!store_) store_ = NewBackend();
+    return *store_;
+  }
+
+  // A client on the store, behind a fault wrapper driven by plan_.
+  std::unique_ptr<Client> NewClient(std::unique_ptr<Backend> backend = nullptr) {
+    ClientOptions o;
+    o.clock = clock_;
+    o.random = random_;
+    if (!backend) backend = NewBackend();
+    return Client::FromBackend(std::make_unique<FaultyBackend>(std::move(backend), plan_), o);
+  }
+
+  static AcquireOptions Ttl(milliseconds ttl, milliseconds drift = milliseconds(100)) {
+    AcquireOptions o;
+    o.ttl = ttl;
+    o.wait = milliseconds(0);
+    o.drift_margin = drift;
+    return o;
+  }
+
+  std::shared_ptr<SimulatedClock> clock_;
+  std::shared_ptr<InMemoryStore> memory_;
+  std::shared_ptr<FaultPlan> plan_;
+  std::shared_ptr<SeqRandom> random_ = std::make_shared<SeqRandom>();
+  std::string dir_;
+  std::unique_ptr<Backend> store_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, ClientTest, ::testing::Values("memory", "sqlite"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(ClientTest, ValidUntilIsSendTimePlusTtlMinusDrift) {
+  auto client = NewClient();
+  const TimePoint t0 = clock_->Now();
+  auto lease = client->TryAcquire("k", Ttl(seconds(30), milliseconds(250)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->valid_until(), t0 + seconds(30) - milliseconds(250));
+  EXPECT_EQ(lease->key(), "k");
+  EXPECT_EQ(lease->token(), 1u);
+  EXPECT_FALSE(lease->owner().empty());
+  EXPECT_TRUE(lease->Check().ok());
+}
+
+TEST_P(ClientTest, RenewedLeaseSurvivesHundredTimesItsTtl) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(lease.ok());
+  clock_->Advance(seconds(300));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_FALSE(lease->stop_token().stop_requested());
+  // Renewed at ttl/3: about 300 renewals, each one extending valid_until.
+  EXPECT_GE(plan_->RenewBatches(), 299);
+  EXPECT_LE(plan_->RenewBatches(), 301);
+  EXPECT_GT(lease->valid_until(), clock_->Now() + seconds(1));
+  // Nobody else can take it meanwhile.
+  auto other = NewClient()->TryAcquire("k", Ttl(seconds(3)));
+  EXPECT_EQ(other.status().code(), StatusCode::kLockHeld);
+}
+
+TEST_P(ClientTest, AllLeasesOfAClientAreRenewedInOneBatchPerTick) {
+  auto client = NewClient();
+  std::vector<Lease> leases;
+  for (int i = 0; i < 10; ++i) {
+    auto l = client->TryAcquire("k" + std::to_string(i), Ttl(seconds(3)));
+    ASSERT_TRUE(l.ok());
+    leases.push_back(std::move(*l));
+  }
+  clock_->Advance(seconds(30));
+  // Renewed every second: one store call per tick (30), not one per lease
+  // per tick (300).
+  EXPECT_LE(plan_->RenewBatches(), 31);
+  EXPECT_GE(plan_->RenewBatches(), 29);
+  for (auto& l : leases) EXPECT_TRUE(l.Check().ok());
+}
+
+TEST_P(ClientTest, LeasesAcquiredAtDifferentTimesShareRenewalCalls) {
+  auto client = NewClient();
+  std::vector<Lease> leases;
+  // Ten leases acquired 100 ms apart: renewing each one exactly at its own
+  // ttl/3 would cost ten calls per second. Leases due soon ride along.
+  for (int i = 0; i < 10; ++i) {
+    auto l = client->TryAcquire("k" + std::to_string(i), Ttl(seconds(3)));
+    ASSERT_TRUE(l.ok());
+    leases.push_back(std::move(*l));
+    clock_->Advance(milliseconds(100));
+  }
+  const int before = plan_->RenewBatches();
+  clock_->Advance(seconds(30));
+  EXPECT_LE(plan_->RenewBatches() - before, 60);
+  for (auto& l : leases) EXPECT_TRUE(l.Check().ok());
+}
+
+TEST_P(ClientTest, FailingRenewalsLoseTheLeaseExactlyAtValidUntil) {
+  auto client = NewClient();
+  std::atomic<int> lost_calls{0};
+  std::optional<TimePoint> lost_at;
+  AcquireOptions o = Ttl(seconds(30), milliseconds(300));
+  o.on_lost = [&](const Status& why) {
+    ++lost_calls;
+    lost_at = clock_->Now();
+    EXPECT_EQ(why.code(), StatusCode::kLeaseLost);
+  };
+  auto lease = client->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  const TimePoint valid_until = lease->valid_until();
+  plan_->SetRenewError(UnavailableError("partitioned"));
+
+  clock_->AdvanceTo(valid_until - std::chrono::nanoseconds(1));
+  EXPECT_TRUE(lease->Check().ok()) << "lost before valid_until";
+  EXPECT_EQ(lost_calls, 0);
+  EXPECT_FALSE(lease->stop_token().stop_requested());
+  EXPECT_EQ(lease->valid_until(), valid_until) << "a failed renewal must not extend";
+
+  clock_->AdvanceTo(valid_until);
+  EXPECT_EQ(lost_calls, 1);
+  ASSERT_TRUE(lost_at.has_value());
+  EXPECT_EQ(*lost_at, valid_until) << "reported late";
+  EXPECT_TRUE(lease->stop_token().stop_requested());
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+
+  // Renewals recovering later change nothing: lost stays lost, the callback
+  // does not run again, and release reports the loss.
+  plan_->SetRenewError(std::nullopt);
+  clock_->Advance(seconds(120));
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  EXPECT_EQ(lease->Release().code(), StatusCode::kLeaseLost);
+}
+
+TEST_P(ClientTest, ClientBelievesItLostTheLeaseBeforeTheStoreFreesIt) {
+  auto a = NewClient();
+  auto lease = a->TryAcquire("k", Ttl(seconds(10), milliseconds(200)));
+  ASSERT_TRUE(lease.ok());
+  plan_->SetRenewError(UnavailableError("partitioned"));
+  clock_->AdvanceTo(lease->valid_until());
+  ASSERT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  // At the moment the client gives up, the store still has the lease: the
+  // drift margin is the gap in which nobody holds it.
+  plan_->SetRenewError(std::nullopt);
+  plan_->SetAcquireError(std::nullopt);
+  auto b = NewClient()->TryAcquire("k", Ttl(seconds(10)));
+  EXPECT_EQ(b.status().code(), StatusCode::kLockHeld);
+  clock_->Advance(milliseconds(200));
+  auto c = NewClient()->TryAcquire("k", Ttl(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(c->token(), lease->token());
+}
+
+TEST_P(ClientTest, StoreNamingAnotherOwnerLosesTheLeaseAtTheNextRenewal) {
+  auto a = NewClient();
+  int lost_calls = 0;
+  AcquireOptions o = Ttl(seconds(3));
+  o.on_lost = [&](const Status&) { ++lost_calls; };
+  auto lease = a->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  // The store loses our lease (as after a failover): someone else gets it.
+  ASSERT_TRUE(Store().Release("k", lease->owner()).ok());
+  auto b = NewClient()->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(b.ok());
+  clock_->Advance(seconds(1));  // the first renewal, at ttl/3
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  // Releasing the lost lease must not delete b's lock.
+  EXPECT_EQ(lease->Release().code(), StatusCode::kLeaseLost);
+  EXPECT_TRUE(b->Check().ok());
+  auto c = NewClient()->TryAcquire("k", Ttl(seconds(3)));
+  EXPECT_EQ(c.status().code(), StatusCode::kLockHeld);
+}
+
+TEST_P(ClientTest, RenewalAnsweredAfterValidUntilStillLosesTheLease) {
+  // A store call that takes longer than the time left: the store extends
+  // the lease, but the client must not resurrect one it may have reported
+  // lost. It gives the key back instead.
+  class SlowRenew final : public Backend {
+   public:
+    SlowRenew(std::unique_ptr<Backend> inner, std::shared_ptr<SimulatedClock> c)
+        : inner_(std::move(inner)), clock_(std::move(c)) {}
+    Result<Attempt> TryAcquire(const LeaseRequest& r) override { return inner_->TryAcquire(r); }
+    Status Release(std::string_view k, const OwnerId& o) override { return inner_->Release(k, o); }
+    std::vector<Status> Renew(std::span<const LeaseRequest> l) override {
+      auto r = inner_->Renew(l);
+      clock_->Advance(seconds(5));  // the reply is slow
+      return r;
+    }
+    Result<std::vector<HolderInfo>> List(std::string_view p) override { return inner_->List(p); }
+    std::string Describe() const override { return "slow"; }
+
+   private:
+    std::unique_ptr<Backend> inner_;
+    std::shared_ptr<SimulatedClock> clock_;
+  };
+  auto client = NewClient(std::make_unique<SlowRenew>(NewBackend(), clock_));
+  int lost_calls = 0;
+  AcquireOptions o = Ttl(seconds(6));
+  o.on_lost = [&](const Status&) { ++lost_calls; };
+  auto lease = client->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  clock_->Advance(seconds(2));  // renewal sent at 2 s, answered at 7 s > 5.9 s
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  auto other = NewClient()->TryAcquire("k", Ttl(seconds(3)));
+  EXPECT_TRUE(other.ok()) << "the late-renewed lease was not given back";
+}
+
+TEST_P(ClientTest, TokensStrictlyIncreaseAcrossReleasesAndExpiries) {
+  auto client = NewClient();
+  FencingToken last = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto lease = client->TryAcquire("k", Ttl(seconds(1)));
+    ASSERT_TRUE(lease.ok()) << i << ": " << lease.status().ToString();
+    EXPECT_GT(lease->token(), last);
+    last = lease->token();
+    if (i % 2 == 0) {
+      ASSERT_TRUE(lease->Release().ok());
+    } else {
+      // Let it expire at the store instead: renewals fail, time runs out.
+      plan_->SetRenewError(UnavailableError("down"));
+      clock_->Advance(seconds(2));
+      plan_->SetRenewError(std::nullopt);
+      EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+    }
+  }
+}
+
+TEST_P(ClientTest, ReleaseIsOwnerCheckedAndIdempotent) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(lease.ok());
+  // The store refuses a release by anybody else.
+  EXPECT_EQ(Store().Release("k", OwnerId(1, 2)).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(NewClient()->TryAcquire("k", Ttl(seconds(30))).status().code(),
+            StatusCode::kLockHeld);
+  EXPECT_TRUE(lease->Release().ok());
+  EXPECT_TRUE(lease->Release().ok()) << "second release";
+  EXPECT_EQ(lease->Check().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(lease->stop_token().stop_requested()) << "release is not loss";
+  EXPECT_TRUE(NewClient()->TryAcquire("k", Ttl(seconds(30))).ok());
+}
+
+TEST_P(ClientTest, ReleasedLeaseIsNoLongerRenewed) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(lease->Release().ok());
+  clock_->Advance(seconds(30));
+  EXPECT_EQ(plan_->RenewBatches(), 0);
+}
+
+TEST_P(ClientTest, DestroyingALeaseReleasesIt) {
+  auto client = NewClient();
+  {
+    auto lease = client->TryAcquire("k", Ttl(seconds(30)));
+    ASSERT_TRUE(lease.ok());
+  }
+  EXPECT_TRUE(NewClient()->TryAcquire("k", Ttl(seconds(30))).ok());
+}
+
+TEST_P(ClientTest, MoveAssignmentReleasesTheOverwrittenLease) {
+  auto client = NewClient();
+  auto a = client->TryAcquire("a", Ttl(seconds(30)));
+  auto b = client->TryAcquire("b", Ttl(seconds(30)));
+  ASSERT_TRUE(a.ok() && b.ok());
+  *a = std::move(*b);
+  EXPECT_EQ(a->key(), "b");
+  EXPECT_FALSE(static_cast<bool>(*b));
+  EXPECT_EQ(b->Release().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(NewClient()->TryAcquire("a", Ttl(seconds(30))).ok());
+  EXPECT_EQ(NewClient()->TryAcquire("b", Ttl(seconds(30))).status().code(),
+            StatusCode::kLockHeld);
+}
+
+TEST_P(ClientTest, LeaseOutlivesItsClientAndIsStillRenewed) {
+  Lease lease;
+  {
+    auto client = NewClient();
+    auto l = client->TryAcquire("k", Ttl(seconds(3)));
+    ASSERT_TRUE(l.ok());
+    lease = std::move(*l);
+  }
+  clock_->Advance(seconds(30));
+  EXPECT_TRUE(lease.Check().ok());
+  EXPECT_TRUE(lease.Release().ok());
+}
+
+TEST_P(ClientTest, CallbackMayDropTheLastLease) {
+  std::optional<Lease> lease;
+  int calls = 0;
+  {
+    auto client = NewClient();
+    AcquireOptions o = Ttl(seconds(3));
+    o.on_lost = [&](const Status&) {
+      ++calls;
+      lease.reset();  // destroys the last reference to the client core
+    };
+    auto l = client->TryAcquire("k", o);
+    ASSERT_TRUE(l.ok());
+    lease.emplace(std::move(*l));
+  }
+  plan_->SetRenewError(UnavailableError("down"));
+  clock_->Advance(seconds(10));
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(lease.has_value());
+}
+
+TEST_P(ClientTest, TryAcquireOnAHeldKeySaysHeldWithTheTimeLeft) {
+  auto a = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(a.ok());
+  auto b = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  EXPECT_EQ(b.status().code(), StatusCode::kLockHeld);
+  EXPECT_NE(b.status().message().find("'k' is held by another owner (its lease has 30s left)"),
+            std::string::npos)
+      << b.status().message();
+}
+
+TEST_P(ClientTest, AcquireGivesUpAtItsDeadline) {
+  auto holder = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(holder.ok());
+  auto waiter = NewClient();
+  const TimePoint start = clock_->Now();
+  std::optional<Result<Lease>> result;
+  std::thread t([&] {
+    AcquireOptions o = Ttl(seconds(30));
+    o.wait = milliseconds(200);
+    result.emplace(waiter->Acquire("k", o));
+  });
+  // The waiter polls; move time in small steps until it gives up.
+  while (true) {
+    clock_->AwaitSleepers(1);
+    clock_->Advance(milliseconds(10));
+    if (clock_->Now() >= start + milliseconds(200)) break;
+  }
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result->status().message().find("after 200ms"), std::string::npos)
+      << result->status().message();
+}
+
+TEST_P(ClientTest, WaitingAcquireGetsTheKeyAfterRelease) {
+  auto holder = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(holder.ok());
+  auto waiter = NewClient();
+  std::optional<Result<Lease>> result;
+  std::thread t([&] {
+    AcquireOptions o = Ttl(seconds(30));
+    o.wait = seconds(10);
+    result.emplace(waiter->Acquire("k", o));
+  });
+  clock_->AwaitSleepers(1);  // it found the key held and went to sleep
+  ASSERT_TRUE(holder->Release().ok());
+  // Wake it: polling is capped at 50 ms.
+  clock_->Advance(milliseconds(50));
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  ASSERT_TRUE(result->ok()) << result->status().ToString();
+  EXPECT_GT((*result)->token(), holder->token());
+}
+
+TEST_P(ClientTest, WaitingAcquireCanBeCancelled) {
+  auto holder = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(holder.ok());
+  auto waiter = NewClient();
+  std::stop_source cancel;
+  std::optional<Result<Lease>> result;
+  std::thread t([&] {
+    AcquireOptions o = Ttl(seconds(30));
+    o.wait = seconds(10);
+    o.cancel = cancel.get_token();
+    result.emplace(waiter->Acquire("k", o));
+  });
+  clock_->AwaitSleepers(1);
+  cancel.request_stop();
+  t.join();
+  EXPECT_EQ(result->status().code(), StatusCode::kCancelled);
+}
+
+TEST_P(ClientTest, LostAcquireReplyIsReconciledByOwner) {
+  auto client = NewClient();
+  plan_->LoseAcquireReplies(1);  // granted at the store, reply lost
+  AcquireOptions o = Ttl(seconds(30));
+  o.wait = seconds(1);
+  std::optional<Result<Lease>> result;
+  std::thread t([&] { result.emplace(client->Acquire("k", o)); });
+  clock_->AwaitSleepers(1);
+  clock_->Advance(milliseconds(5));
+  t.join();
+  ASSERT_TRUE(result->ok()) << result->status().ToString();
+  // The retry found its own grant: the same token, not a second one.
+  EXPECT_EQ((*result)->token(), 1u);
+}
+
+TEST_P(ClientTest, LostAcquireReplyWithoutRetryLeavesNothingHeld) {
+  auto client = NewClient();
+  plan_->LoseAcquireReplies(1);
+  auto r = client->TryAcquire("k", Ttl(seconds(30)));
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  // The ghost grant was released, so the key is free now, not in 30 s.
+  EXPECT_TRUE(NewClient()->TryAcquire("k", Ttl(seconds(30))).ok());
+}
+
+TEST_P(ClientTest, BadInputIsRefusedWithAClearMessage) {
+  auto client = NewClient();
+  struct Case {
+    std::string key;
+    AcquireOptions options;
+    std::string message;
+  };
+  AcquireOptions ok = Ttl(seconds(30));
+  AcquireOptions zero_ttl = ok, big_ttl = ok, neg_wait = ok, big_drift = ok;
+  zero_ttl.ttl = milliseconds(0);
+  big_ttl.ttl = std::chrono::hours(25);
+  neg_wait.wait = milliseconds(-1);
+  big_drift.drift_margin = seconds(30);
+  std::vector<Case> cases = {
+      {"", ok, "key is empty"},
+      {std::string(1025, 'x'), ok, "key is 1025 bytes"},
+      {std::string("a\0b", 3), ok, "NUL"},
+      {"k", zero_ttl, "ttl 0ms is out of range: a ttl is 10ms to 24h"},
+      {"k", big_ttl, "ttl 25h is out of range"},
+      {"k", neg_wait, "wait -1ms is negative"},
+      {"k", big_drift, "drift margin"},
+  };
+  for (const auto& c : cases) {
+    auto r = client->Acquire(c.key, c.options);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos)
+        << r.status().message();
+  }
+  auto longest = client->Acquire(std::string(1024, 'x'), ok);
+  EXPECT_TRUE(longest.ok()) << longest.status().ToString();
+  EXPECT_EQ(Store().List("")->size(), 1u) << "a refused acquire left something held";
+}
+
+TEST_P(ClientTest, ListShowsHoldersWithTokensAndTimeLeft) {
+  auto client = NewClient();
+  auto a = client->TryAcquire("jobs/a", Ttl(seconds(30)));
+  auto b = client->TryAcquire("jobs/b", Ttl(seconds(10)));
+  auto c = client->TryAcquire("other", Ttl(seconds(10)));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  clock_->Advance(seconds(1));
+  auto list = client->List("jobs/");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].key, "jobs/a");
+  EXPECT_EQ((*list)[0].owner, a->owner());
+  EXPECT_EQ((*list)[0].token, a->token());
+  EXPECT_GT((*list)[0].ttl_remaining, seconds(28));
+  EXPECT_EQ((*list)[1].key, "jobs/b");
+}
+
+}  // namespace
+}  // namespace dlock
