@@ -5,28 +5,27 @@
 //             uncontended, one Client (its renewal thread running), timed per
 //             iteration; the acquire and release halves are reported too.
 //  (b) floor  two raw write transactions per iteration on a one-row table in
-//             the same file, through sqlite3 directly with the backend's own
+//             the same file, through sqlite3 directly with the backend's
 //             durability settings (WAL, synchronous=FULL, the same busy
 //             timeout): BEGIN IMMEDIATE; INSERT ... ON CONFLICT DO UPDATE;
 //             COMMIT.
 //  (c) exec   whole processes, fork/execvp/waitpid: `dlock exec KEY --backend
-//             sqlite:///FILE -- true` against util-linux `flock FILE true`
-//             (and bare `true`, to show what spawning alone costs).
+//             sqlite:///FILE -- true` against util-linux `flock FILE true`,
+//             and bare `true` to show what spawning alone costs.
 //
-// Why (b) is the floor: a lease must survive a crash of the host, or the
-// fencing token could go backwards, so the grant is a committed, fsynced
-// write before TryAcquire returns; and a release must be a committed write
-// too, or the key stays held until its TTL runs out. On this store each of
-// those is at least one write transaction: take the write lock (BEGIN
-// IMMEDIATE), change one row, append to the WAL and fsync it (COMMIT with
-// synchronous=FULL). Everything the backend does beyond that (more
-// statements, reads, transactions, fsyncs) is what cycle/floor measures.
+// Why (b) is the floor: a grant must be durable before TryAcquire returns, or
+// after a crash the fencing token could go backwards; a release must be a
+// committed write too, or the key stays held until its TTL runs out. On this
+// store each is at least one write transaction: take the write lock (BEGIN
+// IMMEDIATE), change one row, append it to the WAL and fsync (COMMIT with
+// synchronous=FULL). Whatever the backend does beyond that (more statements,
+// reads, transactions, fsyncs) is what cycle/floor measures.
 //
-// (a) and (b) run interleaved in blocks of 100 iterations, so that a noisy
-// machine drifting over the run hits both alike; (c) interleaves per run.
-// Targets: cycle p50 <= 1.5 x floor p50, dlock exec p50 <= 3 x flock p50.
-// The exit status is 0 whenever the measurement ran (a MISS included), 64 for
-// a bad flag, 1 when something could not be measured.
+// (a) and (b) alternate in blocks of 100 iterations, so that a noisy machine
+// drifting over the run hits both alike; (c) alternates every run.
+// Targets: cycle p50 <= 1.5 x floor p50; dlock exec p50 <= 3 x flock p50.
+// Exit status: 0 when everything was measured (MISS included), 64 for a bad
+// flag, 1 when something could not be measured.
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -37,19 +36,18 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backends/sqlite/sqlite_backend.h"
@@ -59,10 +57,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
 constexpr int kExitUsage = 64;
-constexpr int kBlock = 100;         // (a)/(b) interleaving and warm-up
+constexpr int kBlock = 100;  // (a)/(b) alternation, and their warm-up
 constexpr int kProcessWarmUp = 10;
-constexpr double kCycleTarget = 1.5;
-constexpr double kExecTarget = 3.0;
 constexpr const char* kUsage =
     "usage: dlock_bench_sqlite [--iterations N] [--process-runs M] [--json FILE] "
     "[--dir DIR] [--dlock PATH]";
@@ -71,7 +67,7 @@ struct Flags {
   int iterations = 2000;
   int process_runs = 200;
   std::string json_path;
-  std::string dir;    // parent of the fresh temp directory
+  std::string dir;    // where the fresh temp directory goes
   std::string dlock;  // the CLI binary
 };
 
@@ -82,28 +78,35 @@ struct Flags {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) Die(std::string(argv[i]) + " needs a value; " + kUsage, kExitUsage);
-    return argv[++i];
-  };
-  auto count = [&](int& i) {
-    const std::string flag = argv[i], text = value(i);
-    int n = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (ec != std::errc() || end != text.data() + text.size() || n < 1) {
-      Die(flag + " wants a positive integer, got '" + text + "'", kExitUsage);
-    }
-    return n;
-  };
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg == "--iterations") flags.iterations = count(i);
-    else if (arg == "--process-runs") flags.process_runs = count(i);
-    else if (arg == "--json") flags.json_path = value(i);
-    else if (arg == "--dir") flags.dir = value(i);
-    else if (arg == "--dlock") flags.dlock = value(i);
-    else if (arg == "--help" || arg == "-h") { std::cout << kUsage << '\n'; std::exit(0); }
-    else Die("unknown argument '" + std::string(arg) + "'; " + kUsage, kExitUsage);
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage << '\n';
+      std::exit(0);
+    }
+    int* count = arg == "--iterations"     ? &flags.iterations
+                 : arg == "--process-runs" ? &flags.process_runs
+                                           : nullptr;
+    std::string* text = arg == "--json"    ? &flags.json_path
+                        : arg == "--dir"   ? &flags.dir
+                        : arg == "--dlock" ? &flags.dlock
+                                           : nullptr;
+    if (count == nullptr && text == nullptr) {
+      Die("unknown argument '" + std::string(arg) + "'; " + kUsage, kExitUsage);
+    }
+    if (i + 1 >= argc) Die(std::string(arg) + " needs a value; " + kUsage, kExitUsage);
+    const std::string value = argv[++i];
+    if (text != nullptr) {
+      *text = value;
+      continue;
+    }
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *count);
+    if (ec != std::errc() || end != value.data() + value.size() || *count < 1) {
+      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
+    }
+  }
+  if (!flags.dlock.empty() && access(flags.dlock.c_str(), X_OK) != 0) {
+    Die("--dlock " + flags.dlock + ": not an executable file", kExitUsage);
   }
   if (flags.dlock.empty()) {
     std::error_code ec;
@@ -114,104 +117,89 @@ Flags ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-// ---- Statistics -------------------------------------------------------------
+double MicrosBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
 
-struct Summary {
-  double p50_us = 0, p99_us = 0, mean_us = 0;
-  std::size_t n = 0;
-};
-
-Summary Summarize(std::vector<double> us) {
-  Summary s;
-  s.n = us.size();
-  if (us.empty()) return s;
+// p50, p99 (nearest rank) and mean of samples in µs.
+nlohmann::json Summarize(std::vector<double> us) {
   std::sort(us.begin(), us.end());
-  auto rank = [&](double p) {  // nearest-rank percentile
-    const auto i = static_cast<std::size_t>(std::ceil(p / 100.0 * us.size()));
-    return us[std::clamp<std::size_t>(i, 1, us.size()) - 1];
+  auto rank = [&](std::size_t p) {  // the smallest sample >= p% of all
+    return us.empty() ? 0.0 : us[std::max<std::size_t>((p * us.size() + 99) / 100, 1) - 1];
   };
-  s.p50_us = rank(50);
-  s.p99_us = rank(99);
-  s.mean_us = std::accumulate(us.begin(), us.end(), 0.0) / us.size();
-  return s;
+  const double sum = std::accumulate(us.begin(), us.end(), 0.0);
+  return {{"p50_us", rank(50)},
+          {"p99_us", rank(99)},
+          {"mean_us", us.empty() ? 0.0 : sum / us.size()},
+          {"n", us.size()}};
 }
 
-double MicrosSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-// ---- The machine and the filesystem under the file --------------------------
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-struct FsInfo {
-  std::string type = "unknown", source, mount_point;
-  std::string same_as_work = "n/a";  // is it the filesystem /work is on?
-};
-
-// The mount in /proc/self/mountinfo with the longest mount point that is a
-// prefix of `dir` (which is canonical: mkdtemp under a canonical parent).
-FsInfo FilesystemOf(const std::string& dir) {
-  FsInfo fs;
-  std::ifstream in("/proc/self/mountinfo");
-  std::size_t best = 0;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    std::string id, parent, devno, root, mount_point, word;
-    fields >> id >> parent >> devno >> root >> mount_point;
-    while (fields >> word && word != "-") {
-    }
-    std::string type, source;
-    fields >> type >> source;
-    const bool under = dir == mount_point || mount_point == "/" ||
-                       dir.starts_with(mount_point + "/");
-    if (under && mount_point.size() >= best) {
-      best = mount_point.size();
-      fs = {type, source, mount_point, fs.same_as_work};
+// What the numbers were taken on: CPUs, kernel, SQLite, and the filesystem
+// under `dir` (the mount in /proc/self/mountinfo with the longest mount point
+// that is a prefix of the canonical `dir`), and whether /work is on it too.
+nlohmann::json Environment(const std::string& dir) {
+  std::string cpu = "unknown", fs_type = "unknown", fs_source, fs_mount;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.starts_with("model name")) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
     }
   }
-  struct stat a, b;
-  if (stat(dir.c_str(), &a) == 0 && stat("/work", &b) == 0) {
-    fs.same_as_work = a.st_dev == b.st_dev ? "yes" : "no";
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  for (std::string line; std::getline(mountinfo, line);) {
+    std::string skip, mount, type, source;  // fields 5, and the two after " - "
+    std::istringstream(line) >> skip >> skip >> skip >> skip >> mount;
+    std::istringstream(line.substr(line.find(" - ") + 3)) >> type >> source;
+    const bool covers = mount == "/" || dir == mount || dir.starts_with(mount + "/");
+    if (covers && mount.size() >= fs_mount.size()) {
+      std::tie(fs_type, fs_source, fs_mount) = std::tie(type, source, mount);
+    }
   }
-  return fs;
+  struct stat here, work;
+  std::string same_as_work = "n/a";
+  if (stat(dir.c_str(), &here) == 0 && stat("/work", &work) == 0) {
+    same_as_work = here.st_dev == work.st_dev ? "yes" : "no";
+  }
+  utsname uts{};
+  uname(&uts);
+  return {{"machine",
+           {{"cpus", std::thread::hardware_concurrency()}, {"cpu", cpu}, {"kernel", uts.release}}},
+          {"sqlite", std::string(sqlite3_libversion()) + ", WAL, synchronous=FULL"},
+          {"filesystem",
+           {{"type", fs_type},
+            {"source", fs_source},
+            {"mount_point", fs_mount},
+            {"same_as_work", same_as_work}}}};
 }
 
-// ---- (a) the dlock cycle and (b) the floor ----------------------------------
-
-void CheckSqlite(int rc, sqlite3* db, const char* what) {
-  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) {
-    Die(std::string("floor: ") + what + ": " + sqlite3_errmsg(db));
-  }
-}
-
-// The floor's own connection, opened the way the backend opens its file.
+// (b): a connection of its own, opened the way the backend opens its file.
 class Floor {
  public:
   explicit Floor(const std::string& path) {
-    const dlock::sqlite::SqliteOptions defaults;  // the backend's busy timeout
-    CheckSqlite(sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                                nullptr),
-                db_, "open");
-    CheckSqlite(sqlite3_busy_timeout(db_, static_cast<int>(defaults.busy_timeout.count())), db_,
-                "busy_timeout");
-    Exec("PRAGMA synchronous = FULL");
-    Exec("PRAGMA journal_mode = WAL");
-    Exec("CREATE TABLE IF NOT EXISTS bench_floor (key TEXT PRIMARY KEY NOT NULL, "
-         "value INTEGER NOT NULL) WITHOUT ROWID");
-    Prepare("BEGIN IMMEDIATE", &begin_);
-    Prepare("INSERT INTO bench_floor (key, value) VALUES ('floor', ?1) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value", &upsert_);
-    Prepare("COMMIT", &commit_);
+    const dlock::sqlite::SqliteOptions backend_defaults;
+    Check(
+        sqlite3_open_v2(path.c_str(), &db_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr),
+        "open");
+    Check(sqlite3_busy_timeout(db_, static_cast<int>(backend_defaults.busy_timeout.count())),
+          "busy_timeout");
+    for (const char* sql :
+         {"PRAGMA synchronous = FULL", "PRAGMA journal_mode = WAL",
+          "CREATE TABLE IF NOT EXISTS bench_floor (key TEXT PRIMARY KEY NOT NULL, "
+          "value INTEGER NOT NULL) WITHOUT ROWID"}) {
+      Check(sqlite3_exec(db_, sql, nullptr, nullptr, nullptr), sql);
+    }
+    const char* sql[3] = {"BEGIN IMMEDIATE",
+                          "INSERT INTO bench_floor (key, value) VALUES ('floor', ?1) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                          "COMMIT"};
+    for (int i = 0; i < 3; ++i) {
+      Check(sqlite3_prepare_v2(db_, sql[i], -1, &txn_[i], nullptr), sql[i]);
+    }
   }
   ~Floor() {
-    for (sqlite3_stmt* s : {begin_, upsert_, commit_}) sqlite3_finalize(s);
+    for (sqlite3_stmt* s : txn_) sqlite3_finalize(s);
     sqlite3_close_v2(db_);
   }
   Floor(const Floor&) = delete;
@@ -219,28 +207,30 @@ class Floor {
 
   // One single-row write transaction, committed durably.
   void Write() {
-    sqlite3_bind_int64(upsert_, 1, ++value_);
-    for (sqlite3_stmt* s : {begin_, upsert_, commit_}) {
-      CheckSqlite(sqlite3_step(s), db_, sqlite3_sql(s));
+    sqlite3_bind_int64(txn_[1], 1, ++value_);
+    for (sqlite3_stmt* s : txn_) {
+      Check(sqlite3_step(s), sqlite3_sql(s));
       sqlite3_reset(s);
     }
   }
 
  private:
-  void Exec(const char* sql) { CheckSqlite(sqlite3_exec(db_, sql, nullptr, nullptr, nullptr), db_, sql); }
-  void Prepare(const char* sql, sqlite3_stmt** out) {
-    CheckSqlite(sqlite3_prepare_v2(db_, sql, -1, out, nullptr), db_, sql);
+  void Check(int rc, const char* what) {
+    if (rc != SQLITE_OK && rc != SQLITE_DONE) {
+      Die(std::string("floor: ") + what + ": " + sqlite3_errmsg(db_));
+    }
   }
   sqlite3* db_ = nullptr;
-  sqlite3_stmt *begin_ = nullptr, *upsert_ = nullptr, *commit_ = nullptr;
+  sqlite3_stmt* txn_[3] = {};  // BEGIN IMMEDIATE, upsert, COMMIT
   std::int64_t value_ = 0;
 };
 
-struct CycleSamples {
-  std::vector<double> cycle, acquire, release, floor;
+struct Samples {
+  std::vector<double> cycle, acquire, release, floor, dlock_exec, flock, spawn_true;
 };
 
-void RunCycles(dlock::Client& client, int n, CycleSamples* out) {
+// (a) and (b), n iterations each; recorded unless `out` is null (warm-up).
+void RunCyclesAndFloor(dlock::Client& client, Floor& floor, int n, Samples* out) {
   dlock::AcquireOptions options;
   options.ttl = std::chrono::seconds(30);
   for (int i = 0; i < n; ++i) {
@@ -249,25 +239,22 @@ void RunCycles(dlock::Client& client, int n, CycleSamples* out) {
     const auto acquired = Clock::now();
     if (!lease.ok()) Die("cycle: TryAcquire: " + lease.status().message());
     if (auto s = lease->Release(); !s.ok()) Die("cycle: Release: " + s.message());
+    const auto released = Clock::now();
     if (out == nullptr) continue;
-    out->cycle.push_back(MicrosSince(start));
-    out->acquire.push_back(std::chrono::duration<double, std::micro>(acquired - start).count());
-    out->release.push_back(MicrosSince(acquired));
+    out->cycle.push_back(MicrosBetween(start, released));
+    out->acquire.push_back(MicrosBetween(start, acquired));
+    out->release.push_back(MicrosBetween(acquired, released));
   }
-}
-
-void RunFloor(Floor& floor, int n, CycleSamples* out) {
   for (int i = 0; i < n; ++i) {
     const auto start = Clock::now();
     floor.Write();  // grant
     floor.Write();  // release
-    if (out != nullptr) out->floor.push_back(MicrosSince(start));
+    if (out != nullptr) out->floor.push_back(MicrosBetween(start, Clock::now()));
   }
 }
 
-// ---- (c) whole processes ----------------------------------------------------
-
-// Runs argv to completion; returns the wall time in µs. Dies unless it exits 0.
+// (c): runs argv to completion and returns its wall time in µs; dies unless
+// it exits 0.
 double TimeProcess(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -283,7 +270,7 @@ double TimeProcess(const std::vector<std::string>& argv) {
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) Die(std::string("waitpid: ") + std::strerror(errno));
   }
-  const double us = MicrosSince(start);
+  const double us = MicrosBetween(start, Clock::now());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     Die("'" + argv[0] + "' failed (wait status " + std::to_string(status) +
         (WIFEXITED(status) && WEXITSTATUS(status) == 127 ? ", not found?" : "") + ")");
@@ -291,18 +278,29 @@ double TimeProcess(const std::vector<std::string>& argv) {
   return us;
 }
 
-// ---- Report -----------------------------------------------------------------
-
-struct Row {
-  std::string name, json_name;
-  Summary s;
-};
-
-struct Ratio {
-  std::string name, json_name;
-  double value, target;
-  bool pass() const { return value <= target; }
-};
+// A fresh directory under --dir, else $TMPDIR, else /tmp; removed at exit.
+std::string MakeTempDir(const std::string& dir_flag) {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string parent = !dir_flag.empty()                      ? dir_flag
+                       : tmpdir != nullptr && *tmpdir != '\0' ? tmpdir
+                                                              : "/tmp";
+  std::error_code ec;
+  const std::string canonical = std::filesystem::canonical(parent, ec).string();
+  if (ec) Die("directory " + parent + ": " + ec.message(), dir_flag.empty() ? 1 : kExitUsage);
+  parent = canonical;
+  std::string dir = parent + "/dlock-bench-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) Die("mkdtemp in " + parent + ": " + std::strerror(errno));
+  if (dir.find_first_of("%?#") != std::string::npos) {
+    Die(dir + " has '%', '?' or '#' in it, which a sqlite:// URI would misread; use --dir");
+  }
+  static std::string to_remove;  // std::exit (so Die) runs atexit handlers too
+  to_remove = dir;
+  std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove_all(to_remove, ignored);
+  });
+  return dir;
+}
 
 }  // namespace
 
@@ -312,132 +310,90 @@ int main(int argc, char** argv) {
     Die("no dlock binary at " + flags.dlock +
         " (build it: cmake --build --preset default --target dlock_cli, or pass --dlock PATH)");
   }
+  const std::string dir = MakeTempDir(flags.dir);
+  const std::string db_path = dir + "/locks.db", uri = "sqlite://" + db_path;
+  nlohmann::json report = Environment(dir);
+  report["command"] = std::vector<std::string>(argv, argv + argc);
+  report["file"] = db_path;
+  report["iterations"] = flags.iterations;
+  report["process_runs"] = flags.process_runs;
+  auto str = [&](const char* g, const char* k) { return report[g][k].get<std::string>(); };
+  std::cout << "dlock SQLite benchmark\n  machine:    " << report["machine"]["cpus"] << " vCPU, "
+            << str("machine", "cpu") << ", Linux " << str("machine", "kernel")
+            << "\n  file:       " << db_path << " (SQLite " << sqlite3_libversion()
+            << ", WAL, synchronous=FULL)\n  filesystem: " << str("filesystem", "type") << " on "
+            << str("filesystem", "source") << ", mounted at " << str("filesystem", "mount_point")
+            << " (same filesystem as /work: " << str("filesystem", "same_as_work")
+            << ")\n  runs:       " << flags.iterations << " cycles after " << kBlock << " warm-up; "
+            << flags.process_runs << " process runs after " << kProcessWarmUp << " warm-up\n\n"
+            << std::flush;
 
-  // A fresh directory, on the filesystem of $TMPDIR (else /tmp) or --dir.
-  std::string parent = flags.dir;
-  if (parent.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    parent = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  }
-  std::error_code ec;
-  parent = std::filesystem::canonical(parent, ec).string();
-  if (ec) Die("directory " + (flags.dir.empty() ? std::string("$TMPDIR or /tmp") : flags.dir) +
-              ": " + ec.message());
-  std::string templ = parent + "/dlock-bench-XXXXXX";
-  if (mkdtemp(templ.data()) == nullptr) Die("mkdtemp in " + parent + ": " + std::strerror(errno));
-  const std::string dir = templ;
-  // Removed on every exit, Die() included (std::exit runs atexit handlers).
-  static std::string cleanup_dir;
-  cleanup_dir = dir;
-  std::atexit([] { std::error_code ignored; std::filesystem::remove_all(cleanup_dir, ignored); });
-  const std::string db_path = dir + "/locks.db", flock_path = dir + "/flock.lock";
-  if (db_path.find_first_of("%?#") != std::string::npos) {
-    Die("the directory " + dir + " has '%', '?' or '#' in it; pass another --dir");
-  }
-  const std::string uri = "sqlite://" + db_path;
-  const FsInfo fs = FilesystemOf(dir);
-  utsname uts{};
-  uname(&uts);
-
-  std::cout << "dlock SQLite benchmark\n"
-            << "  machine:    " << std::thread::hardware_concurrency() << " CPUs, " << CpuModel()
-            << ", Linux " << uts.release << "\n"
-            << "  file:       " << db_path << " (SQLite " << sqlite3_libversion()
-            << ", WAL, synchronous=FULL)\n"
-            << "  filesystem: " << fs.type << " on " << fs.source << " (mounted at "
-            << fs.mount_point << "; same filesystem as /work: " << fs.same_as_work << ")\n"
-            << "  runs:       " << flags.iterations << " cycles after " << kBlock
-            << " warm-up; " << flags.process_runs << " process runs after " << kProcessWarmUp
-            << " warm-up\n\n" << std::flush;
-
-  // (a) and (b), interleaved in blocks.
-  CycleSamples samples;
+  Samples samples;
   {
     auto client = dlock::Client::Connect(uri);
     if (!client.ok()) Die("cannot open " + uri + ": " + client.status().message());
     Floor floor(db_path);
-    RunCycles(**client, kBlock, nullptr);
-    RunFloor(floor, kBlock, nullptr);
+    RunCyclesAndFloor(**client, floor, kBlock, nullptr);
     for (int done = 0; done < flags.iterations; done += kBlock) {
-      const int n = std::min(kBlock, flags.iterations - done);
-      RunCycles(**client, n, &samples);
-      RunFloor(floor, n, &samples);
+      RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
     }
-  }  // the Client's renewal thread is gone before we fork
+  }  // closed, and the Client's renewal thread gone, before we fork
 
-  // (c), one of each per run.
   const std::vector<std::string> dlock_argv = {flags.dlock, "exec", "bench/exec", "--backend",
-                                               uri, "--", "true"};
-  const std::vector<std::string> flock_argv = {"flock", flock_path, "true"};
-  const std::vector<std::string> true_argv = {"true"};
-  std::vector<double> dlock_us, flock_us, true_us;
+                                               uri,         "--",   "true"};
+  const std::vector<std::string> flock_argv = {"flock", dir + "/flock.lock", "true"};
   for (int i = 0; i < kProcessWarmUp + flags.process_runs; ++i) {
     const double d = TimeProcess(dlock_argv), f = TimeProcess(flock_argv),
-                 t = TimeProcess(true_argv);
+                 t = TimeProcess({"true"});
     if (i < kProcessWarmUp) continue;
-    dlock_us.push_back(d);
-    flock_us.push_back(f);
-    true_us.push_back(t);
+    samples.dlock_exec.push_back(d);
+    samples.flock.push_back(f);
+    samples.spawn_true.push_back(t);
   }
 
-  const std::vector<Row> rows = {
-      {"cycle: TryAcquire + Release", "cycle", Summarize(samples.cycle)},
-      {"  acquire half", "cycle_acquire", Summarize(samples.acquire)},
-      {"  release half", "cycle_release", Summarize(samples.release)},
-      {"floor: 2 raw write txns", "floor", Summarize(samples.floor)},
-      {"dlock exec KEY -- true", "dlock_exec", Summarize(dlock_us)},
-      {"flock FILE true", "flock", Summarize(flock_us)},
-      {"true (spawn only)", "spawn_true", Summarize(true_us)},
-  };
-  const std::vector<Ratio> ratios = {
-      {"cycle p50 / floor p50", "cycle_over_floor_p50", rows[0].s.p50_us / rows[3].s.p50_us,
-       kCycleTarget},
-      {"dlock exec p50 / flock p50", "dlock_exec_over_flock_p50",
-       rows[4].s.p50_us / rows[5].s.p50_us, kExecTarget},
-  };
-
+  const struct {
+    const char *key, *label;
+    const std::vector<double>& us;
+  } rows[] = {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
+              {"cycle_acquire", "  acquire half", samples.acquire},
+              {"cycle_release", "  release half", samples.release},
+              {"floor", "floor: 2 raw write txns", samples.floor},
+              {"dlock_exec", "dlock exec KEY -- true", samples.dlock_exec},
+              {"flock", "flock FILE true", samples.flock},
+              {"spawn_true", "true (spawn only)", samples.spawn_true}};
+  auto& results = report["results"];
   char line[160];
-  std::snprintf(line, sizeof line, "%-30s %10s %10s %10s %6s\n", "", "p50 µs", "p99 µs",
-                "mean µs", "n");
+  std::snprintf(line, sizeof line, "%-30s %10s %10s %10s %6s\n", "", "p50 µs", "p99 µs", "mean µs",
+                "n");
   std::cout << line;
-  for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "%-30s %10.1f %10.1f %10.1f %6zu\n", r.name.c_str(),
-                  r.s.p50_us, r.s.p99_us, r.s.mean_us, r.s.n);
+  for (const auto& row : rows) {
+    const auto& r = results[row.key] = Summarize(row.us);
+    std::snprintf(line, sizeof line, "%-30s %10.1f %10.1f %10.1f %6zu\n", row.label,
+                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
+                  r["n"].get<std::size_t>());
     std::cout << line;
   }
   std::cout << '\n';
-  for (const Ratio& r : ratios) {
-    std::snprintf(line, sizeof line, "%-30s %6.2f   target <= %.1f   %s\n", r.name.c_str(),
-                  r.value, r.target, r.pass() ? "PASS" : "MISS");
+  const struct {
+    const char *key, *label, *num, *den;
+    double target;
+  } ratios[] = {
+      {"cycle_over_floor_p50", "cycle p50 / floor p50", "cycle", "floor", 1.5},
+      {"dlock_exec_over_flock_p50", "dlock exec p50 / flock p50", "dlock_exec", "flock", 3.0}};
+  for (const auto& r : ratios) {
+    const double value =
+        results[r.num]["p50_us"].get<double>() / results[r.den]["p50_us"].get<double>();
+    const bool pass = value <= r.target;
+    report["ratios"][r.key] = {{"value", value}, {"target", r.target}, {"pass", pass}};
+    std::snprintf(line, sizeof line, "%-30s %6.2f   target <= %.1f   %s\n", r.label, value,
+                  r.target, pass ? "PASS" : "MISS");
     std::cout << line;
   }
 
   if (!flags.json_path.empty()) {
-    nlohmann::json j;
-    std::vector<std::string> args(argv, argv + argc);
-    j["command"] = args;
-    j["machine"] = {{"cpus", std::thread::hardware_concurrency()},
-                    {"cpu_model", CpuModel()},
-                    {"kernel", uts.release}};
-    j["sqlite"] = {{"version", sqlite3_libversion()},
-                   {"journal_mode", "wal"},
-                   {"synchronous", "full"}};
-    j["filesystem"] = {{"type", fs.type},
-                       {"source", fs.source},
-                       {"mount_point", fs.mount_point},
-                       {"same_as_work", fs.same_as_work}};
-    j["iterations"] = flags.iterations;
-    j["process_runs"] = flags.process_runs;
-    for (const Row& r : rows) {
-      j["results"][r.json_name] = {
-          {"p50_us", r.s.p50_us}, {"p99_us", r.s.p99_us}, {"mean_us", r.s.mean_us}, {"n", r.s.n}};
-    }
-    for (const Ratio& r : ratios) {
-      j["ratios"][r.json_name] = {{"value", r.value}, {"target", r.target}, {"pass", r.pass()}};
-    }
     std::ofstream out(flags.json_path);
-    out << j.dump(2) << '\n';
-    if (!out) Die("cannot write " + flags.json_path);
+    out << report.dump(2) << '\n';
+    if (!out.flush()) Die("cannot write " + flags.json_path);
   }
   return 0;
 }

@@ -12,7 +12,9 @@
 //    Each new grant's token is strictly larger than every earlier token for
 //    that key. Expiry is judged only by the store's clock.
 //  - Release deletes the key only when `owner` holds it: kNotOwner when
-//    another owner does, OK when nobody does (idempotent).
+//    another owner does, OK when nobody does (idempotent). It also drops any
+//    place `owner` has in the key's wait queue (the core calls it when a
+//    waiting acquire gives up).
 //  - Renew extends each lease that `owner` still holds to a fresh ttl from
 //    the store's now; kNotOwner for one it no longer holds.
 //  - kUnavailable means "could not reach the store or the outcome is
@@ -40,6 +42,12 @@ struct LeaseRequest {
   std::string key;
   OwnerId owner;
   std::chrono::milliseconds ttl{0};
+  // Non-zero when the caller is waiting and will try again. A backend that
+  // serves waiters in arrival order keeps this owner's place in the queue for
+  // this long after each attempt (so a waiter that dies leaves the queue by
+  // itself); the core tries again well within it. Zero: a single attempt,
+  // take no place in any queue.
+  std::chrono::milliseconds queue_ttl{0};
 };
 
 // The answer to one grant attempt.
@@ -63,10 +71,12 @@ class Backend {
   // Held (unexpired) locks whose key starts with `prefix`, by key.
   virtual Result<std::vector<HolderInfo>> List(std::string_view prefix) = 0;
 
-  // Blocks until `key` may have been released or expired, `until` passes, or
+  // Blocks until `key` may have been released or expired (or, for a queueing
+  // backend, this waiter may have reached the head), `until` passes, or
   // `stop` is requested. Returns true if it can wait that way; a backend
   // without notifications returns false at once and the core polls with
-  // capped backoff instead.
+  // capped backoff instead. The core never asks to wait past a third of the
+  // request's queue_ttl, so that a waiter's queue place stays fresh.
   virtual bool WaitForRelease(std::string_view /*key*/, TimePoint /*until*/,
                               std::stop_token /*stop*/) {
     return false;

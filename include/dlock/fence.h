@@ -56,7 +56,8 @@ class Memory {
 // so the check and the caller's write commit or roll back together.
 class Sqlite {
  public:
-  // Creates `dlock_fence` if it does not exist.
+  // Creates `dlock_fence` if it does not exist. Admit and Write call it
+  // themselves; call it up front to keep DDL out of your first transaction.
   static Status EnsureSchema(sqlite3* db);
 
   // Inside the caller's open write transaction (BEGIN IMMEDIATE): admits and

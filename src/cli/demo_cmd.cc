@@ -230,8 +230,11 @@ int RunDemo(const DemoFlags& flags) {
   if (!store.ok()) return Fail(store.status());
   const bool fenced = !flags.no_fence;
 
-  char tmpl[] = "/tmp/dlock-demo.XXXXXX";
-  if (!::mkdtemp(tmpl)) return Fail(kExitCantCreate, "cannot create a temporary directory");
+  std::error_code tmp_error;
+  std::string tmpl = (std::filesystem::temp_directory_path(tmp_error) / "dlock-demo.XXXXXX").string();
+  if (tmp_error || !::mkdtemp(tmpl.data())) {
+    return Fail(kExitCantCreate, "cannot create a temporary directory (check TMPDIR)");
+  }
   const std::string dir = tmpl;
   struct RemoveDir {
     std::string dir;

@@ -185,12 +185,12 @@ int RunExec(const ExecFlags& flags) {
     std::uint64_t one = 1;
     (void)!::write(lost_event, &one, sizeof one);
   };
-  Result<Lease> acquired = LeaseLostError("unreachable");
+  // One attempt first: an uncontended key needs no watcher thread.
+  Result<Lease> acquired = store->client->TryAcquire(flags.key, options);
   int interrupted = 0;
-  {
+  if (!flags.no_wait && acquired.status().code() == StatusCode::kLockHeld) {
     InterruptWatcher watcher(signal_fd.get(), cancel);
-    acquired = flags.no_wait ? store->client->TryAcquire(flags.key, options)
-                             : store->client->Acquire(flags.key, options);
+    acquired = store->client->Acquire(flags.key, options);
     watcher.Stop();
     interrupted = watcher.signal();
   }

@@ -24,11 +24,12 @@ Result<FencingToken> ParseToken(const std::string& text, const char* source) {
   }
   FencingToken t = 0;
   for (char c : text) {
-    if (c < '0' || c > '9' || t > (UINT64_MAX - 9) / 10) {
+    const FencingToken digit = static_cast<FencingToken>(c - '0');
+    if (c < '0' || c > '9' || t > (UINT64_MAX - digit) / 10) {
       return InvalidArgumentError(std::string(source) + " '" + text +
                                   "' is not a fencing token: expected a positive integer");
     }
-    t = t * 10 + static_cast<FencingToken>(c - '0');
+    t = t * 10 + digit;
   }
   if (t == 0) {
     return InvalidArgumentError(std::string(source) + " is 0: tokens start at 1");

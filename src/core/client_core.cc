@@ -15,6 +15,9 @@ constexpr Duration kMaxPollInterval = milliseconds(50);
 constexpr Duration kFirstPollInterval = milliseconds(1);
 // With no lease to renew the loop still wakes now and then; harmless.
 constexpr Duration kIdleTick = std::chrono::hours(1);
+// How long a queueing backend keeps a waiter's place between its attempts;
+// the core attempts (or re-arms its wait) at least every third of it.
+constexpr milliseconds kQueueTtl{3000};
 
 Duration DefaultDrift(milliseconds ttl) {
   return std::min<Duration>(ttl / 100 + milliseconds(2), ttl / 4);
@@ -56,17 +59,21 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
   }
 
   LeaseRequest request{std::string(key), OwnerId(random_->Next(), random_->Next()),
-                       options.ttl};
+                       options.ttl, wait ? kQueueTtl : milliseconds(0)};
   const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
   Duration poll_interval = kFirstPollInterval;
   // Set once an attempt's outcome is unknown (its reply was lost): the store
   // may have granted the key to this owner. Later attempts with the same
-  // owner re-grant it; if we give up, we release it.
+  // owner re-grant it; if we give up, we release it. A waiting acquire that
+  // gives up also releases, to leave the backend's wait queue at once.
   bool maybe_granted = false;
+  auto give_up = [&] {
+    if (maybe_granted || wait) (void)backend_->Release(request.key, request.owner);
+  };
 
   for (;;) {
     if (options.cancel.stop_requested()) {
-      if (maybe_granted) (void)backend_->Release(request.key, request.owner);
+      give_up();
       return CancelledError("acquire of key " + Quoted(key) + " was cancelled");
     }
     const TimePoint sent = clock_->Now();
@@ -81,11 +88,15 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
       state->on_lost = options.on_lost;
       state->valid_until = sent + options.ttl - drift;
       state->next_renew_at = sent + options.ttl / 3;
+      bool wake;
       {
         std::lock_guard lock(mu_);
         held_.push_back(state);
+        wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
       }
-      loop_->Wake();
+      // Waking the loop costs a thread switch on every acquire; only needed
+      // when this lease must be renewed before the loop's next planned run.
+      if (wake) loop_->Wake();
       return Lease(shared_from_this(), std::move(state));
     }
     milliseconds holder_left{0};
@@ -99,7 +110,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
 
     const TimePoint now = clock_->Now();
     if (now >= deadline) {
-      if (maybe_granted) (void)backend_->Release(request.key, request.owner);
+      give_up();
       if (!attempt.ok()) return attempt.status();
       std::string left = holder_left > milliseconds(0)
                              ? " (its lease has " + FormatDuration(holder_left) + " left)"
@@ -111,7 +122,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
                                    FormatDuration(options.wait) +
                                    ": still held by another owner" + left);
     }
-    TimePoint until = deadline;
+    TimePoint until = std::min(deadline, now + kQueueTtl / 3);
     if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
     if (attempt.ok() && backend_->WaitForRelease(key, until, options.cancel)) continue;
 
@@ -230,6 +241,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
   for (const auto& state : held_) {
     next = std::min({next, state->next_renew_at, state->valid_until});
   }
+  loop_next_ = next;
   return next;
 }
 

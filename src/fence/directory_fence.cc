@@ -209,6 +209,10 @@ Status Directory::Write(std::string_view key, FencingToken token, std::string_vi
 
 Result<FencingToken> Directory::Highest(std::string_view key) const {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return UnavailableError("fence directory " + dir_ + " does not exist");
+  }
   const std::string base = dir_ + "/.dlock-fence/" + RecordName(key);
   return ReadHighest(base + ".token", key);
 }

@@ -56,6 +56,8 @@ Status Sqlite::Admit(sqlite3* db, std::string_view key, FencingToken token) {
         "fence::Sqlite::Admit must run inside the caller's write transaction "
         "(BEGIN IMMEDIATE), so that the check and the write commit together");
   }
+  // Inside the caller's transaction, so it commits (or not) with the write.
+  DLOCK_RETURN_IF_ERROR(EnsureSchema(db));
   // Raise the highest token, or leave the row alone if ours is lower: one
   // statement, so no other connection can slip in between check and record.
   auto upsert = Prepare(db,
@@ -91,7 +93,11 @@ Status Sqlite::Write(sqlite3* db, std::string_view key, FencingToken token,
 
 Result<FencingToken> Sqlite::Highest(sqlite3* db, std::string_view key) {
   auto select = Prepare(db, "SELECT highest FROM dlock_fence WHERE key = ?1");
-  if (!select.ok()) return select.status();
+  if (!select.ok()) {
+    // No table yet: no write was ever admitted.
+    if (std::string_view(sqlite3_errmsg(db)).starts_with("no such table")) return FencingToken{0};
+    return select.status();
+  }
   sqlite3_bind_text(select->get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
   int rc = sqlite3_step(select->get());
   if (rc == SQLITE_ROW) return static_cast<FencingToken>(sqlite3_column_int64(select->get(), 0));

@@ -1,0 +1,289 @@
+// One suite, every store: the Backend contract (include/dlock/backend.h) and
+// the client's promises, checked against a real store in real time.
+//
+// The store comes from $DLOCK_TEST_URI, or from the file named by
+// $DLOCK_TEST_URI_FILE (written by a server fixture, tests/servers/); with
+// neither, a fresh SQLite file. TTLs are short (hundreds of ms) so that
+// expiry happens within the test; nothing asserts on how long anything took,
+// only on the order of events that the contract fixes.
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/registry.h"
+#include "dlock/client.h"
+#include "dlock/testing/faulty_backend.h"
+
+namespace dlock {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::FaultPlan;
+using testing::FaultyBackend;
+
+std::string StoreUri() {
+  if (const char* uri = std::getenv("DLOCK_TEST_URI"); uri && *uri) return uri;
+  if (const char* file = std::getenv("DLOCK_TEST_URI_FILE"); file && *file) {
+    std::ifstream in(file);
+    std::string uri;
+    std::getline(in, uri);
+    if (!uri.empty()) return uri;
+    ADD_FAILURE() << "DLOCK_TEST_URI_FILE " << file << " is empty or missing";
+  }
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/dlock-conformance.XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return "sqlite://" + dir + "/locks.db";
+}
+
+// Keys unique to one test run, so that reruns against a long-lived server do
+// not see each other's state.
+std::string UniqueKey(std::string_view name) {
+  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
+  return "conformance/" + run + "/" + std::string(name);
+}
+
+class ConformanceTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> RawBackend() {
+    internal::BackendParams params;
+    params.clock = DefaultClock();
+    auto b = internal::OpenBackend(StoreUri(), params);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? std::move(*b) : nullptr;
+  }
+
+  std::unique_ptr<Client> NewClient(std::shared_ptr<FaultPlan> plan = nullptr) {
+    auto backend = RawBackend();
+    if (!backend) return nullptr;
+    if (plan) backend = std::make_unique<FaultyBackend>(std::move(backend), plan);
+    return Client::FromBackend(std::move(backend));
+  }
+
+  static AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
+    AcquireOptions o;
+    o.ttl = ttl;
+    o.wait = wait;
+    return o;
+  }
+
+  static LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds ttl) {
+    return LeaseRequest{key, owner, ttl};
+  }
+};
+
+TEST_F(ConformanceTest, TokensStrictlyIncreaseAcrossReleases) {
+  auto client = NewClient();
+  ASSERT_TRUE(client);
+  const std::string key = UniqueKey("tokens");
+  FencingToken last = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto lease = client->TryAcquire(key, Opts(milliseconds(5000)));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_GT(lease->token(), last);
+    last = lease->token();
+    ASSERT_TRUE(lease->Release().ok());
+  }
+}
+
+TEST_F(ConformanceTest, HeldKeyIsRefusedWithTheHoldersTimeLeft) {
+  auto a = RawBackend();
+  auto b = RawBackend();
+  const std::string key = UniqueKey("held");
+  auto first = a->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(5000)));
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  auto second = b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(5000)));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->granted);
+  EXPECT_LE(second->holder_ttl_remaining, milliseconds(5000));
+  EXPECT_TRUE(a->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(ConformanceTest, SameOwnerRetryGetsTheSameGrantBack) {
+  auto b = RawBackend();
+  const std::string key = UniqueKey("retry");
+  auto first = b->TryAcquire(Req(key, OwnerId(7, 7), milliseconds(5000)));
+  auto again = b->TryAcquire(Req(key, OwnerId(7, 7), milliseconds(5000)));
+  ASSERT_TRUE(first.ok() && again.ok());
+  ASSERT_TRUE(first->granted && again->granted);
+  EXPECT_EQ(first->token, again->token);
+  EXPECT_TRUE(b->Release(key, OwnerId(7, 7)).ok());
+}
+
+TEST_F(ConformanceTest, ReleaseIsOwnerCheckedAndIdempotent) {
+  auto b = RawBackend();
+  const std::string key = UniqueKey("release");
+  ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(5000)))->granted);
+  EXPECT_EQ(b->Release(key, OwnerId(9, 9)).code(), StatusCode::kNotOwner);
+  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(5000)))->granted)
+      << "a refused release dropped the lock";
+  EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok()) << "second release";
+  EXPECT_TRUE(b->Release(UniqueKey("never-held"), OwnerId(1, 1)).ok());
+}
+
+TEST_F(ConformanceTest, RenewBatchReportsEachLease) {
+  auto b = RawBackend();
+  const std::string k1 = UniqueKey("renew1"), k2 = UniqueKey("renew2"), k3 = UniqueKey("renew3");
+  const OwnerId me(5, 5), other(6, 6);
+  ASSERT_TRUE(b->TryAcquire(Req(k1, me, milliseconds(5000)))->granted);
+  ASSERT_TRUE(b->TryAcquire(Req(k2, me, milliseconds(5000)))->granted);
+  ASSERT_TRUE(b->TryAcquire(Req(k3, me, milliseconds(5000)))->granted);
+  // k2 changes hands behind our back.
+  ASSERT_TRUE(b->Release(k2, me).ok());
+  ASSERT_TRUE(b->TryAcquire(Req(k2, other, milliseconds(5000)))->granted);
+  std::vector<LeaseRequest> batch = {Req(k1, me, milliseconds(5000)),
+                                     Req(k2, me, milliseconds(5000)),
+                                     Req(k3, me, milliseconds(5000))};
+  auto results = b->Renew(batch);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_EQ(results[1].code(), StatusCode::kNotOwner) << results[1].ToString();
+  EXPECT_TRUE(results[2].ok()) << results[2].ToString();
+  for (const auto& k : {k1, k3}) EXPECT_TRUE(b->Release(k, me).ok());
+  EXPECT_TRUE(b->Release(k2, other).ok());
+}
+
+TEST_F(ConformanceTest, RenewedLeaseOutlivesManyTtls) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire(UniqueKey("outlive"), Opts(milliseconds(300)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  std::this_thread::sleep_for(milliseconds(1500));  // five TTLs
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  auto other = NewClient()->TryAcquire(lease->key(), Opts(milliseconds(300)));
+  EXPECT_EQ(other.status().code(), StatusCode::kLockHeld);
+  EXPECT_TRUE(lease->Release().ok());
+}
+
+TEST_F(ConformanceTest, ExpiredLeaseIsLostBeforeTheNextHolderIsGranted) {
+  // A holder whose renewals cannot get through: its client must report the
+  // lease lost before the store grants the key to anybody else.
+  auto plan = std::make_shared<FaultPlan>();
+  auto a = NewClient(plan);
+  std::atomic<std::int64_t> lost_at_ns{0};
+  AcquireOptions o = Opts(milliseconds(400));
+  o.on_lost = [&](const Status&) {
+    lost_at_ns = MonotonicClock::now().time_since_epoch().count();
+  };
+  const std::string key = UniqueKey("expire");
+  auto held = a->TryAcquire(key, o);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  plan->SetRenewError(UnavailableError("injected partition"));
+  plan->SetReleaseError(UnavailableError("injected partition"));
+
+  auto b = NewClient();
+  auto next = b->Acquire(key, Opts(milliseconds(400), milliseconds(10'000)));
+  const std::int64_t granted_at_ns = MonotonicClock::now().time_since_epoch().count();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), held->token());
+  EXPECT_EQ(held->Check().code(), StatusCode::kLeaseLost);
+  ASSERT_NE(lost_at_ns.load(), 0) << "the old holder was not told";
+  EXPECT_LT(lost_at_ns.load(), granted_at_ns) << "two holders believed they held the key";
+}
+
+TEST_F(ConformanceTest, WaitingAcquireGetsTheKeyAfterRelease) {
+  auto a = NewClient();
+  auto b = NewClient();
+  const std::string key = UniqueKey("handoff");
+  auto first = a->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(first.ok());
+  std::optional<Result<Lease>> second;
+  std::thread waiter([&] { second.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)))); });
+  std::this_thread::sleep_for(milliseconds(100));  // let it start waiting (not asserted)
+  ASSERT_TRUE(first->Release().ok());
+  waiter.join();
+  ASSERT_TRUE(second->ok()) << second->status().ToString();
+  EXPECT_GT((*second)->token(), first->token());
+}
+
+TEST_F(ConformanceTest, WaitGivesUpAtItsDeadline) {
+  auto a = NewClient();
+  const std::string key = UniqueKey("deadline");
+  auto first = a->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(first.ok());
+  auto second = NewClient()->Acquire(key, Opts(milliseconds(10'000), milliseconds(200)));
+  EXPECT_EQ(second.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(ConformanceTest, LostAcquireReplyIsReconciled) {
+  auto plan = std::make_shared<FaultPlan>();
+  auto client = NewClient(plan);
+  const std::string key = UniqueKey("lost-reply");
+  plan->LoseAcquireReplies(1);
+  auto r = client->TryAcquire(key, Opts(milliseconds(10'000)));
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  // Given up: the ghost grant was released, the key is free at once.
+  auto free_now = NewClient()->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(free_now.ok()) << free_now.status().ToString();
+  ASSERT_TRUE(free_now->Release().ok());
+  // Retried: the retry finds its own grant.
+  plan->LoseAcquireReplies(1);
+  auto retried = client->Acquire(key, Opts(milliseconds(10'000), milliseconds(5000)));
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_EQ(NewClient()->TryAcquire(key, Opts(milliseconds(10'000))).status().code(),
+            StatusCode::kLockHeld);
+}
+
+TEST_F(ConformanceTest, KeysThatArePrefixesOfEachOtherAreIndependent) {
+  auto client = NewClient();
+  const std::string a = UniqueKey("p"), ab = UniqueKey("p/b"), weird = UniqueKey("p%_ *\xff");
+  auto l1 = client->TryAcquire(a, Opts(milliseconds(10'000)));
+  auto l2 = client->TryAcquire(ab, Opts(milliseconds(10'000)));
+  auto l3 = client->TryAcquire(weird, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(l1.ok() && l2.ok() && l3.ok());
+  auto list = client->List(a);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].key, a);
+  EXPECT_EQ((*list)[0].owner, l1->owner());
+  EXPECT_EQ((*list)[0].token, l1->token());
+  ASSERT_TRUE(l1->Release().ok());
+  EXPECT_EQ(NewClient()->TryAcquire(ab, Opts(milliseconds(1000))).status().code(),
+            StatusCode::kLockHeld);
+}
+
+TEST_F(ConformanceTest, ConcurrentClientsNeverOverlap) {
+  const std::string key = UniqueKey("mutex");
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::mutex mu;
+  std::vector<FencingToken> grant_order;
+  auto worker = [&] {
+    auto client = NewClient();
+    for (int i = 0; i < 25; ++i) {
+      auto lease = client->Acquire(key, Opts(milliseconds(5000), milliseconds(30'000)));
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      if (inside.fetch_add(1) != 0) ++overlaps;
+      {
+        std::lock_guard l(mu);
+        grant_order.push_back(lease->token());
+      }
+      inside.fetch_sub(1);
+      ASSERT_TRUE(lease->Release().ok());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  ASSERT_EQ(grant_order.size(), 100u);
+  for (std::size_t i = 1; i < grant_order.size(); ++i) {
+    EXPECT_GT(grant_order[i], grant_order[i - 1]) << "at grant " << i;
+  }
+}
+
+}  // namespace
+}  // namespace dlock
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::cout << "conformance store: " << dlock::StoreUri() << std::endl;
+  return RUN_ALL_TESTS();
+}
