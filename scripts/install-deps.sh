@@ -13,8 +13,12 @@ packages=(
   g++ cmake ninja-build pkg-config
   # core + embedded SQLite default + CLI
   libsqlite3-dev libcli11-dev nlohmann-json3-dev
+  # PostgreSQL backend: client library, and the server its tests start
+  libpq-dev postgresql
+  # Redis backend: client library, and the server its tests start
+  libhiredis-dev redis-server
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev util-linux procps
+  libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
 )
 
 missing=()

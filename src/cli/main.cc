@@ -7,6 +7,7 @@
 #include "cli/demo_cmd.h"
 #include "cli/exec.h"
 #include "cli/fence_cmd.h"
+#include "cli/plan_cmd.h"
 #include "cli/status_cmd.h"
 #include "core/registry.h"
 
@@ -84,6 +85,32 @@ int main(int argc, char** argv) {
                  "write without the fence, and watch an update get lost");
   demo->add_flag("--json", demo_flags.json, "print the events and the outcome as JSON");
 
+  PlanFlags plan_flags;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "What a lock on one key costs: ceiling, queueing, crash recovery, a verdict");
+  plan->add_option("--rate", plan_flags.rate,
+                   "average operations, all keys: 12/s, 500/min, 3.5k/h, 1M/day (bare: per s)")
+      ->required();
+  plan->add_option("--peak", plan_flags.peak, "peak rate / average rate")->capture_default_str();
+  plan->add_option("--hold", plan_flags.hold, "critical section: 200us, 40ms, 1.5s")->required();
+  plan->add_option("--hot-share", plan_flags.hot_share,
+                   "the hottest key's share of all operations, (0, 1]")
+      ->capture_default_str();
+  plan->add_option("--lease", plan_flags.lease, "lease time to live")->capture_default_str();
+  auto* rtt = plan->add_option("--rtt", plan_flags.rtt,
+                               "one lock operation's store round trip (default 1ms); Acquire "
+                               "+ Release cost two");
+  plan->add_option("--from-bench", plan_flags.from_bench,
+                   "take the rtt from this `dlock bench --json` file (floor_rtt_us)")
+      ->excludes(rtt);
+  plan->add_option("--idempotent", plan_flags.idempotent,
+                   "is the protected operation idempotent? recommends a mechanism")
+      ->check(CLI::IsMember({"yes", "no"}));
+  plan->add_flag("--json", plan_flags.json, "print every figure as JSON");
+  plan->footer(
+      "Example: dlock plan --rate 1M/day --peak 3 --hold 40ms --hot-share 0.3\n"
+      "Exit status: 0 planned (a saturated key is a verdict, not an error); 64 bad input.");
+
   DemoWorkerFlags worker_flags;
   CLI::App* worker = app.add_subcommand("demo-worker", "one worker of 'dlock demo'");
   worker->group("");  // hidden
@@ -117,6 +144,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return RunStatus(status_flags);
   if (fence_write->parsed()) return RunFenceWrite(fence_flags);
   if (demo->parsed()) return RunDemo(demo_flags);
+  if (plan->parsed()) return RunPlan(plan_flags);
   if (worker->parsed()) return RunDemoWorker(worker_flags);
   return Fail(kExitUsage, "no command given (see 'dlock --help')");
 }

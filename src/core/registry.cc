@@ -2,6 +2,12 @@
 
 #include "backends/sqlite/sqlite_backend.h"
 #include "core/uri.h"
+#ifdef DLOCK_HAVE_POSTGRES
+#include "backends/postgres/postgres_backend.h"
+#endif
+#ifdef DLOCK_HAVE_REDIS
+#include "backends/redis/redis_backend.h"
+#endif
 
 namespace dlock::internal {
 namespace {
@@ -19,12 +25,36 @@ struct Entry {
   std::string_view scheme;
   std::string_view form;  // how a URI of this scheme looks
   Factory factory;        // null: not in this build
+  std::string_view why_not = "its client library was not found when dlock was built";
 };
 
-// Schemes that later backends will fill in are listed so that a user gets
-// "not built" rather than "unknown".
+#ifdef DLOCK_HAVE_POSTGRES
+constexpr Factory kPostgres = &postgres::Open;
+#else
+constexpr Factory kPostgres = nullptr;
+#endif
+#ifdef DLOCK_HAVE_REDIS
+constexpr Factory kRedis = &redis::Open;
+constexpr Factory kRedisSentinel = &redis::OpenSentinel;
+constexpr Factory kRedlock = &redis::OpenRedlock;
+#else
+constexpr Factory kRedis = nullptr;
+constexpr Factory kRedisSentinel = nullptr;
+constexpr Factory kRedlock = nullptr;
+#endif
+
+// Every scheme dlock knows, built or not, so that a user of a build without
+// one gets "not in this build" rather than "unknown".
 constexpr Entry kEntries[] = {
     {"sqlite", "sqlite:///path/locks.db", &OpenSqlite},
+    {"postgres", "postgres://user@host:5432/db", kPostgres},
+    {"postgresql", "postgresql://user@host:5432/db", kPostgres},
+    {"redis", "redis://host:6379/0", kRedis},
+    {"redis+sentinel", "redis+sentinel://h1:26379,h2:26379/master", kRedisSentinel},
+    {"rediss", "rediss://host:6380/0", nullptr,
+     "TLS is not supported: Debian 12's hiredis 0.14 has no TLS; use redis:// through a TLS "
+     "tunnel"},
+    {"redlock", "redlock://h1:6379,h2:6379,h3:6379", kRedlock},
 };
 
 }  // namespace
@@ -49,8 +79,8 @@ Result<std::unique_ptr<Backend>> OpenBackend(std::string_view text,
     if (e.scheme != uri->scheme) continue;
     if (!e.factory) {
       return InvalidArgumentError("the " + std::string(e.scheme) +
-                                  " backend is not in this build; supported: " +
-                                  SupportedSchemes());
+                                  " store is not in this build (" + std::string(e.why_not) +
+                                  "); supported: " + SupportedSchemes());
     }
     return e.factory(*uri, params);
   }
