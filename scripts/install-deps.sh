@@ -19,6 +19,10 @@ packages=(
   libhiredis-dev redis-server
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
+  # chaos harness: wall-clock steps for one process (libfaketime)
+  faketime
+  # chaos report test: render the HTML report headless
+  chromium
 )
 
 missing=()

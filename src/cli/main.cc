@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/chaos_cmd.h"
 #include "cli/common.h"
 #include "cli/demo_cmd.h"
 #include "cli/exec.h"
@@ -124,6 +125,42 @@ int main(int argc, char** argv) {
   worker->add_option("--work", worker_flags.work);
   worker->add_flag("--no-fence", worker_flags.no_fence);
 
+  ChaosFlags chaos_flags;
+  CLI::App* chaos = app.add_subcommand(
+      "chaos", "Run workers against a store while injecting faults, and check the history");
+  chaos->add_option("--backend", chaos_flags.backend,
+                    "store URI (default: a fresh SQLite file in each run's directory)");
+  chaos->add_option("--workload", chaos_flags.workload,
+                    "fenced (writes checked by a fence) or unfenced (the positive control)")
+      ->capture_default_str();
+  chaos->add_option("--faults", chaos_flags.faults,
+                    "comma-separated: pause, kill, clock-step; or none")
+      ->capture_default_str();
+  chaos->add_option("--duration", chaos_flags.duration, "length of each run")
+      ->capture_default_str();
+  chaos->add_option("--ttl", chaos_flags.ttl, "the workers' lease")->capture_default_str();
+  chaos->add_option("--seed", chaos_flags.seed, "replay a schedule (default: random, printed)");
+  chaos->add_option("--runs", chaos_flags.runs, "runs, with seeds seed, seed+1, ...")
+      ->capture_default_str();
+  chaos->add_option("--workers", chaos_flags.workers, "worker processes")->capture_default_str();
+  chaos->add_flag("--json", chaos_flags.json, "print the results as JSON");
+  chaos->add_option("--report", chaos_flags.report,
+                    "write an HTML report (timeline + checks) of the last failing, else last, run");
+  chaos->add_option("--dir", chaos_flags.dir, "where run directories go (default: $TMPDIR)");
+  chaos->add_flag("--keep", chaos_flags.keep, "keep every run's directory (failing fenced runs are always kept)");
+  chaos->footer("Exit status: 0 no violation; 3 safety violations; 4 only recovery failures; 64 usage; 69 store unavailable.");
+
+  ChaosWorkerFlags chaos_worker_flags;
+  CLI::App* chaos_worker = app.add_subcommand("chaos-worker", "one worker of 'dlock chaos'");
+  chaos_worker->group("");  // hidden
+  chaos_worker->add_option("--id", chaos_worker_flags.id)->required();
+  chaos_worker->add_option("--incarnation", chaos_worker_flags.incarnation);
+  chaos_worker->add_option("--backend", chaos_worker_flags.backend)->required();
+  chaos_worker->add_option("--key", chaos_worker_flags.key)->required();
+  chaos_worker->add_option("--resource", chaos_worker_flags.resource)->required();
+  chaos_worker->add_option("--ttl", chaos_worker_flags.ttl)->required();
+  chaos_worker->add_flag("--unfenced", chaos_worker_flags.unfenced);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -144,6 +181,8 @@ int main(int argc, char** argv) {
   if (status->parsed()) return RunStatus(status_flags);
   if (fence_write->parsed()) return RunFenceWrite(fence_flags);
   if (demo->parsed()) return RunDemo(demo_flags);
+  if (chaos->parsed()) return RunChaos(chaos_flags);
+  if (chaos_worker->parsed()) return RunChaosWorker(chaos_worker_flags);
   if (plan->parsed()) return RunPlan(plan_flags);
   if (worker->parsed()) return RunDemoWorker(worker_flags);
   return Fail(kExitUsage, "no command given (see 'dlock --help')");

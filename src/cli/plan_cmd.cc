@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/common.h"
+#include "core/duration.h"
 #include "plan/plan.h"
 
 namespace dlock::cli {
@@ -21,10 +21,14 @@ using plan::Seconds;
 std::string Fmt(double x) {
   const double mag = std::fabs(x);
   int decimals = 0;
-  if (mag >= 100) decimals = 0;
-  else if (mag >= 10) decimals = 1;
-  else if (mag >= 1 || mag == 0) decimals = 2;
-  else decimals = std::min(6, 1 - static_cast<int>(std::floor(std::log10(mag))));
+  if (mag >= 100)
+    decimals = 0;
+  else if (mag >= 10)
+    decimals = 1;
+  else if (mag >= 1 || mag == 0)
+    decimals = 2;
+  else
+    decimals = std::min(6, 1 - static_cast<int>(std::floor(std::log10(mag))));
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
   std::string s = buf;
@@ -160,18 +164,35 @@ nlohmann::ordered_json ToJson(const Inputs& inputs, const PlanReport& r) {
   return j;
 }
 
-void CrashSentence(std::ostream& out, const PlanReport& r, const plan::CrashCost& c,
-                   const std::string& label) {
+// A lease as it would be typed: "30s", "5m"; finer ones in seconds.
+std::string FmtLease(std::chrono::microseconds lease) {
+  if (lease % std::chrono::milliseconds(1) == std::chrono::microseconds::zero()) {
+    return internal::FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(lease));
+  }
+  return Fmt(Seconds(lease));
+}
+
+void CrashSentence(std::ostream& out, const PlanReport& r, const plan::CrashCost& c, bool first) {
   const Seconds lease = c.lease;
-  out << label << ": a holder that crashes keeps the key for the whole " << Fmt(lease)
-      << " lease, while " << Fmt(r.hot_key_rate_per_s) << "/s × " << Fmt(lease) << " = "
-      << Fmt(c.backlog_ops) << " operations queue";
+  if (first) {
+    out << "Crash at a " << FmtLease(c.lease) << " lease: a holder that crashes keeps the key "
+        << "until the lease expires, while " << Fmt(r.hot_key_rate_per_s) << "/s × " << Fmt(lease)
+        << " = " << Fmt(c.backlog_ops) << " operations queue";
+    if (c.drain_s) {
+      out << "; they drain only at the " << Fmt(r.slack_ops_per_s) << "/s of slack, in "
+          << Fmt(*c.drain_s) << ", so one crash is " << Fmt(*c.degraded_s)
+          << " of degraded service.\n";
+    } else {
+      out << ", and they never drain: the key is saturated.\n";
+    }
+    return;
+  }
+  out << Fmt(r.hot_key_rate_per_s) << "/s × " << Fmt(lease) << " = " << Fmt(c.backlog_ops)
+      << " operations queue";
   if (c.drain_s) {
-    out << "; they drain only at the " << Fmt(r.slack_ops_per_s) << "/s of slack, in "
-        << Fmt(*c.drain_s) << ", so one crash is " << Fmt(*c.degraded_s)
-        << " of degraded service.\n";
+    out << ", drain in " << Fmt(*c.drain_s) << ": " << Fmt(*c.degraded_s) << " degraded.\n";
   } else {
-    out << ", and they never drain: the key is saturated.\n";
+    out << " and never drain.\n";
   }
 }
 
@@ -181,10 +202,14 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
   const Seconds hold = in.hold;
   const bool coordinated = r.coordination_overhead_s > Seconds::zero();
 
-  out << "Traffic: " << flags.rate << " is " << Fmt(r.avg_rate_per_s) << "/s on average";
+  out << "Traffic: ";
+  // "1M/day is 11.6/s", but not "3/s is 3/s".
+  if (flags.rate != Fmt(r.avg_rate_per_s) && flags.rate != Fmt(r.avg_rate_per_s) + "/s") {
+    out << flags.rate << " is ";
+  }
+  out << Fmt(r.avg_rate_per_s) << "/s on average";
   if (in.peak_factor != 1) {
-    out << " and " << Fmt(r.peak_rate_per_s) << "/s at the " << Fmt(in.peak_factor)
-        << "× peak";
+    out << " and " << Fmt(r.peak_rate_per_s) << "/s at the " << Fmt(in.peak_factor) << "× peak";
   }
   out << ".\n";
 
@@ -197,10 +222,14 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
   out << "; adding servers does not move it.\n";
 
   out << "Hot key: ";
-  if (in.hot_share < 1) out << Percent(in.hot_share) << " of ";
-  out << (in.peak_factor != 1 ? "the peak" : "the traffic") << " is "
-      << Fmt(r.hot_key_rate_per_s) << "/s on one key: " << Percent(r.utilisation)
-      << " utilisation of a key that admits one holder at a time";
+  const char* whole = in.peak_factor != 1 ? "the peak" : "the traffic";
+  if (in.hot_share < 1) {
+    out << Percent(in.hot_share) << " of " << whole << " is " << Fmt(r.hot_key_rate_per_s)
+        << "/s on one key: ";
+  } else {
+    out << "all of " << whole << ", " << Fmt(r.hot_key_rate_per_s) << "/s, is on one key: ";
+  }
+  out << Percent(r.utilisation) << " utilisation of a key that admits one holder at a time";
   if (r.saturated) {
     out << ", short by " << Fmt(-r.slack_ops_per_s) << "/s.\n";
   } else {
@@ -241,16 +270,16 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
         << "× today's peak for the key to keep up.\n";
   }
 
-  CrashSentence(out, r, r.crash, "Crash at a " + Fmt(Seconds(in.lease)) + " lease");
+  CrashSentence(out, r, r.crash, /*first=*/true);
   const bool tenth = in.lease <= plan::kDefaultLease;
-  CrashSentence(out, r, r.comparison_crash,
-                "Crash at a " + Fmt(Seconds(r.comparison_crash.lease)) + " lease (" +
-                    (tenth ? "a tenth of the lease" : "the usual 30s") + ", for comparison)");
+  out << "At a " << FmtLease(r.comparison_crash.lease) << " lease instead ("
+      << (tenth ? "a tenth of this one" : "the usual 30s") << ", for comparison): ";
+  CrashSentence(out, r, r.comparison_crash, /*first=*/false);
   if (r.crash_cost_ratio) {
-    out << "So each crash costs " << Fmt(*r.crash_cost_ratio) << "× the degraded time at "
-        << Fmt(Seconds(in.lease)) << " that it does at "
-        << Fmt(Seconds(r.comparison_crash.lease))
-        << ", for the same arrival rate; a longer lease buys only tolerance of long pauses.\n";
+    out << "One crash at " << FmtLease(in.lease) << " costs " << Fmt(*r.crash_cost_ratio)
+        << "× the degraded time of one at " << FmtLease(r.comparison_crash.lease)
+        << ", for the same arrival rate: a longer lease buys tolerance of long pauses and pays "
+           "for it in recovery.\n";
   }
 
   out << "Coordination: ";
@@ -260,7 +289,7 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
         << Fmt(r.coordination_overhead_s) << " per operation, "
         << Percent(r.coordination_overhead_share) << " of the " << Fmt(hold) << " hold.\n";
   } else {
-    out << "not counted (rtt 0, " << inputs.rtt_source
+    out << "not counted (rtt 0 from " << inputs.rtt_source
         << "): the figures price the critical section alone.\n";
   }
 

@@ -8,12 +8,12 @@
 namespace dlock::cli {
 
 struct PlanFlags {
-  std::string rate;        // "12/s", "1M/day"; required
-  double peak = 1;         // peak / average
-  std::string hold;        // "40ms"; required
-  double hot_share = 1;    // (0, 1]
+  std::string rate;      // "12/s", "1M/day"; required
+  double peak = 1;       // peak / average
+  std::string hold;      // "40ms"; required
+  double hot_share = 1;  // (0, 1]
   std::string lease = "30s";
-  std::string rtt;         // empty: from --from-bench, else the default
+  std::string rtt;  // empty: from --from-bench, else the default
   // A `dlock bench --json` result: the number field "floor_rtt_us" (one lock
   // operation's raw round trip to the store, microseconds) becomes the rtt.
   std::string from_bench;

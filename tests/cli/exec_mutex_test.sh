@@ -2,7 +2,12 @@
 # Mutual exclusion across processes: 4 shells run `dlock exec` 50 times each
 # on one key; every child appends start/end markers and its token to one log.
 # No two children may overlap, and tokens must strictly increase in log order.
+# Against a server store when run with its fixture ($DLOCK_TEST_URI_FILE).
 source "$(dirname "$0")/lib.sh"
+if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
+  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
+  echo "store: ${DLOCK_BACKEND%%://*}"
+fi
 LOG="$WORK/log"
 : >"$LOG"
 RUNS_PER_SHELL=${RUNS_PER_SHELL:-50}

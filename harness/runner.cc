@@ -1,0 +1,373 @@
+#include "harness/runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "dlock/clock.h"
+#include "harness/resource.h"
+
+extern char** environ;
+
+namespace dlock::harness {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr const char* kFaketimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
+
+struct WorkerProc {
+  int id = 0;
+  int incarnation = 0;
+  pid_t pid = -1;
+  int to_worker = -1;    // its stdin
+  int from_worker = -1;  // its stdout
+  std::string buffer;
+  bool paused = false;
+  std::string faketime_file;
+};
+
+class Run {
+ public:
+  explicit Run(const RunOptions& o) : o_(o) {}
+  Result<RunResult> Execute();
+
+ private:
+  Status Spawn(WorkerProc& w);
+  void Record(Event e);
+  void Nemesis(std::string op, int target, std::int64_t duration_ns = 0,
+               std::string note = {});
+  void OnEvent(WorkerProc& w, const Event& e);
+  void CloseWorker(WorkerProc& w);
+  void Go(WorkerProc& w);
+
+  const RunOptions& o_;
+  std::string backend_;
+  std::string resource_;
+  std::vector<WorkerProc> workers_;
+  std::vector<PlannedFault> plan_;
+  std::size_t next_fault_ = 0;
+  std::int64_t start_ns_ = 0;
+  bool ending_ = false;
+  std::map<int, std::int64_t> resume_at_;   // worker id -> ns
+  std::map<int, std::int64_t> restart_at_;  // worker id -> ns
+  std::vector<Event> events_;
+  std::ofstream history_file_;
+  std::ofstream faults_file_;
+};
+
+void Run::Record(Event e) {
+  history_file_ << ToJsonLine(e) << '\n';
+  events_.push_back(std::move(e));
+}
+
+void Run::Nemesis(std::string op, int target, std::int64_t duration_ns, std::string note) {
+  Event e;
+  e.t_ns = NowNs();
+  e.worker = -1;
+  e.op = op;
+  e.value = target;
+  e.duration_ns = duration_ns;
+  e.error = note;
+  faults_file_ << "+" << (e.t_ns - start_ns_) / 1'000'000 << "ms " << op << " worker " << target
+               << (duration_ns ? " " + std::to_string(duration_ns / 1'000'000) + "ms" : "")
+               << (note.empty() ? "" : " " + note) << std::endl;
+  Record(std::move(e));
+}
+
+Status Run::Spawn(WorkerProc& w) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    return InternalError("chaos: pipe failed");
+  }
+  std::vector<std::string> args = {"dlock",        "chaos-worker",
+                                    "--id",         std::to_string(w.id),
+                                    "--incarnation", std::to_string(w.incarnation),
+                                    "--backend",    backend_,
+                                    "--key",        o_.key,
+                                    "--resource",   resource_,
+                                    "--ttl",        std::to_string(o_.ttl.count()) + "ms"};
+  if (!o_.fenced) args.push_back("--unfenced");
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  if (!w.faketime_file.empty()) {
+    // Only CLOCK_REALTIME is faked; dlock never reads it, which is the point.
+    env.push_back(std::string("LD_PRELOAD=") + kFaketimeLib);
+    env.push_back("FAKETIME_TIMESTAMP_FILE=" + w.faketime_file);
+    env.push_back("FAKETIME_NO_CACHE=1");
+    env.push_back("FAKETIME_DONT_FAKE_MONOTONIC=1");
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  int rc = ::posix_spawn(&w.pid, o_.self_exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (rc != 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    return InternalError(std::string("chaos: cannot start a worker: ") + std::strerror(rc));
+  }
+  w.to_worker = in[1];
+  w.from_worker = out[0];
+  ::fcntl(w.from_worker, F_SETFL, O_NONBLOCK);
+  // A worker that dies must not kill us with SIGPIPE when we write 'g'.
+  return Status::Ok();
+}
+
+void Run::Go(WorkerProc& w) {
+  if (w.to_worker >= 0) (void)!::write(w.to_worker, "g", 1);
+}
+
+void Run::CloseWorker(WorkerProc& w) {
+  if (w.to_worker >= 0) ::close(w.to_worker);
+  if (w.from_worker >= 0) ::close(w.from_worker);
+  w.to_worker = w.from_worker = -1;
+  if (w.pid > 0) {
+    ::kill(w.pid, SIGCONT);
+    ::waitpid(w.pid, nullptr, 0);
+  }
+  w.pid = -1;
+}
+
+void Run::OnEvent(WorkerProc& w, const Event& e) {
+  Record(e);
+  if (!(e.op == "read" && e.type == EventType::kOk)) return;
+  // Inside the critical section, waiting for our go-ahead.
+  // Clock steps come due on their own timer; pauses and kills wait for a
+  // worker to be here.
+  const std::int64_t elapsed_ms = (NowNs() - start_ns_) / 1'000'000;
+  if (!ending_ && next_fault_ < plan_.size() && plan_[next_fault_].at.count() <= elapsed_ms &&
+      plan_[next_fault_].kind != "clock-step") {
+    const PlannedFault& f = plan_[next_fault_++];
+    if (f.kind == "pause") {
+      const auto pause_ns = static_cast<std::int64_t>(
+          f.ttl_factor * static_cast<double>(o_.ttl.count()) * 1e6);
+      ::kill(w.pid, SIGSTOP);
+      w.paused = true;
+      Nemesis("pause", w.id, pause_ns);
+      resume_at_[w.id] = NowNs() + pause_ns;
+      Go(w);  // read when it runs again
+      return;
+    }
+    if (f.kind == "kill") {
+      ::kill(w.pid, SIGKILL);
+      Nemesis("kill", w.id);
+      CloseWorker(w);
+      restart_at_[w.id] = NowNs() + 50'000'000;
+      return;
+    }
+  }
+  Go(w);
+}
+
+Result<RunResult> Run::Execute() {
+  ::signal(SIGPIPE, SIG_IGN);
+  resource_ = o_.dir + "/resource.db";
+  backend_ = o_.backend.empty() ? "sqlite://" + o_.dir + "/locks.db" : o_.backend;
+  history_file_.open(o_.dir + "/history.jsonl");
+  faults_file_.open(o_.dir + "/faults.log");
+  {
+    auto r = CounterResource::Open(resource_, o_.fenced);  // create the schema once
+    if (!r.ok()) return r.status();
+  }
+  const bool clock_steps =
+      std::find(o_.faults.begin(), o_.faults.end(), "clock-step") != o_.faults.end();
+  if (clock_steps && ::access(kFaketimeLib, R_OK) != 0) {
+    return UnavailableError(std::string("the clock-step fault needs libfaketime (") +
+                            kFaketimeLib + "): apt-get install faketime");
+  }
+  plan_ = PlanFaults(o_);
+  for (const auto& f : plan_) {
+    faults_file_ << "planned +" << f.at.count() << "ms " << f.kind;
+    if (f.kind == "pause") faults_file_ << " " << f.ttl_factor << "x ttl";
+    if (f.kind == "clock-step") faults_file_ << " worker " << f.target << " " << f.clock_offset_s << "s";
+    faults_file_ << '\n';
+  }
+
+  start_ns_ = NowNs();
+  workers_.resize(static_cast<std::size_t>(o_.workers));
+  for (int i = 0; i < o_.workers; ++i) {
+    WorkerProc& w = workers_[static_cast<std::size_t>(i)];
+    w.id = i;
+    if (clock_steps) {
+      w.faketime_file = o_.dir + "/faketime." + std::to_string(i);
+      std::ofstream(w.faketime_file) << "+0\n";
+    }
+    DLOCK_RETURN_IF_ERROR(Spawn(w));
+  }
+
+  const std::int64_t end_ns = start_ns_ + std::chrono::nanoseconds(o_.duration).count();
+  const std::int64_t drain_deadline_ns =
+      end_ns + std::chrono::nanoseconds(o_.ttl * 6 + std::chrono::seconds(5)).count();
+  for (;;) {
+    const std::int64_t now = NowNs();
+    if (!ending_ && now >= end_ns) {
+      ending_ = true;
+      for (auto& w : workers_) {
+        if (w.paused) {
+          ::kill(w.pid, SIGCONT);
+          w.paused = false;
+          Nemesis("resume", w.id);
+        }
+        if (w.to_worker >= 0) {
+          ::close(w.to_worker);
+          w.to_worker = -1;
+        }
+      }
+      resume_at_.clear();
+      restart_at_.clear();
+    }
+    // Timers: resumes, restarts, clock steps.
+    for (auto it = resume_at_.begin(); it != resume_at_.end();) {
+      if (it->second <= now) {
+        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+        ::kill(w.pid, SIGCONT);
+        w.paused = false;
+        Nemesis("resume", w.id);
+        it = resume_at_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = restart_at_.begin(); it != restart_at_.end();) {
+      if (it->second <= now) {
+        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+        ++w.incarnation;
+        DLOCK_RETURN_IF_ERROR(Spawn(w));
+        Nemesis("restart", w.id);
+        it = restart_at_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (!ending_ && next_fault_ < plan_.size() && plan_[next_fault_].kind == "clock-step" &&
+           start_ns_ + plan_[next_fault_].at.count() * 1'000'000 <= now) {
+      const PlannedFault& f = plan_[next_fault_++];
+      WorkerProc& w = workers_[static_cast<std::size_t>(f.target % o_.workers)];
+      std::ofstream(w.faketime_file, std::ios::trunc)
+          << (f.clock_offset_s >= 0 ? "+" : "") << f.clock_offset_s << "\n";
+      Nemesis("clock-step", w.id, f.clock_offset_s * 1'000'000'000,
+              "wall clock " + std::string(f.clock_offset_s >= 0 ? "+" : "") +
+                  std::to_string(f.clock_offset_s) + "s");
+    }
+
+    std::vector<pollfd> fds;
+    std::vector<WorkerProc*> owners;
+    for (auto& w : workers_) {
+      if (w.from_worker >= 0) {
+        fds.push_back({w.from_worker, POLLIN, 0});
+        owners.push_back(&w);
+      }
+    }
+    if (ending_ && fds.empty()) break;
+    if (ending_ && now >= drain_deadline_ns) {
+      for (auto& w : workers_) {
+        if (w.pid > 0) {
+          ::kill(w.pid, SIGKILL);
+          Nemesis("kill", w.id, 0, "did not stop at the end of the run");
+        }
+        CloseWorker(w);
+      }
+      break;
+    }
+    std::int64_t wake = ending_ ? drain_deadline_ns : end_ns;
+    for (auto& [id, t] : resume_at_) wake = std::min(wake, t);
+    for (auto& [id, t] : restart_at_) wake = std::min(wake, t);
+    if (next_fault_ < plan_.size() && plan_[next_fault_].kind == "clock-step") {
+      wake = std::min(wake, start_ns_ + plan_[next_fault_].at.count() * 1'000'000);
+    }
+    const int timeout_ms = static_cast<int>(std::clamp<std::int64_t>((wake - now) / 1'000'000 + 1, 0, 1000));
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      WorkerProc& w = *owners[i];
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(w.from_worker, buf, sizeof buf)) > 0) w.buffer.append(buf, static_cast<std::size_t>(n));
+      std::size_t nl;
+      while ((nl = w.buffer.find('\n')) != std::string::npos) {
+        auto e = ParseJsonLine(std::string_view(w.buffer).substr(0, nl));
+        w.buffer.erase(0, nl + 1);
+        if (e.ok()) OnEvent(w, *e);
+        if (w.from_worker < 0) break;  // killed while handling
+      }
+      if (n == 0 && w.from_worker >= 0) {  // the worker exited
+        const bool expected = ending_;
+        CloseWorker(w);
+        if (!expected) {
+          Nemesis("exit", w.id, 0, "worker exited on its own; restarting");
+          restart_at_[w.id] = NowNs() + 100'000'000;
+        }
+      }
+    }
+  }
+
+  RunResult result;
+  result.dir = o_.dir;
+  result.history.events = std::move(events_);
+  std::stable_sort(result.history.events.begin(), result.history.events.end(),
+                   [](const Event& a, const Event& b) { return a.t_ns < b.t_ns; });
+  result.history.ttl_ms = o_.ttl.count();
+  result.history.fenced = o_.fenced;
+  DLOCK_RETURN_IF_ERROR(CounterResource::Load(resource_, &result.history.log,
+                                              &result.history.final_counter));
+  result.checks = RunCheckers(result.history, CheckOptions{});
+  result.counts = Count(result.history);
+  for (const auto& c : result.checks) {
+    if (c.verdict != Verdict::kFail) continue;
+    if (c.safety) ++result.violations;
+    else ++result.recovery_failures;
+  }
+  return result;
+}
+
+}  // namespace
+
+std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
+  std::vector<PlannedFault> plan;
+  if (o.faults.empty()) return plan;
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const milliseconds spacing = std::max(o.ttl * 4, milliseconds(400));
+  milliseconds at = o.ttl;  // let the workers warm up
+  while (at + o.ttl * 2 < o.duration) {
+    PlannedFault f;
+    f.at = at;
+    f.kind = o.faults[rng() % o.faults.size()];
+    f.ttl_factor = 0.5 + 2.5 * unit(rng);
+    f.target = static_cast<int>(rng() % static_cast<std::uint64_t>(std::max(o.workers, 1)));
+    const std::int64_t magnitude = 60 + static_cast<std::int64_t>(rng() % 7200);
+    f.clock_offset_s = (rng() % 2) ? magnitude : -magnitude;
+    plan.push_back(f);
+    // A pause needs time to play out before the next fault.
+    const double stretch = f.kind == "pause" ? f.ttl_factor / 2 + 0.75 : 0.75;
+    at += milliseconds(static_cast<std::int64_t>(
+        static_cast<double>(spacing.count()) * (stretch + 0.5 * unit(rng))));
+  }
+  return plan;
+}
+
+Result<RunResult> RunOnce(const RunOptions& options) { return Run(options).Execute(); }
+
+}  // namespace dlock::harness

@@ -1,0 +1,230 @@
+#include "cli/chaos_cmd.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "core/duration.h"
+#include "core/uri.h"
+#include "harness/report.h"
+#include "harness/runner.h"
+#include "harness/worker.h"
+
+namespace dlock::cli {
+namespace {
+
+using nlohmann::json;
+
+// Exit codes of `dlock chaos` beyond the common ones (docs/cli.md).
+constexpr int kExitViolations = 3;
+constexpr int kExitRecoveryOnly = 4;
+
+Result<std::vector<std::string>> ParseFaults(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty() || text == "none") return out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    bool known = false;
+    for (const char* k : harness::kFaultKinds) known = known || item == k;
+    if (!known) {
+      return InvalidArgumentError("--faults: unknown fault '" + item +
+                                  "': accepted: pause, kill, clock-step (comma-separated), or none");
+    }
+    out.push_back(item);
+  }
+  return out;
+}
+
+std::string Redact(const std::string& uri) {
+  if (uri.empty()) return "sqlite (a fresh file per run)";
+  auto parsed = internal::ParseUri(uri);
+  return parsed.ok() ? parsed->Redacted() : "(unparseable)";
+}
+
+json RunJson(const harness::RunResult& r, std::uint64_t seed, bool kept) {
+  json checks = json::array();
+  for (const auto& c : r.checks) {
+    checks.push_back({{"id", c.id},
+                      {"name", c.name},
+                      {"verdict", std::string(harness::VerdictName(c.verdict))},
+                      {"detail", c.detail},
+                      {"violations", c.violations}});
+  }
+  json by_kind = json::object();
+  for (const auto& [k, n] : r.counts.faults_by_kind) by_kind[k] = n;
+  json j = {{"seed", seed},
+            {"operations", r.counts.operations},
+            {"grants", r.counts.grants},
+            {"writes_admitted", r.counts.writes_admitted},
+            {"faults_injected", r.counts.faults},
+            {"faults_by_kind", by_kind},
+            {"stale_writes_rejected", r.counts.stale_writes_rejected},
+            {"violations", r.violations},
+            {"recovery_failures", r.recovery_failures},
+            {"checks", checks}};
+  if (kept) j["dir"] = r.dir;
+  return j;
+}
+
+void PrintChecks(const harness::RunResult& r) {
+  for (const auto& c : r.checks) {
+    std::cout << "    " << c.id << "  " << std::left;
+    std::cout.width(8);
+    std::cout << harness::VerdictName(c.verdict) << c.name << ": " << c.detail << '\n';
+    for (const auto& v : c.violations) std::cout << "           - " << v << '\n';
+  }
+}
+
+}  // namespace
+
+int RunChaosWorker(const ChaosWorkerFlags& f) {
+  auto ttl = internal::ParseDuration(f.ttl);
+  if (!ttl.ok()) return Fail(ttl.status());
+  harness::WorkerOptions o;
+  o.id = f.id;
+  o.incarnation = f.incarnation;
+  o.backend = f.backend;
+  o.key = f.key;
+  o.resource = f.resource;
+  o.fenced = !f.unfenced;
+  o.ttl = *ttl;
+  return harness::RunWorker(o);
+}
+
+int RunChaos(const ChaosFlags& f) {
+  if (f.workload != "fenced" && f.workload != "unfenced") {
+    return Fail(kExitUsage, "--workload '" + f.workload + "': accepted: fenced, unfenced");
+  }
+  auto faults = ParseFaults(f.faults);
+  if (!faults.ok()) return Fail(faults.status());
+  auto duration = internal::ParseDuration(f.duration);
+  if (!duration.ok()) return Fail(duration.status().WithContext("--duration"));
+  auto ttl = internal::ParseDuration(f.ttl);
+  if (!ttl.ok()) return Fail(ttl.status().WithContext("--ttl"));
+  if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
+  if (*duration < *ttl * 4) {
+    return Fail(kExitUsage, "--duration " + f.duration + " is too short for a ttl of " + f.ttl +
+                                ": give at least 4 ttls");
+  }
+  if (f.runs < 1 || f.runs > 10'000) return Fail(kExitUsage, "--runs must be 1 to 10000");
+  if (f.workers < 2 || f.workers > 64) return Fail(kExitUsage, "--workers must be 2 to 64");
+  std::uint64_t seed = 0;
+  if (f.seed.empty()) {
+    seed = DefaultRandom()->Next() % 1'000'000'000;
+  } else {
+    char* end = nullptr;
+    errno = 0;
+    seed = std::strtoull(f.seed.c_str(), &end, 10);
+    if (errno || end == f.seed.c_str() || *end || f.seed[0] == '-') {
+      return Fail(kExitUsage, "--seed '" + f.seed + "' is not a non-negative integer");
+    }
+  }
+  if (!f.backend.empty()) {
+    // Fail early, with the usual message, if the store cannot be opened.
+    auto store = OpenStore(f.backend);
+    if (!store.ok()) return Fail(store.status());
+  }
+  std::error_code ec;
+  const std::filesystem::path base =
+      f.dir.empty() ? std::filesystem::temp_directory_path(ec) : std::filesystem::path(f.dir);
+  if (ec || !std::filesystem::is_directory(base)) {
+    return Fail(kExitCantCreate, "--dir " + base.string() + " is not a directory");
+  }
+
+  const bool fenced = f.workload == "fenced";
+  if (!f.json) {
+    std::cout << "dlock chaos: " << Redact(f.backend) << ", " << f.workload << " workload, faults "
+              << (faults->empty() ? "none" : f.faults) << ", " << f.workers << " workers, ttl "
+              << f.ttl << ", " << f.runs << " run(s) of " << f.duration << ", seed " << seed
+              << std::endl;
+  }
+  json runs = json::array();
+  int total_ops = 0, total_faults = 0, total_stale = 0, total_violations = 0, total_recovery = 0;
+  std::map<std::string, int> by_kind;
+  std::optional<harness::RunResult> last_for_report;
+  for (int i = 0; i < f.runs; ++i) {
+    const std::uint64_t run_seed = seed + static_cast<std::uint64_t>(i);
+    std::string dir = (base / ("dlock-chaos-" + std::to_string(run_seed) + ".XXXXXX")).string();
+    if (!::mkdtemp(dir.data())) return Fail(kExitCantCreate, "cannot create a run directory in " + base.string());
+    harness::RunOptions o;
+    o.backend = f.backend;
+    o.fenced = fenced;
+    o.faults = *faults;
+    o.duration = *duration;
+    o.ttl = *ttl;
+    o.seed = run_seed;
+    o.workers = f.workers;
+    o.dir = dir;
+    o.key = "chaos/" + std::to_string(run_seed) + "/counter";
+    auto result = harness::RunOnce(o);
+    if (!result.ok()) return Fail(result.status().WithContext("chaos run " + std::to_string(i + 1)));
+    const bool failed = result->violations > 0 || result->recovery_failures > 0;
+    // A failing fenced run is a finding: keep everything. The unfenced
+    // control is expected to fail; keep it only on request.
+    const bool keep = f.keep || (failed && fenced);
+    if (!keep) std::filesystem::remove_all(dir, ec);
+    total_ops += result->counts.operations;
+    total_faults += result->counts.faults;
+    total_stale += result->counts.stale_writes_rejected;
+    total_violations += result->violations;
+    total_recovery += result->recovery_failures;
+    for (const auto& [k, n] : result->counts.faults_by_kind) by_kind[k] += n;
+    runs.push_back(RunJson(*result, run_seed, keep));
+    if (!f.json) {
+      std::cout << "run " << i + 1 << "/" << f.runs << " seed " << run_seed << ": "
+                << result->counts.operations << " operations, " << result->counts.faults
+                << " faults, " << result->counts.stale_writes_rejected
+                << " stale writes rejected, " << result->violations << " violations"
+                << (result->recovery_failures ? ", " + std::to_string(result->recovery_failures) +
+                                                    " recovery failures"
+                                              : "")
+                << (keep ? "  (kept: " + dir + ")" : "") << '\n';
+      if (failed || f.runs == 1) PrintChecks(*result);
+    }
+    if (!f.report.empty() && (!last_for_report || failed)) last_for_report = std::move(*result);
+  }
+  if (!f.report.empty() && last_for_report) {
+    harness::ReportContext ctx;
+    ctx.title = "dlock chaos: " + Redact(f.backend) + ", " + f.workload + ", seed " +
+                std::to_string(seed);
+    ctx.backend = Redact(f.backend);
+    ctx.seed = seed;
+    if (Status s = harness::WriteReport(f.report, *last_for_report, ctx); !s.ok()) {
+      return Fail(kExitCantCreate, s.message());
+    }
+  }
+  json faults_json = json::object();
+  for (const auto& [k, n] : by_kind) faults_json[k] = n;
+  if (f.json) {
+    json out = {{"seed", seed},
+                {"backend", Redact(f.backend)},
+                {"workload", f.workload},
+                {"runs", f.runs},
+                {"operations", total_ops},
+                {"faults_injected", total_faults},
+                {"faults_by_kind", faults_json},
+                {"stale_writes_rejected", total_stale},
+                {"violations", total_violations},
+                {"recovery_failures", total_recovery},
+                {"run_results", runs}};
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::cout << "total: " << f.runs << " runs, " << total_ops << " operations, " << total_faults
+              << " faults, " << total_stale << " stale writes rejected, " << total_violations
+              << " violations, " << total_recovery << " recovery failures (seed " << seed
+              << "; replay with --seed " << seed << ")\n";
+  }
+  if (total_violations > 0) return kExitViolations;
+  if (total_recovery > 0) return kExitRecoveryOnly;
+  return kExitOk;
+}
+
+}  // namespace dlock::cli

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# dlock chaos smoke runs (a few seconds each) on the store under test: with
+# fencing, pauses produce rejected stale writes and no violation; without
+# (the positive control), the checkers catch the damage.
+source "$(dirname "$0")/lib.sh"
+backend=()
+if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
+  backend=(--backend "$(cat "$DLOCK_TEST_URI_FILE")")
+fi
+
+check() {  # check NAME JSON PYTHON-ASSERTIONS
+  python3 - "$2" <<PY || fail "$1: $2"
+import json, sys
+r = json.loads(sys.argv[1])
+for k in ("runs", "operations", "faults_injected", "stale_writes_rejected", "violations", "seed"):
+    assert k in r, k
+$3
+PY
+}
+
+# Pauses only, so that every fault is a pause that can produce a stale write.
+out=$("$DLOCK" chaos "${backend[@]}" --faults pause --duration 4s --ttl 200ms --seed 7 --json --dir "$WORK")
+rc=$?
+[ "$rc" = 0 ] || fail "fenced run exited $rc"
+check fenced "$out" '
+assert r["violations"] == 0, r["violations"]
+assert r["faults_by_kind"].get("pause", 0) >= 1, r["faults_by_kind"]
+assert r["stale_writes_rejected"] >= 1, "no pause produced a stale write"
+assert r["operations"] > 50, r["operations"]'
+
+out=$("$DLOCK" chaos "${backend[@]}" --workload unfenced --faults pause --duration 4s --ttl 200ms --seed 7 --json --dir "$WORK")
+rc=$?
+[ "$rc" = 3 ] || fail "unfenced run exited $rc, want 3 (violations)"
+check unfenced "$out" '
+assert r["violations"] > 0, "the positive control found nothing"'
+
+# Every fault kind, with a report that names the checks.
+"$DLOCK" chaos "${backend[@]}" --faults pause,kill,clock-step --duration 4s --ttl 200ms --seed 11 \
+  --report "$WORK/report.html" --dir "$WORK" >"$WORK/mixed.txt"
+rc=$?
+[ "$rc" = 0 ] || fail "mixed-fault run exited $rc: $(cat "$WORK/mixed.txt")"
+grep -q "seed 11" "$WORK/mixed.txt" || fail "the seed is not printed"
+grep -q "id=checks" "$WORK/report.html" || fail "report has no checker table"
+
+# Bad input.
+expect_exit 64 "unknown fault 'fire'" -- "$DLOCK" chaos --faults pause,fire
+expect_exit 64 "--workload 'sloppy'" -- "$DLOCK" chaos --workload sloppy
+expect_exit 64 "too short" -- "$DLOCK" chaos --duration 100ms --ttl 1s
+expect_exit 64 "--seed 'x'" -- "$DLOCK" chaos --seed x
+finish
