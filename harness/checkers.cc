@@ -11,6 +11,7 @@ constexpr int kMaxListed = 20;  // violations listed per checker
 
 bool IsFault(const Event& e) {
   return e.worker < 0 && (e.op == "pause" || e.op == "kill" || e.op == "clock-step" ||
+                          e.op == "partition" || e.op == "delay" || e.op == "drop" ||
                           e.op == "store-down");
 }
 
@@ -235,7 +236,9 @@ CheckResult CheckPausesTested(const History& h) {
   int bad = 0, tested = 0, untested = 0;
   for (std::size_t i = 0; i < h.events.size(); ++i) {
     const Event& p = h.events[i];
-    if (p.worker >= 0 || p.op != "pause") continue;
+    // A holder partitioned from the store while it works is a pause as far as
+    // the lock can tell.
+    if (p.worker >= 0 || (p.op != "pause" && p.op != "partition")) continue;
     const int victim = static_cast<int>(p.value);
     // The victim's token and its first write after the pause.
     FencingToken token = 0;
@@ -266,7 +269,7 @@ CheckResult CheckPausesTested(const History& h) {
         }
       }
     }
-    const std::string what = "pause of worker " + std::to_string(victim) + " (token " +
+    const std::string what = p.op + " of worker " + std::to_string(victim) + " (token " +
                              std::to_string(token) + ", " + Ms(p.duration_ns) + ")";
     if (!write || !superseded) {
       ++untested;

@@ -61,6 +61,7 @@ struct WriteMark {
 struct Pause {
   int worker;
   std::int64_t from, to;
+  bool partition;  // cut off from the store rather than stopped
 };
 
 struct Model {
@@ -85,16 +86,19 @@ Model Build(const History& h) {
     m.workers = std::max(m.workers, e.worker + 1);
     if (e.worker < 0) {
       const int target = static_cast<int>(e.value);
-      if (e.op == "pause") paused[target] = e.t_ns;
-      if (e.op == "resume" && paused.count(target)) {
-        m.pauses.push_back({target, paused[target], e.t_ns});
+      if (e.op == "pause" || e.op == "partition") paused[target] = e.t_ns;
+      if ((e.op == "resume" || e.op == "heal") && paused.count(target)) {
+        m.pauses.push_back({target, paused[target], e.t_ns, e.op == "heal"});
         paused.erase(target);
       }
       if (e.op == "kill" && open.count(target)) {
         m.leases.push_back({target, open[target].first, e.t_ns, open[target].second});
         open.erase(target);
       }
-      if (e.op == "pause" || e.op == "kill" || e.op == "clock-step") m.faults.push_back(&e);
+      if (e.op == "pause" || e.op == "kill" || e.op == "clock-step" || e.op == "partition" ||
+          e.op == "delay" || e.op == "drop" || e.op == "store-down") {
+        m.faults.push_back(&e);
+      }
       continue;
     }
     if (e.op == "acquire" && e.type == EventType::kOk) open[e.worker] = {e.t_ns, e.token};
@@ -109,7 +113,7 @@ Model Build(const History& h) {
     }
   }
   for (const auto& [w, g] : open) m.leases.push_back({w, g.first, m.end, g.second});
-  for (const auto& [w, t] : paused) m.pauses.push_back({w, t, m.end});
+  for (const auto& [w, t] : paused) m.pauses.push_back({w, t, m.end, false});
   return m;
 }
 
@@ -167,9 +171,10 @@ std::string Window(const Model& m, std::int64_t from, std::int64_t to, const std
   s << "<text x=\"4\" y=\"" << svg.Y(resource_lane) + 20 << "\" class=lane>resource</text>";
   for (const Pause& p : m.pauses) {
     if (!svg.Visible(p.from, p.to)) continue;
-    s << "<rect class=pause x=\"" << Num(svg.X(p.from)) << "\" y=\"" << svg.Y(p.worker)
-      << "\" width=\"" << Num(std::max(1.0, svg.X(p.to) - svg.X(p.from))) << "\" height=\""
-      << kLane - 2 << "\"><title>paused (SIGSTOP) "
+    s << "<rect class=" << (p.partition ? "partition" : "pause") << " x=\"" << Num(svg.X(p.from))
+      << "\" y=\"" << svg.Y(p.worker) << "\" width=\""
+      << Num(std::max(1.0, svg.X(p.to) - svg.X(p.from))) << "\" height=\"" << kLane - 2
+      << "\"><title>" << (p.partition ? "partitioned from the store " : "paused (SIGSTOP) ")
       << (p.to - p.from) / 1'000'000 << " ms</title></rect>";
   }
   for (const LeaseBar& l : m.leases) {
@@ -242,7 +247,7 @@ std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
           "h1{font-size:20px}figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}"
           ".lane,.tick,.tok{font:11px monospace;fill:#333}.tok{fill:#0b3d91}"
           ".axis{stroke:#888}.lease{fill:#cfe0ff;stroke:#6f95d8}"
-          ".pause{fill:#bbb;fill-opacity:.45}"
+          ".pause{fill:#bbb;fill-opacity:.45}.partition{fill:#f5b041;fill-opacity:.35}"
           ".w.admitted{fill:#2e9d4a}.w.rejected{fill:#777}.w.violation{fill:#d22;stroke:#900;stroke-width:2}"
           ".wl{font:bold 11px monospace}.wl.rejected{fill:#555}.wl.violation{fill:#d22}"
           ".fault{stroke-width:2}.fault.pause{stroke:#888}.fault.kill{stroke:#000}"
@@ -282,11 +287,15 @@ std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
   for (const Event* f : m.faults) {
     if (windows >= kMaxWindows) break;
     std::int64_t from = std::max(m.start, f->t_ns - ttl_ns * 3 / 2), to = f->t_ns + ttl_ns * 2;
-    if (f->op == "pause") to = f->t_ns + f->duration_ns + ttl_ns * 2;
+    if (f->op == "pause" || f->op == "partition" || f->op == "delay") {
+      to = f->t_ns + f->duration_ns + ttl_ns * 2;
+    }
     std::ostringstream caption;
     caption << f->op << " of worker " << f->value << " at +" << (f->t_ns - m.start) / 1'000'000
             << " ms";
-    if (f->op == "pause") caption << " for " << f->duration_ns / 1'000'000 << " ms";
+    if (f->duration_ns > 0 && f->op != "clock-step") {
+      caption << " for " << f->duration_ns / 1'000'000 << " ms";
+    }
     html << Window(m, from, to, windows == 0 ? "timeline" : "timeline-" + std::to_string(windows),
                    caption.str());
     ++windows;

@@ -15,7 +15,9 @@
 #include <optional>
 #include <random>
 
+#include "core/uri.h"
 #include "dlock/clock.h"
+#include "harness/proxy.h"
 #include "harness/resource.h"
 
 extern char** environ;
@@ -38,6 +40,8 @@ struct WorkerProc {
   std::string buffer;
   bool paused = false;
   std::string faketime_file;
+  std::unique_ptr<FaultProxy> proxy;
+  std::string backend;  // through its proxy, when it has one
 };
 
 class Run {
@@ -64,6 +68,8 @@ class Run {
   bool ending_ = false;
   std::map<int, std::int64_t> resume_at_;   // worker id -> ns
   std::map<int, std::int64_t> restart_at_;  // worker id -> ns
+  std::map<int, std::int64_t> heal_at_;     // worker id -> ns (proxy back to pass)
+  std::map<int, bool> go_on_heal_;          // partitioned inside its critical section
   std::vector<Event> events_;
   std::ofstream history_file_;
   std::ofstream faults_file_;
@@ -96,7 +102,7 @@ Status Run::Spawn(WorkerProc& w) {
   std::vector<std::string> args = {"dlock",        "chaos-worker",
                                     "--id",         std::to_string(w.id),
                                     "--incarnation", std::to_string(w.incarnation),
-                                    "--backend",    backend_,
+                                    "--backend",    w.backend.empty() ? backend_ : w.backend,
                                     "--key",        o_.key,
                                     "--resource",   resource_,
                                     "--ttl",        std::to_string(o_.ttl.count()) + "ms"};
@@ -158,7 +164,7 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
   // worker to be here.
   const std::int64_t elapsed_ms = (NowNs() - start_ns_) / 1'000'000;
   if (!ending_ && next_fault_ < plan_.size() && plan_[next_fault_].at.count() <= elapsed_ms &&
-      plan_[next_fault_].kind != "clock-step") {
+      InCriticalSection(plan_[next_fault_].kind)) {
     const PlannedFault& f = plan_[next_fault_++];
     if (f.kind == "pause") {
       const auto pause_ns = static_cast<std::int64_t>(
@@ -175,6 +181,17 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
       Nemesis("kill", w.id);
       CloseWorker(w);
       restart_at_[w.id] = NowNs() + 50'000'000;
+      return;
+    }
+    if (f.kind == "partition" && w.proxy) {
+      // Cut off from the store while it keeps working: its go-ahead (and so
+      // its write) comes only when the partition heals.
+      const auto length_ns = static_cast<std::int64_t>(
+          f.ttl_factor * static_cast<double>(o_.ttl.count()) * 1e6);
+      w.proxy->SetMode(FaultProxy::Mode::kPartition);
+      Nemesis("partition", w.id, length_ns);
+      heal_at_[w.id] = NowNs() + length_ns;
+      go_on_heal_[w.id] = true;
       return;
     }
   }
@@ -205,11 +222,45 @@ Result<RunResult> Run::Execute() {
     faults_file_ << '\n';
   }
 
+  const bool proxied = std::any_of(o_.faults.begin(), o_.faults.end(),
+                                   [](const std::string& k) { return NeedsProxy(k); });
+  std::string proxy_host;
+  int proxy_port = 0;
+  std::string uri_prefix, uri_suffix;  // the backend URI around its host:port
+  if (proxied) {
+    auto uri = internal::ParseUri(backend_);
+    const std::size_t colon = uri.ok() ? uri->hosts.rfind(':') : std::string::npos;
+    if (!uri.ok() || uri->hosts.empty() || uri->hosts.find(',') != std::string::npos ||
+        colon == std::string::npos) {
+      return InvalidArgumentError(
+          "the partition, delay and drop faults need a network store with one host:port "
+          "(e.g. --backend redis://127.0.0.1:6379/0), not " +
+          (uri.ok() ? uri->Redacted() : std::string("this URI")));
+    }
+    proxy_host = uri->hosts.substr(0, colon);
+    proxy_port = std::atoi(uri->hosts.c_str() + colon + 1);
+    const std::size_t at = backend_.find(uri->hosts, backend_.find("://") + 3);
+    uri_prefix = backend_.substr(0, at);
+    uri_suffix = backend_.substr(at + uri->hosts.size());
+  }
+  if (std::find(o_.faults.begin(), o_.faults.end(), "store-restart") != o_.faults.end() &&
+      (o_.server_script.empty() || o_.server_dir.empty())) {
+    return InvalidArgumentError(
+        "the store-restart fault needs the store's server script and directory "
+        "(--server-script scripts/servers/<store>.sh --server-dir DIR)");
+  }
+
   start_ns_ = NowNs();
   workers_.resize(static_cast<std::size_t>(o_.workers));
   for (int i = 0; i < o_.workers; ++i) {
     WorkerProc& w = workers_[static_cast<std::size_t>(i)];
     w.id = i;
+    if (proxied) {
+      auto proxy = FaultProxy::Start(proxy_host, proxy_port);
+      if (!proxy.ok()) return proxy.status();
+      w.proxy = std::move(*proxy);
+      w.backend = uri_prefix + "127.0.0.1:" + std::to_string(w.proxy->port()) + uri_suffix;
+    }
     if (clock_steps) {
       w.faketime_file = o_.dir + "/faketime." + std::to_string(i);
       std::ofstream(w.faketime_file) << "+0\n";
@@ -237,6 +288,13 @@ Result<RunResult> Run::Execute() {
       }
       resume_at_.clear();
       restart_at_.clear();
+      for (auto& [id, t] : heal_at_) {
+        WorkerProc& w = workers_[static_cast<std::size_t>(id)];
+        if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
+        Nemesis("heal", id);
+      }
+      heal_at_.clear();
+      go_on_heal_.clear();
     }
     // Timers: resumes, restarts, clock steps.
     for (auto it = resume_at_.begin(); it != resume_at_.end();) {
@@ -261,15 +319,46 @@ Result<RunResult> Run::Execute() {
         ++it;
       }
     }
-    while (!ending_ && next_fault_ < plan_.size() && plan_[next_fault_].kind == "clock-step" &&
+    for (auto it = heal_at_.begin(); it != heal_at_.end();) {
+      if (it->second <= now) {
+        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+        if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
+        Nemesis("heal", w.id);
+        if (go_on_heal_[w.id]) Go(w);
+        go_on_heal_.erase(w.id);
+        it = heal_at_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (!ending_ && next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind) &&
            start_ns_ + plan_[next_fault_].at.count() * 1'000'000 <= now) {
       const PlannedFault& f = plan_[next_fault_++];
       WorkerProc& w = workers_[static_cast<std::size_t>(f.target % o_.workers)];
-      std::ofstream(w.faketime_file, std::ios::trunc)
-          << (f.clock_offset_s >= 0 ? "+" : "") << f.clock_offset_s << "\n";
-      Nemesis("clock-step", w.id, f.clock_offset_s * 1'000'000'000,
-              "wall clock " + std::string(f.clock_offset_s >= 0 ? "+" : "") +
-                  std::to_string(f.clock_offset_s) + "s");
+      if (f.kind == "clock-step") {
+        std::ofstream(w.faketime_file, std::ios::trunc)
+            << (f.clock_offset_s >= 0 ? "+" : "") << f.clock_offset_s << "\n";
+        Nemesis("clock-step", w.id, f.clock_offset_s * 1'000'000'000,
+                "wall clock " + std::string(f.clock_offset_s >= 0 ? "+" : "") +
+                    std::to_string(f.clock_offset_s) + "s");
+      } else if (f.kind == "delay" && w.proxy) {
+        const auto delay = std::chrono::milliseconds(static_cast<std::int64_t>(
+            static_cast<double>(o_.ttl.count()) * (0.25 + 0.75 * (f.ttl_factor - 0.5) / 2.5)));
+        w.proxy->SetMode(FaultProxy::Mode::kDelay, delay);
+        Nemesis("delay", w.id, std::chrono::nanoseconds(o_.ttl * 2).count(),
+                "store traffic delayed " + std::to_string(delay.count()) + "ms");
+        heal_at_[w.id] = NowNs() + std::chrono::nanoseconds(o_.ttl * 2).count();
+      } else if (f.kind == "drop" && w.proxy) {
+        w.proxy->SetMode(FaultProxy::Mode::kDrop);
+        Nemesis("drop", w.id, 100'000'000, "store connections reset");
+        heal_at_[w.id] = NowNs() + 100'000'000;
+      } else if (f.kind == "store-restart") {
+        Nemesis("store-down", -1, 0, "restarting the store server");
+        const std::string cmd = "'" + o_.server_script + "' restart '" + o_.server_dir +
+                                "' >>'" + o_.dir + "/faults.log' 2>&1";
+        const int rc = std::system(cmd.c_str());
+        Nemesis("store-up", -1, 0, rc == 0 ? "" : "restart script failed: " + std::to_string(rc));
+      }
     }
 
     std::vector<pollfd> fds;
@@ -294,7 +383,8 @@ Result<RunResult> Run::Execute() {
     std::int64_t wake = ending_ ? drain_deadline_ns : end_ns;
     for (auto& [id, t] : resume_at_) wake = std::min(wake, t);
     for (auto& [id, t] : restart_at_) wake = std::min(wake, t);
-    if (next_fault_ < plan_.size() && plan_[next_fault_].kind == "clock-step") {
+    for (auto& [id, t] : heal_at_) wake = std::min(wake, t);
+    if (next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind)) {
       wake = std::min(wake, start_ns_ + plan_[next_fault_].at.count() * 1'000'000);
     }
     const int timeout_ms = static_cast<int>(std::clamp<std::int64_t>((wake - now) / 1'000'000 + 1, 0, 1000));
@@ -344,6 +434,14 @@ Result<RunResult> Run::Execute() {
 
 }  // namespace
 
+bool NeedsProxy(std::string_view kind) {
+  return kind == "partition" || kind == "delay" || kind == "drop";
+}
+
+bool InCriticalSection(std::string_view kind) {
+  return kind == "pause" || kind == "kill" || kind == "partition";
+}
+
 std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
   std::vector<PlannedFault> plan;
   if (o.faults.empty()) return plan;
@@ -361,7 +459,8 @@ std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
     f.clock_offset_s = (rng() % 2) ? magnitude : -magnitude;
     plan.push_back(f);
     // A pause needs time to play out before the next fault.
-    const double stretch = f.kind == "pause" ? f.ttl_factor / 2 + 0.75 : 0.75;
+    const double stretch =
+        (f.kind == "pause" || f.kind == "partition") ? f.ttl_factor / 2 + 0.75 : 0.75;
     at += milliseconds(static_cast<std::int64_t>(
         static_cast<double>(spacing.count()) * (stretch + 0.5 * unit(rng))));
   }

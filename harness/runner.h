@@ -19,10 +19,21 @@
 
 namespace dlock::harness {
 
-// pause: SIGSTOP a holder inside its critical section for 0.5-3x the TTL.
-// kill: SIGKILL a holder inside its critical section; a new process replaces it.
-// clock-step: step one worker's wall clock by minutes to hours (libfaketime).
-inline constexpr const char* kFaultKinds[] = {"pause", "kill", "clock-step"};
+// Inside a holder's critical section:
+//   pause       SIGSTOP it for 0.5-3x the TTL
+//   kill        SIGKILL it; a new process replaces it
+//   partition   cut it off from the store for 0.5-3x the TTL while it works
+//               on (network stores: through its fault proxy)
+// At any time:
+//   clock-step  step one worker's wall clock by minutes to hours (libfaketime)
+//   delay       delay one worker's store traffic by ttl/4..ttl for 2 TTLs
+//   drop        reset one worker's store connections
+//   store-restart  restart the store server (scripts/servers/<store>.sh restart)
+inline constexpr const char* kFaultKinds[] = {"pause",      "kill",  "partition", "clock-step",
+                                              "delay",      "drop",  "store-restart"};
+// Faults that need a network store behind a proxy, or a server script.
+bool NeedsProxy(std::string_view kind);
+bool InCriticalSection(std::string_view kind);
 
 struct PlannedFault {
   std::chrono::milliseconds at{0};  // after the run's start
@@ -43,6 +54,9 @@ struct RunOptions {
   std::string dir;  // the run's files: history.jsonl, faults.log, resource.db
   std::string key = "chaos/counter";
   std::string self_exe = "/proc/self/exe";  // runs `dlock chaos-worker`
+  // store-restart: `<server_script> restart <server_dir>`.
+  std::string server_script;
+  std::string server_dir;
 };
 
 std::vector<PlannedFault> PlanFaults(const RunOptions& options);

@@ -36,7 +36,8 @@ Result<std::vector<std::string>> ParseFaults(const std::string& text) {
     for (const char* k : harness::kFaultKinds) known = known || item == k;
     if (!known) {
       return InvalidArgumentError("--faults: unknown fault '" + item +
-                                  "': accepted: pause, kill, clock-step (comma-separated), or none");
+                                  "': accepted: pause, kill, partition, clock-step, delay, drop, "
+                                  "store-restart (comma-separated), or none");
     }
     out.push_back(item);
   }
@@ -164,6 +165,8 @@ int RunChaos(const ChaosFlags& f) {
     o.workers = f.workers;
     o.dir = dir;
     o.key = "chaos/" + std::to_string(run_seed) + "/counter";
+    o.server_script = f.server_script;
+    o.server_dir = f.server_dir;
     auto result = harness::RunOnce(o);
     if (!result.ok()) return Fail(result.status().WithContext("chaos run " + std::to_string(i + 1)));
     const bool failed = result->violations > 0 || result->recovery_failures > 0;

@@ -19,6 +19,8 @@ struct ChaosFlags {
   std::string report;
   std::string dir;
   bool keep = false;
+  std::string server_script;  // store-restart
+  std::string server_dir;
 };
 
 int RunChaos(const ChaosFlags& flags);

@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
                     "fenced (writes checked by a fence) or unfenced (the positive control)")
       ->capture_default_str();
   chaos->add_option("--faults", chaos_flags.faults,
-                    "comma-separated: pause, kill, clock-step; or none")
+                    "comma-separated: pause, kill, partition, clock-step, delay, drop, "
+                    "store-restart; or none")
       ->capture_default_str();
   chaos->add_option("--duration", chaos_flags.duration, "length of each run")
       ->capture_default_str();
@@ -147,6 +148,10 @@ int main(int argc, char** argv) {
   chaos->add_option("--report", chaos_flags.report,
                     "write an HTML report (timeline + checks) of the last failing, else last, run");
   chaos->add_option("--dir", chaos_flags.dir, "where run directories go (default: $TMPDIR)");
+  chaos->add_option("--server-script", chaos_flags.server_script,
+                    "store-restart: the store's script (scripts/servers/<store>.sh)");
+  chaos->add_option("--server-dir", chaos_flags.server_dir,
+                    "store-restart: the directory the script started the store in");
   chaos->add_flag("--keep", chaos_flags.keep, "keep every run's directory (failing fenced runs are always kept)");
   chaos->footer("Exit status: 0 no violation; 3 safety violations; 4 only recovery failures; 64 usage; 69 store unavailable.");
 

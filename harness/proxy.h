@@ -1,0 +1,57 @@
+// A TCP fault proxy on loopback: one per chaos worker, between the worker and
+// a network store, so that one client can be partitioned from the store, or
+// see its messages delayed or its connections dropped, while the others
+// carry on. No traffic leaves 127.0.0.1.
+//
+// Thread-safety: SetMode may be called from any thread; the proxy runs its
+// own thread.
+#ifndef DLOCK_HARNESS_PROXY_H_
+#define DLOCK_HARNESS_PROXY_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dlock/status.h"
+
+namespace dlock::harness {
+
+class FaultProxy {
+ public:
+  enum class Mode {
+    kPass,       // forward everything
+    kPartition,  // forward nothing (bytes wait, connections stay open), as a
+                 // network partition that heals before TCP gives up
+    kDelay,      // forward each chunk after `delay`
+    kDrop,       // reset every connection and refuse new ones
+  };
+
+  // Listens on 127.0.0.1 (a free port) and forwards to target_host:target_port.
+  static Result<std::unique_ptr<FaultProxy>> Start(const std::string& target_host,
+                                                   int target_port);
+  ~FaultProxy();
+
+  int port() const { return port_; }
+  void SetMode(Mode mode, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+
+ private:
+  FaultProxy() = default;
+  void Loop();
+
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int port_ = 0;
+  std::string target_host_;
+  int target_port_ = 0;
+  std::atomic<int> mode_{0};
+  std::atomic<std::int64_t> delay_ns_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace dlock::harness
+
+#endif  // DLOCK_HARNESS_PROXY_H_

@@ -1,0 +1,114 @@
+// The fault proxy in front of a tiny echo server on loopback. Only lower
+// bounds on time are asserted (a delayed byte cannot arrive early; a
+// partitioned one not at all), never upper bounds.
+#include "harness/proxy.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "dlock/clock.h"
+
+namespace dlock::harness {
+namespace {
+
+using std::chrono::milliseconds;
+
+class EchoServer {
+ public:
+  EchoServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 8);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        std::thread([c] {
+          char buf[256];
+          ssize_t n;
+          while ((n = ::read(c, buf, sizeof buf)) > 0) (void)!::write(c, buf, static_cast<size_t>(n));
+          ::close(c);
+        }).detach();
+      }
+    });
+  }
+  ~EchoServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_;
+  std::thread thread_;
+};
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+// Reads one byte within `timeout`; -1 if none, -2 on reset/close.
+int ReadByte(int fd, milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return -1;
+  char c;
+  ssize_t n = ::read(fd, &c, 1);
+  return n == 1 ? static_cast<unsigned char>(c) : -2;
+}
+
+TEST(FaultProxyTest, PassesPartitionsDelaysAndDrops) {
+  EchoServer echo;
+  auto proxy = FaultProxy::Start("127.0.0.1", echo.port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  int fd = Connect((*proxy)->port());
+
+  ASSERT_EQ(::write(fd, "a", 1), 1);
+  EXPECT_EQ(ReadByte(fd, milliseconds(5000)), 'a');
+
+  (*proxy)->SetMode(FaultProxy::Mode::kPartition);
+  ASSERT_EQ(::write(fd, "b", 1), 1);
+  EXPECT_EQ(ReadByte(fd, milliseconds(300)), -1) << "a partitioned byte got through";
+  (*proxy)->SetMode(FaultProxy::Mode::kPass);
+  EXPECT_EQ(ReadByte(fd, milliseconds(5000)), 'b') << "the byte was lost, not held";
+
+  (*proxy)->SetMode(FaultProxy::Mode::kDelay, milliseconds(150));
+  const auto sent = MonotonicClock::now();
+  ASSERT_EQ(::write(fd, "c", 1), 1);
+  EXPECT_EQ(ReadByte(fd, milliseconds(5000)), 'c');
+  // Through the proxy twice (there and back): at least one delay.
+  EXPECT_GE(MonotonicClock::now() - sent, milliseconds(150));
+
+  (*proxy)->SetMode(FaultProxy::Mode::kDrop);
+  EXPECT_EQ(ReadByte(fd, milliseconds(5000)), -2) << "connection was not reset";
+  ::close(fd);
+  (*proxy)->SetMode(FaultProxy::Mode::kPass);
+  int again = Connect((*proxy)->port());
+  ASSERT_EQ(::write(again, "d", 1), 1);
+  EXPECT_EQ(ReadByte(again, milliseconds(5000)), 'd');
+  ::close(again);
+}
+
+}  // namespace
+}  // namespace dlock::harness
