@@ -84,6 +84,12 @@ class Backend {
 
   // The store's address for messages, with any password removed.
   virtual std::string Describe() const = 0;
+
+  // One round trip of the kind a grant costs (a durable single-row write
+  // for a database, one script call for Redis), touching no lock. `dlock
+  // bench` measures it as the floor a lock is compared against.
+  // kFailedPrecondition when the backend has no such operation.
+  virtual Status Ping() { return FailedPreconditionError(Describe() + " has no Ping"); }
 };
 
 }  // namespace dlock

@@ -91,6 +91,10 @@ class Client {
   // The store's address, without any password.
   std::string Describe() const;
 
+  // One round trip to the store of the kind a grant costs, touching no lock
+  // (Backend::Ping): a health check, and the floor `dlock bench` measures.
+  Status Ping();
+
  private:
   explicit Client(std::shared_ptr<internal::ClientCore> core);
   std::shared_ptr<internal::ClientCore> core_;

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_cmd.h"
 #include "cli/chaos_cmd.h"
 #include "cli/common.h"
 #include "cli/demo_cmd.h"
@@ -125,6 +126,25 @@ int main(int argc, char** argv) {
   worker->add_option("--work", worker_flags.work);
   worker->add_flag("--no-fence", worker_flags.no_fence);
 
+  BenchFlags bench_flags;
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure a store: floor, lock cycle, hand-off, hot key, many keys, memory per lease");
+  bench->add_option("--backend", bench_flags.backend, kBackendHelp);
+  bench->add_option("--iterations", bench_flags.iterations, "samples of the floor and the cycle")
+      ->capture_default_str();
+  bench->add_option("--contenders", bench_flags.contenders, "clients contending for one key")
+      ->capture_default_str();
+  bench->add_option("--hold", bench_flags.hold, "critical section of the contenders")
+      ->capture_default_str();
+  bench->add_option("--duration", bench_flags.duration, "length of the contended run")
+      ->capture_default_str();
+  bench->add_option("--clients", bench_flags.clients, "clients in the many-key run")
+      ->capture_default_str();
+  bench->add_option("--leases", bench_flags.leases, "leases held at once for the memory figure")
+      ->capture_default_str();
+  bench->add_option("--json", bench_flags.json,
+                    "write every figure to FILE (read by 'dlock plan --from-bench FILE')");
+
   ChaosFlags chaos_flags;
   CLI::App* chaos = app.add_subcommand(
       "chaos", "Run workers against a store while injecting faults, and check the history");
@@ -187,6 +207,7 @@ int main(int argc, char** argv) {
   if (fence_write->parsed()) return RunFenceWrite(fence_flags);
   if (demo->parsed()) return RunDemo(demo_flags);
   if (chaos->parsed()) return RunChaos(chaos_flags);
+  if (bench->parsed()) return RunBench(bench_flags);
   if (chaos_worker->parsed()) return RunChaosWorker(chaos_worker_flags);
   if (plan->parsed()) return RunPlan(plan_flags);
   if (worker->parsed()) return RunDemoWorker(worker_flags);

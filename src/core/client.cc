@@ -90,4 +90,6 @@ Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
 
 std::string Client::Describe() const { return core_->Describe(); }
 
+Status Client::Ping() { return core_->Ping(); }
+
 }  // namespace dlock

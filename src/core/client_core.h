@@ -57,6 +57,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                         bool wait);
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
   std::string Describe() const { return backend_->Describe(); }
+  Status Ping() { return backend_->Ping(); }
 
   // For Lease.
   Status Release(LeaseState& state);

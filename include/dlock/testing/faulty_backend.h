@@ -73,6 +73,7 @@ class FaultyBackend final : public Backend {
     return inner_->WaitForRelease(key, until, stop);
   }
   std::string Describe() const override { return inner_->Describe(); }
+  Status Ping() override { return inner_->Ping(); }
 
  private:
   std::unique_ptr<Backend> inner_;

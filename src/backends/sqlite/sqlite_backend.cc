@@ -346,6 +346,7 @@ class SqliteBackend final : public Backend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   std::string Describe() const override { return "sqlite://" + options_.path; }
+  Status Ping() override;
 
  private:
   BootTime StoreNow() const {
@@ -364,6 +365,8 @@ class SqliteBackend final : public Backend {
   DbHandle db_;
   StmtHandle begin_, commit_, rollback_;
   StmtHandle acquire_, holder_ttl_, release_, held_by_anyone_, renew_, list_;
+  StmtHandle ping_;  // prepared on first use
+  std::int64_t pings_ = 0;
 };
 
 Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
@@ -509,6 +512,32 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db, what());
   return attempt;
+}
+
+// The floor: one single-row write transaction with the same durability as a
+// grant, on dlock_meta, which no lock reads.
+Status SqliteBackend::Ping() {
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db, "ping");
+  // Prepared once, like the lock statements, so that the floor is not
+  // inflated by compiling SQL.
+  if (!ping_) {
+    DLOCK_RETURN_IF_ERROR(Prepare("INSERT INTO dlock_meta (name, value) VALUES ('ping', :n) "
+                                  "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                                  &ping_, "ping"));
+  }
+  {
+    Query query(ping_.get());
+    query.Bind(":n", ++pings_);
+    rc = query.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, "ping");
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db, "ping");
+  return Status::Ok();
 }
 
 Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {

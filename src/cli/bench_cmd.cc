@@ -1,0 +1,287 @@
+// Every figure is measured in one run against one store, and printed as a
+// ratio to a floor measured in the same run, because on a shared machine
+// only ratios mean anything.
+//
+//   floor     Client::Ping(): one round trip of the kind a grant costs
+//   cycle     TryAcquire + Release, uncontended: two round trips of work,
+//             compared with two pings
+//   hand-off  N contenders on one key: release invoked -> next holder granted
+//   hot key   grants per second on that key, against the ideal 1 / hold
+//   many keys C clients, one key each: cycles per second, against the same
+//             clients pinging (two pings per cycle)
+//   memory    client memory per held lease, with L leases held by one client
+#include "cli/bench_cmd.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "core/duration.h"
+
+namespace dlock::cli {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
+
+struct Stats {
+  double p50_us = 0, p99_us = 0, mean_us = 0;
+  std::size_t n = 0;
+};
+
+Stats Summarise(std::vector<std::int64_t> ns) {
+  Stats s;
+  s.n = ns.size();
+  if (ns.empty()) return s;
+  std::sort(ns.begin(), ns.end());
+  auto at = [&](double q) {
+    return static_cast<double>(ns[std::min(ns.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ns.size())))]) / 1e3;
+  };
+  s.p50_us = at(0.50);
+  s.p99_us = at(0.99);
+  double sum = 0;
+  for (auto v : ns) sum += static_cast<double>(v);
+  s.mean_us = sum / static_cast<double>(ns.size()) / 1e3;
+  return s;
+}
+
+json ToJson(const Stats& s) {
+  return {{"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"mean_us", s.mean_us}, {"n", s.n}};
+}
+
+std::int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+std::string Fixed(double v, int digits = 1) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+}  // namespace
+
+int RunBench(const BenchFlags& f) {
+  auto hold = internal::ParseDuration(f.hold);
+  if (!hold.ok()) return Fail(hold.status().WithContext("--hold"));
+  auto duration = internal::ParseDuration(f.duration);
+  if (!duration.ok()) return Fail(duration.status().WithContext("--duration"));
+  if (*duration <= milliseconds(0)) return Fail(kExitUsage, "--duration must be positive");
+  if (f.iterations < 10 || f.iterations > 1'000'000) return Fail(kExitUsage, "--iterations must be 10 to 1000000");
+  if (f.contenders < 2 || f.contenders > 64) return Fail(kExitUsage, "--contenders must be 2 to 64");
+  if (f.clients < 1 || f.clients > 64) return Fail(kExitUsage, "--clients must be 1 to 64");
+  if (f.leases < 1 || f.leases > 1'000'000) return Fail(kExitUsage, "--leases must be 1 to 1000000");
+
+  auto store = OpenStore(f.backend);
+  if (!store.ok()) return Fail(store.status());
+  Client& client = *store->client;
+  const std::string prefix = "bench/" + std::to_string(DefaultRandom()->Next() % 1'000'000'000) + "/";
+  AcquireOptions opts;
+  opts.ttl = std::chrono::seconds(30);
+  opts.wait = std::chrono::seconds(30);
+  auto open_client = [&]() -> std::unique_ptr<Client> {
+    auto c = Client::Connect(store->uri);
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  std::cout << "dlock bench on " << client.Describe() << std::endl;
+
+  // (a) floor
+  std::vector<std::int64_t> samples;
+  Status ping = client.Ping();
+  const bool have_floor = ping.ok();
+  if (!have_floor && ping.code() != StatusCode::kFailedPrecondition) return Fail(ping);
+  if (have_floor) {
+    for (int i = 0; i < f.iterations + f.iterations / 10; ++i) {
+      const auto t0 = NowNs();
+      if (Status s = client.Ping(); !s.ok()) return Fail(s);
+      if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
+    }
+  }
+  const Stats floor = Summarise(samples);
+
+  // (b) uncontended cycle
+  samples.clear();
+  for (int i = 0; i < f.iterations + f.iterations / 10; ++i) {
+    const auto t0 = NowNs();
+    auto lease = client.TryAcquire(prefix + "cycle", opts);
+    if (!lease.ok()) return Fail(lease.status());
+    if (Status s = lease->Release(); !s.ok()) return Fail(s);
+    if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
+  }
+  const Stats cycle = Summarise(samples);
+
+  // (c) hand-off and (d) hot key: contenders on one key.
+  std::atomic<std::int64_t> release_invoked{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::int64_t> handoffs;
+  std::vector<int> per_contender(static_cast<std::size_t>(f.contenders), 0);
+  std::atomic<int> errors{0};
+  std::string first_error;
+  const std::int64_t hot_start = NowNs();
+  {
+    std::vector<std::thread> threads;
+    for (int c = 0; c < f.contenders; ++c) {
+      threads.emplace_back([&, c] {
+        auto me = open_client();
+        if (!me) {
+          ++errors;
+          return;
+        }
+        while (!stop) {
+          const std::int64_t asked = NowNs();
+          auto lease = me->Acquire(prefix + "hot", opts);
+          const std::int64_t granted = NowNs();
+          if (!lease.ok()) {
+            if (errors++ == 0) {
+              std::lock_guard l(mu);
+              first_error = lease.status().ToString();
+            }
+            continue;
+          }
+          const std::int64_t released = release_invoked.load();
+          {
+            std::lock_guard l(mu);
+            ++per_contender[static_cast<std::size_t>(c)];
+            // A hand-off: we were waiting when the previous holder let go.
+            if (released > asked) handoffs.push_back(granted - released);
+          }
+          std::this_thread::sleep_for(*hold);
+          release_invoked = NowNs();
+          (void)lease->Release();
+        }
+      });
+    }
+    std::this_thread::sleep_for(*duration);
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+  const double hot_seconds = static_cast<double>(NowNs() - hot_start) / 1e9;
+  if (errors > 0) return Fail(kExitUnavailable, "contended run: " + std::to_string(errors.load()) + " errors, first: " + first_error);
+  const Stats handoff = Summarise(handoffs);
+  int grants = 0;
+  for (int n : per_contender) grants += n;
+  const double hot_ops = grants / hot_seconds;
+  const double ideal_ops = 1.0 / std::chrono::duration<double>(*hold).count();
+  const auto [min_it, max_it] = std::minmax_element(per_contender.begin(), per_contender.end());
+
+  // (e) many keys, against the same clients pinging.
+  auto run_clients = [&](bool locks) {
+    std::atomic<std::int64_t> count{0};
+    std::atomic<bool> done{false};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < f.clients; ++c) {
+      threads.emplace_back([&, c] {
+        auto me = open_client();
+        if (!me) return;
+        const std::string key = prefix + "many/" + std::to_string(c);
+        while (!done) {
+          if (locks) {
+            auto lease = me->TryAcquire(key, opts);
+            if (lease.ok()) (void)lease->Release();
+          } else {
+            (void)me->Ping();
+            (void)me->Ping();
+          }
+          ++count;
+        }
+      });
+    }
+    const auto t0 = NowNs();
+    std::this_thread::sleep_for(*duration / 2);
+    done = true;
+    for (auto& t : threads) t.join();
+    return static_cast<double>(count.load()) / (static_cast<double>(NowNs() - t0) / 1e9);
+  };
+  const double many_ops = run_clients(true);
+  const double many_floor_ops = have_floor ? run_clients(false) : 0;
+
+  // (f) memory per held lease.
+  std::int64_t bytes_per_lease = 0;
+  {
+    std::vector<Lease> held;
+    held.reserve(static_cast<std::size_t>(f.leases));
+    const std::int64_t before = RssBytes();
+    AcquireOptions long_opts = opts;
+    long_opts.ttl = std::chrono::minutes(10);
+    for (int i = 0; i < f.leases; ++i) {
+      auto lease = client.TryAcquire(prefix + "mem/" + std::to_string(i), long_opts);
+      if (!lease.ok()) return Fail(lease.status());
+      held.push_back(std::move(*lease));
+    }
+    bytes_per_lease = (RssBytes() - before) / f.leases;
+    for (auto& l : held) (void)l.Release();
+  }
+
+  const double cycle_ratio = Ratio(cycle.p50_us, 2 * floor.p50_us);
+  const double handoff_ratio = Ratio(handoff.p50_us, floor.p50_us);
+  std::cout << std::fixed << std::setprecision(1);
+  auto line = [](const std::string& what, const Stats& s) {
+    std::cout << "  " << std::left << std::setw(34) << what << std::right << std::setw(10)
+              << s.p50_us << std::setw(10) << s.p99_us << "   (n=" << s.n << ")\n";
+  };
+  std::cout << "                                         p50 us    p99 us\n";
+  if (have_floor) line("floor: one round trip (Ping)", floor);
+  line("cycle: TryAcquire + Release", cycle);
+  line("hand-off, " + std::to_string(f.contenders) + " contenders", handoff);
+  if (have_floor) {
+    std::cout << "  cycle / two round trips           " << Fixed(cycle_ratio, 2) << "\n"
+              << "  hand-off / one round trip         " << Fixed(handoff_ratio, 2) << "\n";
+  } else {
+    std::cout << "  (this store has no Ping: no floor, no ratios)\n";
+  }
+  std::cout << "  hot key: " << Fixed(hot_ops) << " grants/s with a " << f.hold << " hold; ideal 1/hold = "
+            << Fixed(ideal_ops) << "/s (" << Fixed(100 * Ratio(hot_ops, ideal_ops)) << "%); per contender "
+            << *min_it << ".." << *max_it << "\n"
+            << "  many keys: " << Fixed(many_ops) << " cycles/s with " << f.clients << " clients";
+  if (have_floor) std::cout << "; floor " << Fixed(many_floor_ops) << " (two pings)/s (" << Fixed(100 * Ratio(many_ops, many_floor_ops)) << "%)";
+  std::cout << "\n  memory: " << bytes_per_lease << " bytes of client memory per held lease ("
+            << f.leases << " leases)\n";
+
+  if (!f.json.empty()) {
+    json out = {{"backend", client.Describe()},
+                {"floor_rtt_us", have_floor ? json(floor.p50_us) : json(nullptr)},
+                {"floor", have_floor ? ToJson(floor) : json(nullptr)},
+                {"cycle", ToJson(cycle)},
+                {"cycle_ratio_to_floor", have_floor ? json(cycle_ratio) : json(nullptr)},
+                // No hand-off seen (the releaser always took the key back):
+                // null, not a zero latency.
+                {"handoff", handoff.n ? ToJson(handoff) : json(nullptr)},
+                {"handoff_ratio_to_floor",
+                 have_floor && handoff.n ? json(handoff_ratio) : json(nullptr)},
+                {"contenders", f.contenders},
+                {"hot_key", {{"hold_ms", std::chrono::duration<double, std::milli>(*hold).count()},
+                             {"ops_per_s", hot_ops},
+                             {"ideal_ops_per_s", ideal_ops},
+                             {"ratio_to_ideal", Ratio(hot_ops, ideal_ops)},
+                             {"per_contender", per_contender}}},
+                {"many_keys", {{"clients", f.clients},
+                               {"ops_per_s", many_ops},
+                               {"floor_ops_per_s", have_floor ? json(many_floor_ops) : json(nullptr)},
+                               {"ratio_to_floor", have_floor ? json(Ratio(many_ops, many_floor_ops)) : json(nullptr)}}},
+                {"memory", {{"leases", f.leases}, {"bytes_per_lease", bytes_per_lease}}}};
+    std::ofstream file(f.json, std::ios::trunc);
+    file << out.dump(2) << '\n';
+    if (!file) return Fail(kExitCantCreate, "cannot write " + f.json);
+  }
+  return kExitOk;
+}
+
+}  // namespace dlock::cli
