@@ -28,12 +28,13 @@
 #include <thread>
 
 #include "cli/common.h"
-#include "cli/fd.h"
+#include "core/fd.h"
 #include "core/duration.h"
 
 extern char** environ;
 
 namespace dlock::cli {
+using internal::Fd;
 namespace {
 
 using std::chrono::milliseconds;

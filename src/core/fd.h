@@ -1,12 +1,12 @@
 // A file descriptor owned by exactly one object.
-#ifndef DLOCK_SRC_CLI_FD_H_
-#define DLOCK_SRC_CLI_FD_H_
+#ifndef DLOCK_SRC_CORE_FD_H_
+#define DLOCK_SRC_CORE_FD_H_
 
 #include <unistd.h>
 
 #include <utility>
 
-namespace dlock::cli {
+namespace dlock::internal {
 
 class Fd {
  public:
@@ -35,6 +35,6 @@ class Fd {
   int fd_ = -1;
 };
 
-}  // namespace dlock::cli
+}  // namespace dlock::internal
 
-#endif  // DLOCK_SRC_CLI_FD_H_
+#endif  // DLOCK_SRC_CORE_FD_H_

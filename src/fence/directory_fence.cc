@@ -19,25 +19,14 @@
 #include <cstring>
 #include <string>
 
+#include "core/fd.h"
 #include "dlock/clock.h"
 #include "dlock/fence.h"
 
 namespace dlock::fence {
 namespace {
 
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using ScopedFd = internal::Fd;
 
 Status SysError(std::string_view what, const std::string& path, int err = errno) {
   return UnavailableError("cannot " + std::string(what) + " " + path + ": " + std::strerror(err));

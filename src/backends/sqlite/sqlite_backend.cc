@@ -1,7 +1,10 @@
 #include "backends/sqlite/sqlite_backend.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sqlite3.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,7 +13,10 @@
 #include <cctype>
 #include <cerrno>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
+#include <stop_token>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -19,9 +25,12 @@
 #include <vector>
 
 #include "core/duration.h"
+#include "core/fd.h"
 
 namespace dlock::sqlite {
 namespace {
+
+using internal::Fd;
 
 // Bumped when dlock_locks changes shape; kept in dlock_meta rather than
 // PRAGMA user_version so that a database shared with another application
@@ -47,6 +56,15 @@ CREATE TABLE IF NOT EXISTS dlock_locks (
   expires_at_ms  INTEGER,
   acquired_at_ms INTEGER
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_queue (
+  key           TEXT NOT NULL,
+  owner         TEXT NOT NULL,
+  seq           INTEGER NOT NULL,
+  boot_id       TEXT NOT NULL,
+  expires_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (key, owner)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dlock_queue_by_seq ON dlock_queue (key, seq);
 )sql";
 
 constexpr const char* kSchemaVersionSql =
@@ -74,6 +92,36 @@ WHERE owner IS NULL
    OR expires_at_ms <= excluded.acquired_at_ms
 RETURNING token
 )sql";
+
+// The wait queue: waiters are served in arrival order, so that a process
+// that releases and re-acquires in a loop cannot starve the others. An entry
+// lives queue_ttl past its owner's last attempt (judged by the store clock),
+// so a waiter that dies leaves the queue by itself. A lapsed entry that comes
+// back goes to the end.
+constexpr const char* kEnqueueSql = R"sql(
+INSERT INTO dlock_queue (key, owner, seq, boot_id, expires_at_ms)
+VALUES (:key, :owner, (SELECT coalesce(max(seq), 0) + 1 FROM dlock_queue WHERE key = :key),
+        :boot, :now_ms + :queue_ttl_ms)
+ON CONFLICT (key, owner) DO UPDATE SET
+  seq = CASE WHEN dlock_queue.boot_id IS NOT excluded.boot_id
+               OR dlock_queue.expires_at_ms <= :now_ms
+             THEN excluded.seq ELSE dlock_queue.seq END,
+  boot_id = excluded.boot_id,
+  expires_at_ms = excluded.expires_at_ms
+)sql";
+
+constexpr const char* kPurgeQueueSql = R"sql(
+DELETE FROM dlock_queue
+WHERE key = :key AND (boot_id IS NOT :boot OR expires_at_ms <= :now_ms)
+)sql";
+
+constexpr const char* kQueueHeadSql = R"sql(
+SELECT owner FROM dlock_queue
+WHERE key = :key AND boot_id = :boot AND expires_at_ms > :now_ms
+ORDER BY seq LIMIT 1
+)sql";
+
+constexpr const char* kDequeueSql = "DELETE FROM dlock_queue WHERE key = :key AND owner = :owner";
 
 constexpr const char* kHolderTtlSql =
     "SELECT expires_at_ms - :now_ms FROM dlock_locks WHERE key = :key";
@@ -347,8 +395,13 @@ class SqliteBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   std::string Describe() const override { return "sqlite://" + options_.path; }
   Status Ping() override;
+  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
 
  private:
+  // The live head of `key`'s wait queue ("" when empty). Under mu_.
+  Result<std::string> QueueHead(std::string_view key, const BootTime& now);
+  // Whether a waiter of ours may take `key` now: free, and ours at the head.
+  Result<bool> MayTakeNow(std::string_view key);
   BootTime StoreNow() const {
     return options_.store_clock ? options_.store_clock() : ReadBootTime();
   }
@@ -365,8 +418,12 @@ class SqliteBackend final : public Backend {
   DbHandle db_;
   StmtHandle begin_, commit_, rollback_;
   StmtHandle acquire_, holder_ttl_, release_, held_by_anyone_, renew_, list_;
+  StmtHandle enqueue_, purge_queue_, queue_head_, dequeue_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
+  // Owners of this connection waiting in each key's queue: WaitForRelease
+  // wakes only when one of them is at the head of a free key.
+  std::map<std::string, std::set<std::string>, std::less<>> waiting_;
 };
 
 Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
@@ -464,6 +521,10 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kHeldByAnyoneSql, &held_by_anyone_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kRenewSql, &renew_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kListSql, &list_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kEnqueueSql, &enqueue_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kPurgeQueueSql, &purge_queue_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kQueueHeadSql, &queue_head_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kDequeueSql, &dequeue_, what));
   return Status::Ok();
 }
 
@@ -484,7 +545,34 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   const BootTime now = StoreNow();
 
   Attempt attempt;
-  {
+  if (request.queue_ttl > std::chrono::milliseconds(0)) {
+    Query purge(purge_queue_.get());
+    purge.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    rc = purge.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+    Query enqueue(enqueue_.get());
+    enqueue.Bind(":key", request.key)
+        .Bind(":owner", owner)
+        .Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms)
+        .Bind(":queue_ttl_ms", static_cast<std::int64_t>(request.queue_ttl.count()));
+    rc = enqueue.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+  }
+  // Only the head of the queue may take the key (a single attempt only when
+  // nobody waits) — unless this owner holds it already (a retried grant).
+  auto head = QueueHead(request.key, now);
+  if (!head.ok()) return head.status();
+  bool allowed = head->empty() || *head == owner;
+  if (!allowed) {
+    Query held(held_by_anyone_.get());
+    held.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    // Not needed for correctness: the grant statement re-grants only to the
+    // same owner; this just avoids refusing our own retry.
+    rc = held.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+  }
+  if (allowed || rc == SQLITE_ROW) {
     Query query(acquire_.get());
     query.Bind(":key", request.key)
         .Bind(":owner", owner)
@@ -500,6 +588,12 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
       if (IsError(rc)) return FromSqlite(rc, db, what());
     }
   }
+  if (attempt.granted && request.queue_ttl > std::chrono::milliseconds(0)) {
+    Query dequeue(dequeue_.get());
+    dequeue.Bind(":key", request.key).Bind(":owner", owner);
+    rc = dequeue.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+  }
   if (!attempt.granted) {
     Query query(holder_ttl_.get());
     query.Bind(":key", request.key).Bind(":now_ms", now.now_ms);
@@ -511,7 +605,92 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   }
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db, what());
+  if (request.queue_ttl > std::chrono::milliseconds(0) && !attempt.granted) {
+    waiting_[request.key].insert(owner);
+  } else if (auto it = waiting_.find(request.key); it != waiting_.end()) {
+    it->second.erase(owner);
+    if (it->second.empty()) waiting_.erase(it);
+  }
   return attempt;
+}
+
+Result<std::string> SqliteBackend::QueueHead(std::string_view key, const BootTime& now) {
+  Query query(queue_head_.get());
+  query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+  const int rc = query.Step();
+  if (rc == SQLITE_ROW) return query.Text(0);
+  if (rc == SQLITE_DONE) return std::string();
+  return FromSqlite(rc, db_.get(), "read the wait queue of " + std::string(key));
+}
+
+Result<bool> SqliteBackend::MayTakeNow(std::string_view key) {
+  std::lock_guard lock(mu_);
+  auto mine = waiting_.find(key);
+  if (mine == waiting_.end()) return true;  // not queued here: let the core try
+  const BootTime now = StoreNow();
+  Query held(held_by_anyone_.get());
+  held.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+  const int rc = held.Step();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), "wait for " + std::string(key));
+  if (rc == SQLITE_ROW) return false;
+  auto head = QueueHead(key, now);
+  if (!head.ok()) return head.status();
+  return head->empty() || mine->second.count(*head) > 0;
+}
+
+// Every commit appends to the -wal file, from any process on the host, so an
+// inotify watch on it is a wake-up for "something changed": a release, a
+// queue entry leaving. On each wake-up a read-only check decides whether one
+// of our waiters is now at the head of a free key; expiries (which write
+// nothing) are covered by `until`, which the core bounds by the holder's
+// remaining TTL.
+bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
+  // A test that drives the store clock also drives the core's clock: waiting
+  // here in real time would not follow it, so leave waiting to the core.
+  if (options_.store_clock) return false;
+  {
+    std::lock_guard lock(mu_);
+    if (!waiting_.count(key)) return false;
+  }
+  Fd notify(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (notify.get() < 0 ||
+      ::inotify_add_watch(notify.get(), (options_.path + "-wal").c_str(), IN_MODIFY) < 0) {
+    return false;  // no inotify: the core polls
+  }
+  Fd stopped(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  std::stop_callback on_stop(stop, [&] {
+    std::uint64_t one = 1;
+    (void)!::write(stopped.get(), &one, sizeof one);
+  });
+  // The -wal file changes when a commit's frames are written, a little
+  // before the commit becomes visible (after its fsync, in the shared-memory
+  // index, which inotify cannot see). So after each change, look again a few
+  // times over the next ~25 ms (0.2, 0.4, 0.8, ... ms) before waiting for
+  // the next change.
+  std::int64_t recheck_us = 0;
+  for (;;) {
+    // Checked after the watch is armed, so a change in between is not missed.
+    auto may = MayTakeNow(key);
+    if (!may.ok() || *may || stop.stop_requested()) return true;
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+        until - MonotonicClock::now());
+    if (left <= std::chrono::microseconds(0)) return true;
+    std::int64_t timeout_us = std::min<std::int64_t>(left.count(), 60'000'000);
+    if (recheck_us > 0) timeout_us = std::min(timeout_us, recheck_us);
+    const timespec timeout{static_cast<time_t>(timeout_us / 1'000'000),
+                           static_cast<long>(timeout_us % 1'000'000) * 1000};
+    pollfd fds[2] = {{notify.get(), POLLIN, 0}, {stopped.get(), POLLIN, 0}};
+    const int ready = ::ppoll(fds, 2, &timeout, nullptr);
+    if (ready > 0 && fds[1].revents) return true;
+    if (ready > 0 && fds[0].revents) {
+      char buf[4096];
+      while (::read(notify.get(), buf, sizeof buf) > 0) {
+      }
+      recheck_us = 200;
+    } else if (recheck_us > 0) {
+      recheck_us = recheck_us >= 12'800 ? 0 : recheck_us * 2;
+    }
+  }
 }
 
 // The floor: one single-row write transaction with the same durability as a
@@ -556,20 +735,35 @@ Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
     rc = query.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
   }
-  if (sqlite3_changes(db) == 0) {
+  const bool released = sqlite3_changes(db) > 0;
+  Status result;
+  {
+    // A waiter that gives up leaves the queue at once.
+    Query dequeue(dequeue_.get());
+    dequeue.Bind(":key", key).Bind(":owner", owner.ToString());
+    rc = dequeue.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what());
+  }
+  if (auto it = waiting_.find(key); it != waiting_.end()) {
+    it->second.erase(owner.ToString());
+    if (it->second.empty()) waiting_.erase(it);
+  }
+  if (!released) {
     const BootTime now = StoreNow();
     Query query(held_by_anyone_.get());
     query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
     rc = query.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
-    if (rc == SQLITE_ROW) {
-      return NotOwnerError("release " + std::string(key) + ": the lock is held by another owner");
-    }
     // Free or expired: releasing again is not an error.
+    if (rc == SQLITE_ROW) {
+      result = NotOwnerError("release " + std::string(key) + ": the lock is held by another owner");
+    }
   }
+  // Committed even when another owner holds the key: leaving the queue must
+  // stick.
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db, what());
-  return Status::Ok();
+  return result;
 }
 
 std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {

@@ -211,6 +211,65 @@ TEST_F(SqliteBackendTest, ReleaseByNonOwnerIsNotOwnerAndLockStaysHeld) {
   EXPECT_EQ((*held)[0].owner, a);
 }
 
+// Waiters are served in arrival order: the wait queue.
+LeaseRequest Queued(std::string key, OwnerId owner, milliseconds queue_ttl = seconds(3)) {
+  LeaseRequest r{std::move(key), owner, seconds(10)};
+  r.queue_ttl = queue_ttl;
+  return r;
+}
+
+TEST_F(SqliteBackendTest, WaitersAreGrantedInArrivalOrder) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  OwnerId holder = NewOwner(), first = NewOwner(), second = NewOwner();
+  MustAcquire(*backend, Req("k", holder));
+  ASSERT_FALSE(backend->TryAcquire(Queued("k", first))->granted);
+  ASSERT_FALSE(backend->TryAcquire(Queued("k", second))->granted);
+  ASSERT_TRUE(backend->Release("k", holder).ok());
+  // The key is free, but the second waiter is not at the head; nor may a
+  // single attempt barge in while others wait; nor the releaser come back.
+  EXPECT_FALSE(backend->TryAcquire(Queued("k", second))->granted);
+  EXPECT_FALSE(backend->TryAcquire(Req("k", NewOwner()))->granted);
+  EXPECT_FALSE(backend->TryAcquire(Queued("k", holder))->granted);
+  FencingToken t1 = MustAcquire(*backend, Queued("k", first));
+  ASSERT_TRUE(backend->Release("k", first).ok());
+  FencingToken t2 = MustAcquire(*backend, Queued("k", second));
+  EXPECT_GT(t2, t1);
+  ASSERT_TRUE(backend->Release("k", second).ok());
+  // The releaser that re-queued is next, then the queue is empty.
+  MustAcquire(*backend, Queued("k", holder));
+  ASSERT_TRUE(backend->Release("k", holder).ok());
+  MustAcquire(*backend, Req("k", NewOwner()));
+}
+
+TEST_F(SqliteBackendTest, AWaiterThatStopsAttemptingLeavesTheQueue) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  OwnerId holder = NewOwner(), dead = NewOwner(), alive = NewOwner();
+  MustAcquire(*backend, Req("k", holder));
+  ASSERT_FALSE(backend->TryAcquire(Queued("k", dead))->granted);
+  ASSERT_FALSE(backend->TryAcquire(Queued("k", alive))->granted);
+  ASSERT_TRUE(backend->Release("k", holder).ok());
+  Advance(seconds(2));
+  EXPECT_FALSE(backend->TryAcquire(Queued("k", alive))->granted);  // refreshes `alive`
+  Advance(milliseconds(1001));  // `dead` last attempted 3.001 s ago
+  MustAcquire(*backend, Queued("k", alive));
+}
+
+TEST_F(SqliteBackendTest, GivingUpLeavesTheQueueEvenWhileTheKeyIsHeld) {
+  // Regression: Release by a waiter returned kNotOwner (another owner holds
+  // the key) before committing, so its queue entry stayed and blocked every
+  // single attempt for queue_ttl after the holder let go.
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  OwnerId holder = NewOwner(), quitter = NewOwner();
+  MustAcquire(*backend, Req("k", holder));
+  ASSERT_FALSE(backend->TryAcquire(Queued("k", quitter))->granted);
+  EXPECT_EQ(backend->Release("k", quitter).code(), StatusCode::kNotOwner);
+  ASSERT_TRUE(backend->Release("k", holder).ok());
+  MustAcquire(*backend, Req("k", NewOwner()));
+}
+
 TEST_F(SqliteBackendTest, ReleaseIsIdempotent) {
   auto backend = OpenBackend();
   ASSERT_NE(backend, nullptr);
