@@ -86,10 +86,19 @@ ON CONFLICT (key) DO UPDATE SET
   owner          = excluded.owner,
   boot_id        = excluded.boot_id,
   expires_at_ms  = excluded.expires_at_ms
-WHERE owner IS NULL
-   OR owner = excluded.owner
-   OR boot_id IS NOT excluded.boot_id
-   OR expires_at_ms <= excluded.acquired_at_ms
+WHERE owner = excluded.owner
+   OR ((owner IS NULL
+        OR boot_id IS NOT excluded.boot_id
+        OR expires_at_ms <= excluded.acquired_at_ms)
+       -- FIFO: no live waiter arrived before us (a single attempt, which is
+       -- not queued, comes after every waiter).
+       AND NOT EXISTS (
+         SELECT 1 FROM dlock_queue q
+         WHERE q.key = excluded.key AND q.owner <> excluded.owner
+           AND q.boot_id = excluded.boot_id AND q.expires_at_ms > excluded.acquired_at_ms
+           AND q.seq < coalesce((SELECT seq FROM dlock_queue
+                                 WHERE key = excluded.key AND owner = excluded.owner),
+                                9223372036854775807)))
 RETURNING token
 )sql";
 
@@ -559,20 +568,9 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
     rc = enqueue.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
   }
-  // Only the head of the queue may take the key (a single attempt only when
-  // nobody waits) — unless this owner holds it already (a retried grant).
-  auto head = QueueHead(request.key, now);
-  if (!head.ok()) return head.status();
-  bool allowed = head->empty() || *head == owner;
-  if (!allowed) {
-    Query held(held_by_anyone_.get());
-    held.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-    // Not needed for correctness: the grant statement re-grants only to the
-    // same owner; this just avoids refusing our own retry.
-    rc = held.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
-  }
-  if (allowed || rc == SQLITE_ROW) {
+  // One statement grants, re-grants to the same owner, or refuses — also
+  // refusing anyone but the head of the wait queue.
+  {
     Query query(acquire_.get());
     query.Bind(":key", request.key)
         .Bind(":owner", owner)
@@ -737,14 +735,13 @@ Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
   }
   const bool released = sqlite3_changes(db) > 0;
   Status result;
-  {
-    // A waiter that gives up leaves the queue at once.
+  // A waiter that gives up leaves the queue at once. Only owners that waited
+  // through this connection can be queued: skip the statement otherwise.
+  if (auto it = waiting_.find(key); it != waiting_.end() && it->second.count(owner.ToString())) {
     Query dequeue(dequeue_.get());
     dequeue.Bind(":key", key).Bind(":owner", owner.ToString());
     rc = dequeue.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
-  }
-  if (auto it = waiting_.find(key); it != waiting_.end()) {
     it->second.erase(owner.ToString());
     if (it->second.empty()) waiting_.erase(it);
   }
