@@ -61,6 +61,10 @@ struct AcquireOptions {
   std::function<void(const Status& why)> on_lost;
   // Cancels a waiting Acquire (kCancelled).
   std::stop_token cancel;
+  // Bounded holding: no renewal after this long, so a hung holder cannot
+  // keep the key forever; the lease is then lost at its valid_until in the
+  // usual, reported way. Unset: renewed until released.
+  std::optional<std::chrono::milliseconds> max_hold;
 };
 
 class Client {
@@ -84,6 +88,14 @@ class Client {
   // One attempt: kLockHeld if another owner holds the key.
   Result<Lease> TryAcquire(std::string_view key,
                            const AcquireOptions& options = {});
+
+  // Acquires every key, all or nothing, within one options.wait. Keys are
+  // taken in one canonical order (bytewise, duplicates dropped), so two
+  // callers asking for {a, b} and {b, a} can never deadlock. On failure every
+  // key taken so far is released. The leases come back in canonical order,
+  // each with its own token.
+  Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
+                                        const AcquireOptions& options = {});
 
   // Locks currently held in the store whose key starts with `prefix`.
   Result<std::vector<HolderInfo>> List(std::string_view prefix = {});

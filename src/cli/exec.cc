@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -47,19 +48,33 @@ Result<milliseconds> ParseFlagDuration(std::string_view flag, const std::string&
   return d;
 }
 
-// The child's environment: ours, with DLOCK_* replaced.
-std::vector<std::string> ChildEnvironment(const Lease& lease, const std::string& uri) {
+// The child's environment: ours, with DLOCK_* replaced. DLOCK_KEY and
+// DLOCK_TOKEN are the primary key's; with more keys, DLOCK_KEY_COUNT and
+// DLOCK_KEY_<i> / DLOCK_TOKEN_<i> list every one, in the canonical order
+// they were taken in.
+std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
+                                          const std::string& primary, const std::string& uri) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string_view v(*e);
-    if (v.starts_with("DLOCK_KEY=") || v.starts_with("DLOCK_TOKEN=") ||
+    if (v.starts_with("DLOCK_KEY") || v.starts_with("DLOCK_TOKEN") ||
         v.starts_with("DLOCK_BACKEND=")) {
       continue;
     }
     env.emplace_back(v);
   }
-  env.push_back("DLOCK_KEY=" + lease.key());
-  env.push_back("DLOCK_TOKEN=" + std::to_string(lease.token()));
+  for (const Lease& l : leases) {
+    if (l.key() != primary) continue;
+    env.push_back("DLOCK_KEY=" + l.key());
+    env.push_back("DLOCK_TOKEN=" + std::to_string(l.token()));
+  }
+  if (leases.size() > 1) {
+    env.push_back("DLOCK_KEY_COUNT=" + std::to_string(leases.size()));
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      env.push_back("DLOCK_KEY_" + std::to_string(i) + "=" + leases[i].key());
+      env.push_back("DLOCK_TOKEN_" + std::to_string(i) + "=" + std::to_string(leases[i].token()));
+    }
+  }
   env.push_back("DLOCK_BACKEND=" + uri);
   return env;
 }
@@ -155,6 +170,16 @@ int RunExec(const ExecFlags& flags) {
   auto grace = ParseFlagDuration("--kill-grace", flags.kill_grace);
   if (!grace.ok()) return Fail(grace.status());
   if (Status s = ValidateKey(flags.key); !s.ok()) return Fail(s);
+  for (const auto& k : flags.extra_keys) {
+    if (Status s = ValidateKey(k); !s.ok()) return Fail(s.WithContext("--key"));
+  }
+  std::optional<std::chrono::milliseconds> max_hold;
+  if (!flags.max_hold.empty()) {
+    auto d = ParseFlagDuration("--max-hold", flags.max_hold);
+    if (!d.ok()) return Fail(d.status());
+    if (*d <= std::chrono::milliseconds(0)) return Fail(kExitUsage, "--max-hold must be positive");
+    max_hold = *d;
+  }
   if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
   if (flags.command.empty()) {
     return Fail(kExitUsage, "no command given: usage: dlock exec KEY [OPTIONS] -- CMD [ARGS...]");
@@ -186,25 +211,68 @@ int RunExec(const ExecFlags& flags) {
     std::uint64_t one = 1;
     (void)!::write(lost_event, &one, sizeof one);
   };
-  // One attempt first: an uncontended key needs no watcher thread.
-  Result<Lease> acquired = store->client->TryAcquire(flags.key, options);
+  options.max_hold = max_hold;
+  std::vector<std::string> keys = flags.extra_keys;
+  keys.push_back(flags.key);
+  Result<std::vector<Lease>> acquired = InternalError("not acquired");
   int interrupted = 0;
-  if (!flags.no_wait && acquired.status().code() == StatusCode::kLockHeld) {
+  if (keys.size() == 1) {
+    // One attempt first: an uncontended key needs no watcher thread.
+    Result<Lease> one = store->client->TryAcquire(flags.key, options);
+    if (!flags.no_wait && one.status().code() == StatusCode::kLockHeld) {
+      InterruptWatcher watcher(signal_fd.get(), cancel);
+      one = store->client->Acquire(flags.key, options);
+      watcher.Stop();
+      interrupted = watcher.signal();
+    }
+    if (one.ok()) {
+      std::vector<Lease> v;
+      v.push_back(std::move(*one));
+      acquired = std::move(v);
+    } else {
+      acquired = one.status();
+    }
+  } else {
+    // Several keys: all or nothing, in one canonical order (no deadlock
+    // between two commands asking for the same keys in different orders).
+    if (flags.no_wait) options.wait = std::chrono::milliseconds(0);
     InterruptWatcher watcher(signal_fd.get(), cancel);
-    acquired = store->client->Acquire(flags.key, options);
+    acquired = store->client->AcquireAll(keys, options);
     watcher.Stop();
     interrupted = watcher.signal();
   }
   if (interrupted != 0) {
-    if (acquired.ok()) (void)acquired->Release();
+    if (acquired.ok()) {
+      for (auto& l : *acquired) (void)l.Release();
+    }
     Fail(128 + interrupted, "interrupted by signal " + std::to_string(interrupted) +
                                 " while waiting for key '" + flags.key + "'");
     return 128 + interrupted;
   }
   if (!acquired.ok()) return Fail(acquired.status());
-  Lease& lease = *acquired;
+  std::vector<Lease>& leases = *acquired;
+  auto release_all = [&] {
+    Status first;
+    for (auto& l : leases) {
+      Status s = l.Release();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    return first;
+  };
+  // The earliest valid_until, and the first loss, among the leases.
+  auto earliest_valid_until = [&] {
+    TimePoint t = TimePoint::max();
+    for (const auto& l : leases) t = std::min(t, l.valid_until());
+    return t;
+  };
+  auto first_loss = [&] {
+    for (const auto& l : leases) {
+      if (Status s = l.Check(); !s.ok()) return s;
+    }
+    return Status::Ok();
+  };
 
-  std::vector<std::string> env = ChildEnvironment(lease, store->uri);
+  std::vector<std::string> env = ChildEnvironment(leases, flags.key, store->uri);
   std::vector<std::string> args = flags.command;
   std::vector<char*> envp = CStrings(env);
   std::vector<char*> argv = CStrings(args);
@@ -216,12 +284,14 @@ int RunExec(const ExecFlags& flags) {
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
-    (void)lease.Release();
+    (void)release_all();
     return Fail(kExitSoftware, std::string("fork failed: ") + std::strerror(errno));
   }
   if (child == 0) RunChild(parent, old_mask, argv.data(), envp.data(), exec_error_prefix);
   ::setpgid(child, child);  // also done by the child; whichever runs first wins
 
+  const TimePoint started = MonotonicClock::now();
+  auto past_max_hold = [&] { return max_hold && MonotonicClock::now() >= started + *max_hold; };
   // When to act, counted back from valid_until: valid_until is already a
   // drift margin before the store's own expiry.
   const Duration term_lead = std::min<Duration>(*grace, *ttl / 4);
@@ -239,16 +309,16 @@ int RunExec(const ExecFlags& flags) {
 
   while (!child_done) {
     const TimePoint now = MonotonicClock::now();
-    const TimePoint valid_until = lease.valid_until();
-    if (lost_reason.ok()) {
-      if (Status s = lease.Check(); !s.ok()) lost_reason = s;
-    }
+    const TimePoint valid_until = earliest_valid_until();
+    if (lost_reason.ok()) lost_reason = first_loss();
     if (!sent_kill && (!lost_reason.ok() || now >= valid_until - kill_lead)) {
       ::killpg(child, SIGKILL);
       sent_kill = sent_term = true;
     } else if (!sent_term && now >= valid_until - term_lead) {
-      Fail(0, "lease on key '" + flags.key + "' is about to expire without a renewal; " +
-                  "sending SIGTERM to process group " + std::to_string(child));
+      Fail(0, "lease on key '" + flags.key + "' is about to expire " +
+                  (past_max_hold() ? "(its max hold " + flags.max_hold + " is reached)"
+                                   : "without a renewal") +
+                  "; sending SIGTERM to process group " + std::to_string(child));
       ::killpg(child, SIGTERM);
       sent_term = true;
     }
@@ -278,10 +348,11 @@ int RunExec(const ExecFlags& flags) {
     }
   }
 
-  Status released = lease.Release();
+  Status released = release_all();
   if (sent_term || !lost_reason.ok()) {
-    std::string why = lost_reason.ok() ? "no renewal got through before its valid_until"
-                                       : lost_reason.message();
+    std::string why = !lost_reason.ok() ? lost_reason.message()
+                      : past_max_hold() ? "its max hold " + flags.max_hold + " was reached"
+                                        : "no renewal got through before its valid_until";
     return Fail(kExitLeaseLost, "lease on key '" + flags.key + "' lost (" + why +
                                     "); the command's process group was terminated");
   }

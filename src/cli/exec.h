@@ -16,6 +16,8 @@ struct ExecFlags {
   // of it.
   std::string kill_grace = "5s";
   std::string backend;
+  std::vector<std::string> extra_keys;  // --key: more keys, all or nothing
+  std::string max_hold;                 // --max-hold: stop renewing after this
   std::vector<std::string> command;
 };
 

@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
                    "ttl/4); SIGKILL at a fifth of it")
       ->capture_default_str();
   exec->add_option("--backend", exec_flags.backend, kBackendHelp);
+  exec->add_option("--key", exec_flags.extra_keys,
+                   "another key to hold too (repeatable): all are taken in one canonical "
+                   "order, all or nothing; each token is in DLOCK_KEY_<i>/DLOCK_TOKEN_<i>")
+      ->allow_extra_args(false);  // one value per --key, so that `--` still ends the options
+  exec->add_option("--max-hold", exec_flags.max_hold,
+                   "stop renewing after this long, so a hung command cannot keep the lock "
+                   "forever (it is then terminated like any lost lease)");
   exec->footer(
       "Example: dlock exec nightly-report --ttl 30s -- sh -c 'make-report > out.csv'\n"
       "Exit status: the command's own; 64 usage; 69 store unavailable; 75 gave up waiting; "

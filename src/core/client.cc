@@ -1,5 +1,6 @@
 #include "dlock/client.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/client_core.h"
@@ -82,6 +83,11 @@ Result<Lease> Client::Acquire(std::string_view key, const AcquireOptions& option
 
 Result<Lease> Client::TryAcquire(std::string_view key, const AcquireOptions& options) {
   return core_->Acquire(key, options, /*wait=*/false);
+}
+
+Result<std::vector<Lease>> Client::AcquireAll(std::vector<std::string> keys,
+                                              const AcquireOptions& options) {
+  return core_->AcquireAll(std::move(keys), options);
 }
 
 Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {

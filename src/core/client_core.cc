@@ -53,6 +53,10 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
   }
   const Duration drift =
       options.drift_margin ? Duration(*options.drift_margin) : DefaultDrift(options.ttl);
+  if (options.max_hold && *options.max_hold <= milliseconds(0)) {
+    return InvalidArgumentError("max hold " + FormatDuration(*options.max_hold) +
+                                " must be positive");
+  }
   if (drift < Duration::zero() || drift >= options.ttl) {
     return InvalidArgumentError("drift margin must be at least 0 and less than the ttl " +
                                 FormatDuration(options.ttl));
@@ -88,6 +92,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
       state->on_lost = options.on_lost;
       state->valid_until = sent + options.ttl - drift;
       state->next_renew_at = sent + options.ttl / 3;
+      if (options.max_hold) state->renew_until = sent + *options.max_hold;
       bool wake;
       {
         std::lock_guard lock(mu_);
@@ -137,6 +142,36 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
   }
 }
 
+Result<std::vector<Lease>> ClientCore::AcquireAll(std::vector<std::string> keys,
+                                                  const AcquireOptions& options) {
+  if (keys.empty()) return InvalidArgumentError("AcquireAll needs at least one key");
+  for (const auto& k : keys) DLOCK_RETURN_IF_ERROR(ValidateKey(k));
+  if (options.wait < milliseconds(0)) {
+    return InvalidArgumentError("wait " + FormatDuration(options.wait) +
+                                " is negative: use 0 for a single attempt");
+  }
+  // One canonical order for everyone: no two callers can each hold a key
+  // the other waits for.
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  // One deadline for the whole set: each key waits only for what is left.
+  const TimePoint deadline = clock_->Now() + options.wait;
+  std::vector<Lease> held;
+  held.reserve(keys.size());
+  for (const auto& k : keys) {
+    AcquireOptions each = options;
+    each.wait = std::max(milliseconds(0),
+                         std::chrono::floor<milliseconds>(deadline - clock_->Now()));
+    auto lease = Acquire(k, each, /*wait=*/true);
+    if (!lease.ok()) {
+      for (auto& l : held) (void)l.Release();  // all or nothing
+      return lease.status();
+    }
+    held.push_back(std::move(*lease));
+  }
+  return held;
+}
+
 Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {
   if (prefix.size() > kMaxKeyBytes) {
     return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
@@ -182,9 +217,20 @@ TimePoint ClientCore::Tick(TimePoint now) {
     for (const auto& state : held_) {
       if (now >= state->valid_until) {
         MarkLostLocked(state,
-                       LeaseLostError("lease on key " + Quoted(state->key) +
-                                      " reached its valid_until without a successful renewal"),
+                       state->lost_reason.ok()
+                           ? LeaseLostError("lease on key " + Quoted(state->key) +
+                                            " reached its valid_until without a successful "
+                                            "renewal")
+                           : state->lost_reason,
                        newly_lost);
+      } else if (now >= state->renew_until) {
+        // Bounded holding: let it run out; the loss is reported at
+        // valid_until like any other.
+        if (state->lost_reason.ok()) {
+          state->lost_reason = LeaseLostError("lease on key " + Quoted(state->key) +
+                                              " reached its max hold; no more renewals");
+        }
+        state->next_renew_at = TimePoint::max();
       } else if (now >= state->next_renew_at - state->ttl / 6) {
         // Due, or due soon: renewing a little early costs nothing and lets
         // leases acquired at different times share one store call.

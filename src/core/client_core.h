@@ -36,6 +36,8 @@ struct LeaseState {
   Duration drift{0};
   std::function<void(const Status&)> on_lost;
   std::stop_source lost;  // requested on loss
+  // No renewal from then on (AcquireOptions::max_hold); max() if unbounded.
+  TimePoint renew_until = TimePoint::max();
 
   // Guarded by ClientCore::mu_.
   Phase phase = Phase::kHeld;
@@ -55,6 +57,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   Result<Lease> Acquire(std::string_view key, const AcquireOptions& options,
                         bool wait);
+  Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
+                                        const AcquireOptions& options);
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
   std::string Describe() const { return backend_->Describe(); }
   Status Ping() { return backend_->Ping(); }

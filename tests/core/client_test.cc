@@ -523,3 +523,56 @@ TEST_P(ClientTest, ListShowsHoldersWithTokensAndTimeLeft) {
 
 }  // namespace
 }  // namespace dlock
+
+namespace dlock {
+namespace {
+
+TEST_P(ClientTest, MaxHoldStopsRenewalsAndTheLeaseIsLostAtValidUntil) {
+  auto client = NewClient();
+  int lost_calls = 0;
+  Status why;
+  AcquireOptions o = Ttl(seconds(3), milliseconds(100));
+  o.max_hold = seconds(10);
+  o.on_lost = [&](const Status& s) {
+    ++lost_calls;
+    why = s;
+  };
+  const TimePoint start = clock_->Now();
+  auto lease = client->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  clock_->AdvanceTo(start + seconds(10));
+  EXPECT_TRUE(lease->Check().ok()) << "lost before max hold";
+  // The last renewal was at or before +10 s; it lapses within one ttl after.
+  clock_->AdvanceTo(start + seconds(13));
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  EXPECT_NE(why.message().find("max hold"), std::string::npos) << why.message();
+  // And the store gives the key to somebody else.
+  clock_->Advance(milliseconds(200));
+  EXPECT_TRUE(NewClient()->TryAcquire("k", Ttl(seconds(3))).ok());
+}
+
+TEST_P(ClientTest, AcquireAllTakesKeysInOneOrderAndAllOrNothing) {
+  auto client = NewClient();
+  AcquireOptions o = Ttl(seconds(30));
+  auto all = client->AcquireAll({"b", "a", "c", "a"}, o);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].key(), "a");
+  EXPECT_EQ((*all)[1].key(), "b");
+  EXPECT_EQ((*all)[2].key(), "c");
+  for (auto& l : *all) ASSERT_TRUE(l.Release().ok());
+
+  // "c" is held elsewhere: nothing may stay held after the failure.
+  auto other = NewClient()->TryAcquire("c", o);
+  ASSERT_TRUE(other.ok());
+  auto failed = client->AcquireAll({"a", "b", "c"}, o);  // wait 0
+  EXPECT_EQ(failed.status().code(), StatusCode::kDeadlineExceeded);
+  auto third = NewClient();
+  EXPECT_TRUE(third->TryAcquire("a", o).ok()) << "a was left held";
+  EXPECT_TRUE(third->TryAcquire("b", o).ok()) << "b was left held";
+  EXPECT_EQ(client->AcquireAll({}, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dlock
