@@ -48,6 +48,12 @@ struct LeaseRequest {
   // itself); the core tries again well within it. Zero: a single attempt,
   // take no place in any queue.
   std::chrono::milliseconds queue_ttl{0};
+  // Lock-delay (as in Chubby): if this lease ends uncleanly — it expires
+  // rather than being released — the store grants the key to nobody for this
+  // long after the expiry, by its own clock, so that a paused holder's
+  // in-flight writes can drain at resources that cannot check tokens. Only
+  // sent to backends whose SupportsLockDelay() is true.
+  std::chrono::milliseconds lock_delay{0};
 };
 
 // The answer to one grant attempt.
@@ -90,6 +96,20 @@ class Backend {
   // bench` measures it as the floor a lock is compared against.
   // kFailedPrecondition when the backend has no such operation.
   virtual Status Ping() { return FailedPreconditionError(Describe() + " has no Ping"); }
+
+  // Whether TryAcquire enforces LeaseRequest::lock_delay.
+  virtual bool SupportsLockDelay() const { return false; }
+
+  // Run-once records (`dlock once`): a durable "done" mark per key, which
+  // only the key's current holder may set (so a holder whose lease was lost
+  // cannot record a run it did not finish under the lock).
+  virtual Result<bool> IsDone(std::string_view /*key*/) {
+    return FailedPreconditionError(Describe() + " does not keep run-once records");
+  }
+  // kNotOwner when `owner` no longer holds `key`.
+  virtual Status MarkDone(std::string_view /*key*/, const OwnerId& /*owner*/) {
+    return FailedPreconditionError(Describe() + " does not keep run-once records");
+  }
 };
 
 }  // namespace dlock

@@ -65,6 +65,10 @@ struct AcquireOptions {
   // keep the key forever; the lease is then lost at its valid_until in the
   // usual, reported way. Unset: renewed until released.
   std::optional<std::chrono::milliseconds> max_hold;
+  // Lock-delay: after this lease ends uncleanly (expires instead of being
+  // released), the store grants the key to nobody for this long. kInvalid
+  // Argument on a store that cannot enforce it by its own clock.
+  std::chrono::milliseconds lock_delay{0};
 };
 
 class Client {
@@ -96,6 +100,17 @@ class Client {
   // each with its own token.
   Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
                                         const AcquireOptions& options = {});
+
+  // Run once: if `key` is not yet marked done, acquire it, run `job`, and if
+  // the job succeeds mark the key done — owner-checked, so only while the
+  // lease still holds. Returns true if this call ran the job, false if the
+  // key was (or became) done. A failed job is not marked done; a crashed one
+  // is run again by the next caller once its lease expires.
+  Result<bool> RunOnce(std::string_view key, const AcquireOptions& options,
+                       const std::function<Status()>& job);
+  // The parts, for callers that run the job themselves (`dlock once`).
+  Result<bool> IsDone(std::string_view key);
+  Status MarkDone(const Lease& lease);
 
   // Locks currently held in the store whose key starts with `prefix`.
   Result<std::vector<HolderInfo>> List(std::string_view prefix = {});

@@ -71,6 +71,7 @@ class Lease {
 
  private:
   friend class internal::ClientCore;
+  friend class Client;
   Lease(std::shared_ptr<internal::ClientCore> core,
         std::shared_ptr<internal::LeaseState> state);
 

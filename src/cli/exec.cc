@@ -198,8 +198,21 @@ int RunExec(const ExecFlags& flags) {
     return Fail(kExitSoftware, std::string("cannot set up signal handling: ") + std::strerror(errno));
   }
 
+  if (flags.once && !flags.extra_keys.empty()) {
+    return Fail(kExitUsage, "dlock once takes one key (no --key)");
+  }
   auto store = OpenStore(flags.backend);
   if (!store.ok()) return Fail(store.status());
+  // `dlock once`: done already? Then there is nothing to wait for.
+  auto already_done = [&]() -> Result<bool> {
+    if (!flags.once) return false;
+    return store->client->IsDone(flags.key);
+  };
+  if (auto done = already_done(); !done.ok() || *done) {
+    if (!done.ok()) return Fail(done.status());
+    Fail(0, "'" + flags.key + "' is already done; not running it again");
+    return kExitOk;
+  }
 
   std::stop_source cancel;
   AcquireOptions options;
@@ -271,6 +284,14 @@ int RunExec(const ExecFlags& flags) {
     }
     return Status::Ok();
   };
+
+  // Somebody may have finished it while we waited for the lock.
+  if (auto done = already_done(); !done.ok() || *done) {
+    (void)release_all();
+    if (!done.ok()) return Fail(done.status());
+    Fail(0, "'" + flags.key + "' was done while we waited; not running it again");
+    return kExitOk;
+  }
 
   std::vector<std::string> env = ChildEnvironment(leases, flags.key, store->uri);
   std::vector<std::string> args = flags.command;
@@ -348,7 +369,18 @@ int RunExec(const ExecFlags& flags) {
     }
   }
 
+  // Recorded while the lease still holds (owner-checked in the store), and
+  // only for a run that succeeded under it.
+  Status marked;
+  if (flags.once && !sent_term && lost_reason.ok() && ExitCodeOfChild(wstatus) == 0) {
+    marked = store->client->MarkDone(leases.front());
+  }
   Status released = release_all();
+  if (!marked.ok()) {
+    return Fail(marked.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitLeaseLost,
+                "'" + flags.key + "' ran, but could not be recorded as done (" +
+                    marked.message() + "); the next caller will run it again");
+  }
   if (sent_term || !lost_reason.ok()) {
     std::string why = !lost_reason.ok() ? lost_reason.message()
                       : past_max_hold() ? "its max hold " + flags.max_hold + " was reached"

@@ -19,6 +19,8 @@ struct ExecFlags {
   std::vector<std::string> extra_keys;  // --key: more keys, all or nothing
   std::string max_hold;                 // --max-hold: stop renewing after this
   std::vector<std::string> command;
+  // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0.
+  bool once = false;
 };
 
 // Returns the process exit code (docs/cli.md).

@@ -60,6 +60,26 @@ int main(int argc, char** argv) {
       "Exit status: the command's own; 64 usage; 69 store unavailable; 75 gave up waiting; "
       "79 lease lost (command terminated).");
 
+  ExecFlags once_flags;
+  once_flags.once = true;
+  CLI::App* once = app.add_subcommand(
+      "once", "Run CMD once for KEY across every caller: skip if KEY is done, else run it under "
+              "the lock and record it done if it exits 0");
+  once->add_option("key", once_flags.key, "run-once key, e.g. reconcile/2026-11-29")->required();
+  once->add_option("command", once_flags.command, "command and arguments, after --")->required();
+  once->add_option("--ttl", once_flags.ttl, "lease time to live (10ms..24h)")->capture_default_str();
+  auto* once_wait = once->add_option("--wait", once_flags.wait, "how long to wait for the lock")
+                        ->capture_default_str();
+  once->add_flag("--no-wait", once_flags.no_wait, "fail at once (exit 75) if another caller runs it")
+      ->excludes(once_wait);
+  once->add_option("--kill-grace", once_flags.kill_grace, "as for exec")->capture_default_str();
+  once->add_option("--max-hold", once_flags.max_hold, "as for exec");
+  once->add_option("--backend", once_flags.backend, kBackendHelp);
+  once->footer(
+      "A failed run (non-zero exit) is not recorded, so the next caller runs it again; a crashed "
+      "one is retried once its lease expires.\nExit status: 0 ran or already done; the "
+      "command's own on failure; 64, 69, 75, 79 as for exec.");
+
   StatusFlags status_flags;
   CLI::App* status = app.add_subcommand("status", "List held locks: key, owner, token, time left");
   status->add_option("prefix", status_flags.prefix, "only keys starting with this");
@@ -210,6 +230,7 @@ int main(int argc, char** argv) {
   }
 
   if (exec->parsed()) return RunExec(exec_flags);
+  if (once->parsed()) return RunExec(once_flags);
   if (status->parsed()) return RunStatus(status_flags);
   if (fence_write->parsed()) return RunFenceWrite(fence_flags);
   if (demo->parsed()) return RunDemo(demo_flags);

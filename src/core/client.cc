@@ -90,6 +90,38 @@ Result<std::vector<Lease>> Client::AcquireAll(std::vector<std::string> keys,
   return core_->AcquireAll(std::move(keys), options);
 }
 
+Result<bool> Client::IsDone(std::string_view key) { return core_->IsDone(key); }
+
+Status Client::MarkDone(const Lease& lease) {
+  if (!lease.state_) return FailedPreconditionError("empty Lease");
+  return core_->MarkDone(*lease.state_);
+}
+
+Result<bool> Client::RunOnce(std::string_view key, const AcquireOptions& options,
+                             const std::function<Status()>& job) {
+  auto done = IsDone(key);
+  if (!done.ok()) return done.status();
+  if (*done) return false;
+  auto lease = Acquire(key, options);
+  if (!lease.ok()) return lease.status();
+  // Someone may have finished while we waited for the lock.
+  done = IsDone(key);
+  if (!done.ok() || *done) {
+    (void)lease->Release();
+    if (!done.ok()) return done.status();
+    return false;
+  }
+  Status ran = job();
+  if (!ran.ok()) {
+    (void)lease->Release();
+    return ran;  // not marked: the next caller runs it again
+  }
+  Status marked = MarkDone(*lease);
+  (void)lease->Release();  // a failed release expires by itself; the run is recorded
+  if (!marked.ok()) return marked;
+  return true;
+}
+
 Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
   return core_->List(prefix);
 }

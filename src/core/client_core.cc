@@ -62,8 +62,16 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
                                 FormatDuration(options.ttl));
   }
 
+  if (options.lock_delay < milliseconds(0) || options.lock_delay > kMaxTtl) {
+    return InvalidArgumentError("lock delay " + FormatDuration(options.lock_delay) +
+                                " is out of range: 0 to 24h");
+  }
+  if (options.lock_delay > milliseconds(0) && !backend_->SupportsLockDelay()) {
+    return InvalidArgumentError("lock-delay is not supported by " + backend_->Describe() +
+                                ": it must be enforced by the store's own clock");
+  }
   LeaseRequest request{std::string(key), OwnerId(random_->Next(), random_->Next()),
-                       options.ttl, wait ? kQueueTtl : milliseconds(0)};
+                       options.ttl, wait ? kQueueTtl : milliseconds(0), options.lock_delay};
   const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
   Duration poll_interval = kFirstPollInterval;
   // Set once an attempt's outcome is unknown (its reply was lost): the store
@@ -170,6 +178,16 @@ Result<std::vector<Lease>> ClientCore::AcquireAll(std::vector<std::string> keys,
     held.push_back(std::move(*lease));
   }
   return held;
+}
+
+Result<bool> ClientCore::IsDone(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  return backend_->IsDone(key);
+}
+
+Status ClientCore::MarkDone(const LeaseState& state) {
+  DLOCK_RETURN_IF_ERROR(Check(state));
+  return backend_->MarkDone(state.key, state.owner);
 }
 
 Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {

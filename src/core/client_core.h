@@ -62,6 +62,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
   std::string Describe() const { return backend_->Describe(); }
   Status Ping() { return backend_->Ping(); }
+  Result<bool> IsDone(std::string_view key);
+  Status MarkDone(const LeaseState& state);
 
   // For Lease.
   Status Release(LeaseState& state);

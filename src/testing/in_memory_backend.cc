@@ -17,12 +17,16 @@ Result<Attempt> InMemoryStore::TryAcquire(const LeaseRequest& request) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[request.key];
   const TimePoint now = clock_->Now();
-  if (HeldLocked(e) && e.owner != request.owner) {
-    return Attempt{.granted = false, .holder_ttl_remaining = Ms(e.expires_at - now)};
+  // Held, or lapsed but inside its lock-delay (a released entry has no owner).
+  const bool blocked = !e.owner.empty() && now < e.expires_at + e.lock_delay;
+  if (blocked && e.owner != request.owner) {
+    return Attempt{.granted = false,
+                   .holder_ttl_remaining = Ms(e.expires_at + e.lock_delay - now)};
   }
   if (!HeldLocked(e) || e.owner != request.owner) ++e.token;  // a new grant
   e.owner = request.owner;
   e.expires_at = now + request.ttl;
+  e.lock_delay = request.lock_delay;
   return Attempt{.granted = true, .token = e.token};
 }
 
@@ -57,6 +61,21 @@ std::vector<HolderInfo> InMemoryStore::List(std::string_view prefix) {
                    Ms(it->second.expires_at - clock_->Now())});
   }
   return out;
+}
+
+bool InMemoryStore::IsDone(std::string_view key) {
+  std::lock_guard lock(mu_);
+  return done_.find(key) != done_.end();
+}
+
+Status InMemoryStore::MarkDone(std::string_view key, const OwnerId& owner) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || !HeldLocked(it->second) || it->second.owner != owner) {
+    return NotOwnerError("mark '" + std::string(key) + "' done: this owner no longer holds it");
+  }
+  done_[std::string(key)] = it->second.token;
+  return Status::Ok();
 }
 
 Result<Attempt> InMemoryBackend::TryAcquire(const LeaseRequest& request) {

@@ -576,3 +576,94 @@ TEST_P(ClientTest, AcquireAllTakesKeysInOneOrderAndAllOrNothing) {
 
 }  // namespace
 }  // namespace dlock
+
+namespace dlock {
+namespace {
+
+TEST_P(ClientTest, LockDelayHoldsBackTheKeyAfterAnUncleanEndOnly) {
+  auto a = NewClient();
+  AcquireOptions o = Ttl(seconds(2), milliseconds(100));
+  o.lock_delay = seconds(5);
+  const TimePoint start = clock_->Now();
+  auto lease = a->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  plan_->SetRenewError(UnavailableError("holder cut off"));
+  plan_->SetReleaseError(UnavailableError("holder cut off"));
+  // The store's lease ends at +2 s; the key stays closed until +7 s.
+  clock_->AdvanceTo(start + seconds(2) + milliseconds(1));
+  plan_->SetRenewError(std::nullopt);
+  plan_->SetReleaseError(std::nullopt);
+  auto b = NewClient();
+  EXPECT_EQ(b->TryAcquire("k", Ttl(seconds(2))).status().code(), StatusCode::kLockHeld);
+  clock_->AdvanceTo(start + seconds(7) - milliseconds(1));
+  EXPECT_EQ(b->TryAcquire("k", Ttl(seconds(2))).status().code(), StatusCode::kLockHeld);
+  clock_->AdvanceTo(start + seconds(7));
+  auto after = b->TryAcquire("k", Ttl(seconds(2)));
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_TRUE(after->Release().ok());
+  // A clean release has no delay.
+  auto clean = a->TryAcquire("k", o);
+  ASSERT_TRUE(clean.ok());
+  ASSERT_TRUE(clean->Release().ok());
+  EXPECT_TRUE(b->TryAcquire("k", Ttl(seconds(2))).ok());
+}
+
+TEST_P(ClientTest, RunOnceRunsTheJobOnceAndAgainOnlyAfterAFailure) {
+  auto client = NewClient();
+  AcquireOptions o = Ttl(seconds(30));
+  int runs = 0;
+  auto failing = client->RunOnce("reconcile/2026-11-29", o, [&] {
+    ++runs;
+    return UnavailableError("the job failed");
+  });
+  EXPECT_EQ(failing.status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(*client->IsDone("reconcile/2026-11-29"));
+  auto first = client->RunOnce("reconcile/2026-11-29", o, [&] {
+    ++runs;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(*first);
+  auto second = NewClient()->RunOnce("reconcile/2026-11-29", o, [&] {
+    ++runs;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(*second) << "ran twice";
+  EXPECT_EQ(runs, 2);
+}
+
+TEST_P(ClientTest, ALostLeaseCannotMarkItsRunDone) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire("job", Ttl(seconds(3)));
+  ASSERT_TRUE(lease.ok());
+  plan_->SetRenewError(UnavailableError("cut off"));
+  clock_->Advance(seconds(4));
+  EXPECT_EQ(client->MarkDone(*lease).code(), StatusCode::kLeaseLost);
+  EXPECT_FALSE(*client->IsDone("job"));
+}
+
+TEST_P(ClientTest, LockDelayOnAStoreThatCannotEnforceItIsRefused) {
+  class NoDelay final : public Backend {
+   public:
+    explicit NoDelay(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+    Result<Attempt> TryAcquire(const LeaseRequest& r) override { return inner_->TryAcquire(r); }
+    Status Release(std::string_view k, const OwnerId& o) override { return inner_->Release(k, o); }
+    std::vector<Status> Renew(std::span<const LeaseRequest> l) override { return inner_->Renew(l); }
+    Result<std::vector<HolderInfo>> List(std::string_view p) override { return inner_->List(p); }
+    std::string Describe() const override { return "nodelay://"; }
+
+   private:
+    std::unique_ptr<Backend> inner_;
+  };
+  auto client = NewClient(std::make_unique<NoDelay>(NewBackend()));
+  AcquireOptions o = Ttl(seconds(3));
+  o.lock_delay = seconds(1);
+  auto r = client->TryAcquire("k", o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("lock-delay is not supported by nodelay://"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlock

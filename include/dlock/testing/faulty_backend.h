@@ -74,6 +74,11 @@ class FaultyBackend final : public Backend {
   }
   std::string Describe() const override { return inner_->Describe(); }
   Status Ping() override { return inner_->Ping(); }
+  bool SupportsLockDelay() const override { return inner_->SupportsLockDelay(); }
+  Result<bool> IsDone(std::string_view key) override { return inner_->IsDone(key); }
+  Status MarkDone(std::string_view key, const OwnerId& owner) override {
+    return inner_->MarkDone(key, owner);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;

@@ -29,18 +29,22 @@ class InMemoryStore {
   Status Release(std::string_view key, const OwnerId& owner);
   Status Renew(const LeaseRequest& lease);
   std::vector<HolderInfo> List(std::string_view prefix);
+  bool IsDone(std::string_view key);
+  Status MarkDone(std::string_view key, const OwnerId& owner);
 
  private:
   struct Entry {
     OwnerId owner;  // empty when free
     FencingToken token = 0;
     TimePoint expires_at{};
+    std::chrono::milliseconds lock_delay{0};
   };
   bool HeldLocked(const Entry& e) const;
 
   std::shared_ptr<Clock> clock_;
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_;
+  std::map<std::string, FencingToken, std::less<>> done_;
 };
 
 class InMemoryBackend final : public Backend {
@@ -53,6 +57,11 @@ class InMemoryBackend final : public Backend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   std::string Describe() const override { return "memory://"; }
+  bool SupportsLockDelay() const override { return true; }
+  Result<bool> IsDone(std::string_view key) override { return store_->IsDone(key); }
+  Status MarkDone(std::string_view key, const OwnerId& owner) override {
+    return store_->MarkDone(key, owner);
+  }
 
  private:
   std::shared_ptr<InMemoryStore> store_;

@@ -65,7 +65,19 @@ CREATE TABLE IF NOT EXISTS dlock_queue (
   PRIMARY KEY (key, owner)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS dlock_queue_by_seq ON dlock_queue (key, seq);
+CREATE TABLE IF NOT EXISTS dlock_done (
+  key        TEXT PRIMARY KEY NOT NULL,
+  owner      TEXT NOT NULL,
+  token      INTEGER NOT NULL,
+  done_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
 )sql";
+
+// Columns added after a table was first released, for files created by an
+// older dlock: (table, column, definition).
+constexpr const char* kAddedColumns[][3] = {
+    {"dlock_locks", "lock_delay_ms", "INTEGER NOT NULL DEFAULT 0"},
+};
 
 constexpr const char* kSchemaVersionSql =
     "SELECT value FROM dlock_meta WHERE name = 'schema_version'";
@@ -77,9 +89,10 @@ constexpr const char* kSchemaVersionSql =
 // In the DO UPDATE clause bare column names are the existing row, and every
 // SET expression sees the old values.
 constexpr const char* kAcquireSql = R"sql(
-INSERT INTO dlock_locks (key, owner, token, boot_id, expires_at_ms, acquired_at_ms)
-VALUES (:key, :owner, 1, :boot, :now_ms + :ttl_ms, :now_ms)
+INSERT INTO dlock_locks (key, owner, token, boot_id, expires_at_ms, acquired_at_ms, lock_delay_ms)
+VALUES (:key, :owner, 1, :boot, :now_ms + :ttl_ms, :now_ms, :lock_delay_ms)
 ON CONFLICT (key) DO UPDATE SET
+  lock_delay_ms  = excluded.lock_delay_ms,
   token          = CASE WHEN owner IS excluded.owner THEN token ELSE token + 1 END,
   acquired_at_ms = CASE WHEN owner IS excluded.owner THEN acquired_at_ms
                         ELSE excluded.acquired_at_ms END,
@@ -89,7 +102,9 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE owner = excluded.owner
    OR ((owner IS NULL
         OR boot_id IS NOT excluded.boot_id
-        OR expires_at_ms <= excluded.acquired_at_ms)
+        -- An expired lease counts only once its lock-delay has passed too;
+       -- a released one (owner NULL) has none.
+       OR expires_at_ms + lock_delay_ms <= excluded.acquired_at_ms)
        -- FIFO: no live waiter arrived before us (a single attempt, which is
        -- not queued, comes after every waiter).
        AND NOT EXISTS (
@@ -132,8 +147,29 @@ ORDER BY seq LIMIT 1
 
 constexpr const char* kDequeueSql = "DELETE FROM dlock_queue WHERE key = :key AND owner = :owner";
 
+// Until the key may be granted again: the lease plus any lock-delay.
 constexpr const char* kHolderTtlSql =
-    "SELECT expires_at_ms - :now_ms FROM dlock_locks WHERE key = :key";
+    "SELECT expires_at_ms + lock_delay_ms - :now_ms FROM dlock_locks WHERE key = :key";
+
+// Not grantable now: held, or expired but still in its lock-delay.
+constexpr const char* kBlockedSql = R"sql(
+SELECT 1 FROM dlock_locks
+WHERE key = :key AND owner IS NOT NULL AND boot_id = :boot
+  AND expires_at_ms + lock_delay_ms > :now_ms
+)sql";
+
+constexpr const char* kHeldByOwnerSql = R"sql(
+SELECT token FROM dlock_locks
+WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
+)sql";
+
+constexpr const char* kMarkDoneSql = R"sql(
+INSERT INTO dlock_done (key, owner, token, done_at_ms) VALUES (:key, :owner, :token, :now_ms)
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+  done_at_ms = excluded.done_at_ms
+)sql";
+
+constexpr const char* kIsDoneSql = "SELECT 1 FROM dlock_done WHERE key = :key";
 
 constexpr const char* kReleaseSql =
     "UPDATE dlock_locks SET owner = NULL WHERE key = :key AND owner = :owner";
@@ -405,6 +441,9 @@ class SqliteBackend final : public Backend {
   std::string Describe() const override { return "sqlite://" + options_.path; }
   Status Ping() override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
+  bool SupportsLockDelay() const override { return true; }
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
 
  private:
   // The live head of `key`'s wait queue ("" when empty). Under mu_.
@@ -428,6 +467,7 @@ class SqliteBackend final : public Backend {
   StmtHandle begin_, commit_, rollback_;
   StmtHandle acquire_, holder_ttl_, release_, held_by_anyone_, renew_, list_;
   StmtHandle enqueue_, purge_queue_, queue_head_, dequeue_;
+  StmtHandle held_by_owner_, mark_done_, is_done_, blocked_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
   // Owners of this connection waiting in each key's queue: WaitForRelease
@@ -476,6 +516,18 @@ Status SqliteBackend::CreateSchema(std::string_view what) {
   if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
   rc = sqlite3_exec(db_.get(), kSchemaSql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+  for (const auto& [table, column, definition] : kAddedColumns) {
+    StmtHandle probe;
+    const std::string probe_sql = std::string("SELECT count(*) FROM pragma_table_info('") + table +
+                                  "') WHERE name = '" + column + "'";
+    DLOCK_RETURN_IF_ERROR(Prepare(probe_sql.c_str(), &probe, what));
+    if (sqlite3_step(probe.get()) == SQLITE_ROW && sqlite3_column_int(probe.get(), 0) == 0) {
+      const std::string alter = std::string("ALTER TABLE ") + table + " ADD COLUMN " + column +
+                                " " + definition;
+      rc = sqlite3_exec(db_.get(), alter.c_str(), nullptr, nullptr, nullptr);
+      if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+    }
+  }
   StmtHandle version_stmt;
   DLOCK_RETURN_IF_ERROR(Prepare(kSchemaVersionSql, &version_stmt, what));
   std::int64_t version = 0;
@@ -534,6 +586,10 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kPurgeQueueSql, &purge_queue_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kQueueHeadSql, &queue_head_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kDequeueSql, &dequeue_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kHeldByOwnerSql, &held_by_owner_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kMarkDoneSql, &mark_done_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kIsDoneSql, &is_done_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kBlockedSql, &blocked_, what));
   return Status::Ok();
 }
 
@@ -576,7 +632,8 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
         .Bind(":owner", owner)
         .Bind(":boot", now.boot_id)
         .Bind(":now_ms", now.now_ms)
-        .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()));
+        .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
+        .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()));
     rc = query.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
     if (rc == SQLITE_ROW) {
@@ -626,7 +683,7 @@ Result<bool> SqliteBackend::MayTakeNow(std::string_view key) {
   auto mine = waiting_.find(key);
   if (mine == waiting_.end()) return true;  // not queued here: let the core try
   const BootTime now = StoreNow();
-  Query held(held_by_anyone_.get());
+  Query held(blocked_.get());
   held.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
   const int rc = held.Step();
   if (IsError(rc)) return FromSqlite(rc, db_.get(), "wait for " + std::string(key));
@@ -689,6 +746,50 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
       recheck_us = recheck_us >= 12'800 ? 0 : recheck_us * 2;
     }
   }
+}
+
+Result<bool> SqliteBackend::IsDone(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  std::lock_guard lock(mu_);
+  Query query(is_done_.get());
+  query.Bind(":key", key);
+  const int rc = query.Step();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), "read the done mark of " + std::string(key));
+  return rc == SQLITE_ROW;
+}
+
+// Marked only by the current holder, in one transaction with the check.
+Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "mark " + std::string(key) + " done";
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db, what);
+  const BootTime now = StoreNow();
+  std::int64_t token = 0;
+  {
+    Query held(held_by_owner_.get());
+    held.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms);
+    rc = held.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what);
+    if (rc != SQLITE_ROW) {
+      return NotOwnerError(what + ": this owner no longer holds the lock");
+    }
+    token = held.Int(0);
+  }
+  {
+    Query mark(mark_done_.get());
+    mark.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":token", token)
+        .Bind(":now_ms", now.now_ms);
+    rc = mark.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what);
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db, what);
+  return Status::Ok();
 }
 
 // The floor: one single-row write transaction with the same durability as a
