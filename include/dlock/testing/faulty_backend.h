@@ -73,6 +73,7 @@ class FaultyBackend final : public Backend {
     return inner_->WaitForRelease(key, until, stop);
   }
   std::string Describe() const override { return inner_->Describe(); }
+  std::optional<SessionLiveness> Liveness() override { return inner_->Liveness(); }
 
  private:
   std::unique_ptr<Backend> inner_;
