@@ -714,9 +714,14 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
                           : ZkError(r->rc, "deleting " + c->NodePath());
     }
   }
-  // No record (or its outcome was lost): look for nodes with our guid.
-  auto any = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
-  if (!any.ok()) return any.status();
+  // No record (or its outcome was lost): look for nodes with our guid, if
+  // connected. Without a connection there is nothing this backend made that
+  // the keeper does not already track, so do not wait for one.
+  std::optional<Impl::Live> any = m.Current();
+  if (!any || any->session->state() != Session::State::kConnected) {
+    return UnavailableError("not connected to ZooKeeper at " + m.options.hosts +
+                            ": cannot look for this owner's node of key " + Quoted(key));
+  }
   bool found = false;
   std::vector<LockNode> others;
   Status st = m.DeleteOwn(*any, *path, owner, &found, &others);
