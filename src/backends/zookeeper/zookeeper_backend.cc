@@ -80,6 +80,9 @@ struct Contender {
   std::string predecessor;  // full path
   bool pred_gone = false;
   bool watch_armed = false;
+  // The parent's cversion at the last look applied: looks answered out of
+  // order (an event-driven one racing the caller's) never undo a newer one.
+  std::int64_t looked_at_cversion = -1;
   // kHeld: a watch on our own node tells us if someone deletes it.
   bool node_watch_armed = false;
   bool deleted = false;
@@ -139,6 +142,12 @@ struct ZooKeeperBackend::Impl {
   Status FinishCreate(const Live& live, const std::shared_ptr<Contender>& c);
   Status Look(const Live& live, const std::shared_ptr<Contender>& c);
   Status Place(const Live& live, const std::shared_ptr<Contender>& c, const Reply& children);
+  // Applies a look at the siblings to a contender whose node and token are
+  // known; never blocks. Returns false when our node is not among them.
+  bool ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted, std::int64_t cversion);
+  // On the completion thread, when a waiter's predecessor goes: look again
+  // at once, without waiting for the waiter's thread to wake.
+  void LookOnEvent(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c);
   Status CreateParents(const Live& live, const std::string& lock_path);
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
                    bool* found, std::vector<LockNode>* others);
@@ -230,14 +239,25 @@ void ZooKeeperBackend::Impl::OnSessionState(std::uint64_t g, Session::State st) 
 }
 
 void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::string& path) {
-  std::lock_guard lock(mu);
+  std::vector<std::shared_ptr<Contender>> look;
+  std::shared_ptr<Session> s;
+  std::unique_lock lock(mu);
   if (g != gen) return;
+  s = session;
   bool woke = false;
   for (auto& [k, c] : contenders) {
     if (c->gen != g) continue;
     if (c->phase == Contender::Phase::kWaiting && c->predecessor == path) {
       if (type == ZOO_DELETED_EVENT) {
         c->pred_gone = true;
+        if (c->ahead == 1) {
+          // The only node ahead at our last look is gone, and later nodes
+          // sort after ours: we hold the lock now, no need to look.
+          c->phase = Contender::Phase::kHeld;
+          c->ahead = 0;
+        } else {
+          look.push_back(c);
+        }
       } else {
         c->watch_armed = false;  // a data change used the watch up: re-arm
       }
@@ -252,6 +272,8 @@ void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::s
     }
   }
   if (woke) cv.notify_all();
+  lock.unlock();
+  for (auto& c : look) LookOnEvent(s, c);
 }
 
 // ---------------------------------------------------------------------------
@@ -261,6 +283,7 @@ std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest&
                                                               const std::string& path,
                                                               std::uint64_t g) {
   std::lock_guard lock(mu);
+  if (contenders.empty()) keeper_cv.notify_all();  // the heartbeat starts
   auto& slot = contenders[{r.key, r.owner}];
   if (!slot || slot->gen != g) {
     slot = std::make_shared<Contender>();
@@ -394,19 +417,50 @@ Status ZooKeeperBackend::Impl::Place(const Live& live, const std::shared_ptr<Con
   std::lock_guard lock(mu);
   c->node = sorted[mine].name;
   c->token = token;
-  c->ahead = mine;
-  if (mine == 0) {
-    c->phase = Contender::Phase::kHeld;
-  } else {
-    c->phase = Contender::Phase::kWaiting;
-    const std::string pred = c->lock_path + "/" + sorted[mine - 1].name;
-    if (pred != c->predecessor) {
-      c->predecessor = pred;
-      c->watch_armed = false;
-    }
-    c->pred_gone = false;
+  if (!ApplyLookLocked(*c, sorted, children.stat.cversion)) {
+    c->phase = Contender::Phase::kFresh;
+    c->node.clear();
   }
   return Status::Ok();
+}
+
+bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted,
+                                             std::int64_t cversion) {
+  if (c.phase == Contender::Phase::kHeld) return true;  // nothing can undo a grant
+  if (cversion < c.looked_at_cversion) return true;     // an older look than ours
+  std::size_t mine = sorted.size();
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i].name == c.node) mine = i;
+  }
+  if (mine == sorted.size()) return false;
+  c.looked_at_cversion = cversion;
+  c.ahead = mine;
+  if (mine == 0) {
+    c.phase = Contender::Phase::kHeld;
+    return true;
+  }
+  c.phase = Contender::Phase::kWaiting;
+  const std::string pred = c.lock_path + "/" + sorted[mine - 1].name;
+  if (pred != c.predecessor) {
+    c.predecessor = pred;
+    c.watch_armed = false;
+    c.pred_gone = false;
+  }
+  return true;
+}
+
+void ZooKeeperBackend::Impl::LookOnEvent(const std::shared_ptr<Session>& s,
+                                         const std::shared_ptr<Contender>& c) {
+  std::weak_ptr<Contender> weak = c;
+  (void)s->Children(c->lock_path, [this, weak](const Reply& r) {
+    auto c = weak.lock();
+    if (!c || r.rc != ZOK) return;
+    const std::vector<LockNode> sorted = SortedContenders(r.children);
+    std::lock_guard lock(mu);
+    if (c->phase != Contender::Phase::kWaiting) return;
+    (void)ApplyLookLocked(*c, sorted, r.stat.cversion);
+    cv.notify_all();
+  });
 }
 
 Status ZooKeeperBackend::Impl::CreateParents(const Live& live, const std::string& lock_path) {
@@ -597,12 +651,6 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
         return UnavailableError("the ZooKeeper session changed during the attempt; retrying");
       }
       const TimePoint now = m.Now();
-      if (c->phase == Contender::Phase::kWaiting && c->pred_gone && c->ahead == 1) {
-        // The only node ahead at our last look is gone, and later nodes
-        // sort after ours: we are the lowest now, no need to look again.
-        c->phase = Contender::Phase::kHeld;
-        c->ahead = 0;
-      }
       phase = c->phase;
       if (phase == Contender::Phase::kHeld) {
         if (c->deleted) {
@@ -614,7 +662,6 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
         Attempt a;
         a.granted = true;
         a.token = c->token;
-        m.keeper_cv.notify_all();
         return a;
       }
       if (phase == Contender::Phase::kWaiting && queue && c->watch_armed && !c->pred_gone) {
@@ -641,11 +688,7 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
     }
     if (!st.ok()) return st;
     std::unique_lock lock(m.mu);
-    if (c->phase == Contender::Phase::kHeld) {
-      lock.unlock();
-      m.ArmNodeWatch(*live, c);
-      continue;  // granted on the next pass
-    }
+    if (c->phase == Contender::Phase::kHeld) continue;  // granted on the next pass
     if (c->phase != Contender::Phase::kWaiting) continue;
     if (queue) {
       c->expires_at = m.Now() + request.queue_ttl;
@@ -739,7 +782,9 @@ std::vector<Status> ZooKeeperBackend::Renew(std::span<const LeaseRequest> leases
   Impl& m = *impl_;
   std::vector<Status> out;
   out.reserve(leases.size());
-  std::lock_guard lock(m.mu);
+  std::vector<std::shared_ptr<Contender>> unwatched;
+  Impl::Live live;
+  std::unique_lock lock(m.mu);
   const TimePoint now = m.Now();
   const Session::State state = m.session ? m.session->state() : Session::State::kExpired;
   for (const LeaseRequest& r : leases) {
@@ -761,11 +806,18 @@ std::vector<Status> ZooKeeperBackend::Renew(std::span<const LeaseRequest> leases
       // session is good for is Liveness()'s answer.
       c.expires_at = now + r.ttl;
       out.push_back(Status::Ok());
+      if (!c.node_watch_armed) unwatched.push_back(it->second);
     } else {
       out.push_back(UnavailableError("disconnected from ZooKeeper; the session may still live, "
                                      "so the lease holds until its valid_until"));
     }
   }
+  live = Impl::Live{m.session, m.gen};
+  lock.unlock();
+  // A lease that lives to its first renewal gets a watch on its own node, so
+  // that a deletion by someone else (an operator, a bug) is noticed. Short
+  // leases never pay for it.
+  for (auto& c : unwatched) m.ArmNodeWatch(live, c);
   return out;
 }
 
