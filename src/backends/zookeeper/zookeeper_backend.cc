@@ -542,6 +542,8 @@ void ZooKeeperBackend::Impl::KeeperLoop(std::stop_token stop) {
       }
       const int rc = it->first->Wait(std::chrono::nanoseconds(0))->rc;
       if (OutcomeUnknown(rc)) {
+        it->second->phase = Contender::Phase::kUnknown;
+        it->second->node.clear();
         it->second->expires_at = now + kReapRetry;
         to_reap.push_back(it->second);
       }
@@ -558,10 +560,18 @@ void ZooKeeperBackend::Impl::KeeperLoop(std::stop_token stop) {
     }
     std::shared_ptr<Session> s = session;
     const std::uint64_t g = gen;
-    std::vector<std::shared_ptr<Contender>> work;
+    struct Work {
+      std::shared_ptr<Contender> c;
+      std::uint64_t gen;
+      std::string node_path;  // empty: look for the guid
+    };
+    std::vector<Work> work;
     for (auto it = to_reap.begin(); it != to_reap.end();) {
       if (now >= (*it)->expires_at) {
-        work.push_back(*it);
+        const Contender& c = **it;
+        const bool known = !c.node.empty() && c.phase != Contender::Phase::kCreating &&
+                           c.phase != Contender::Phase::kUnknown;
+        work.push_back({*it, c.gen, known ? c.NodePath() : std::string()});
         it = to_reap.erase(it);
       } else {
         ++it;
@@ -579,28 +589,28 @@ void ZooKeeperBackend::Impl::KeeperLoop(std::stop_token stop) {
     lock.unlock();
 
     if (beat) (void)s->Exists(root, false);  // its answer moves heard_at
-    for (auto& c : work) {
-      if (!s || c->gen != g || s->dead()) continue;  // gone with its session
+    for (auto& w : work) {
+      if (!s || w.gen != g || s->dead()) continue;  // gone with its session
       if (!connected) {
         lock.lock();
-        c->expires_at = now + kReapRetry;
-        to_reap.push_back(c);
+        w.c->expires_at = now + kReapRetry;
+        to_reap.push_back(w.c);
         lock.unlock();
         continue;
       }
-      if (!c->node.empty() && c->phase != Contender::Phase::kCreating) {
-        auto op = s->Delete(c->NodePath());
+      if (!w.node_path.empty()) {
+        auto op = s->Delete(w.node_path);
         lock.lock();
-        reaping.emplace_back(std::move(op), c);
+        reaping.emplace_back(std::move(op), w.c);
         lock.unlock();
       } else {
         // Outcome unknown: look for our guid (blocking is fine here).
         bool found = false;
-        Status st = DeleteOwn(Live{s, g}, c->lock_path, c->owner, &found, nullptr);
+        Status st = DeleteOwn(Live{s, g}, w.c->lock_path, w.c->owner, &found, nullptr);
         if (!st.ok()) {
           lock.lock();
-          c->expires_at = Now() + kReapRetry;
-          to_reap.push_back(c);
+          w.c->expires_at = Now() + kReapRetry;
+          to_reap.push_back(w.c);
           lock.unlock();
         }
       }
@@ -701,9 +711,10 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
     auto del = live->session->Delete(node_path);
     const Reply* r = del->Wait(m.attempt_timeout);
     if (r == nullptr || OutcomeUnknown(r->rc)) {
-      c->phase = Contender::Phase::kUnknown;
-      c->expires_at = m.Now();
       std::lock_guard relock(m.mu);
+      c->phase = Contender::Phase::kUnknown;
+      c->node.clear();
+      c->expires_at = m.Now();
       m.to_reap.push_back(c);
       m.keeper_cv.notify_all();
     }
@@ -717,44 +728,53 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
   auto path = LockPath(m.options.chroot, key);
   if (!path.ok()) return path.status();
   std::shared_ptr<Contender> c;
-  std::optional<Impl::Live> live;
+  Contender::Phase phase = Contender::Phase::kFresh;
+  std::shared_ptr<Op> create;
+  std::string node;
+  std::uint64_t c_gen = 0;
   {
     std::lock_guard lock(m.mu);
     auto it = m.contenders.find({std::string(key), owner});
     if (it != m.contenders.end()) {
       c = it->second;
       m.contenders.erase(it);
+      phase = c->phase;
+      create = c->create;
+      node = c->node;
+      c_gen = c->gen;
     }
   }
   if (c) {
-    live = m.Current();
-    if (!live || live->gen != c->gen) return Status::Ok();  // gone with its session
-    if (c->phase == Contender::Phase::kCreating && c->create) {
+    std::optional<Impl::Live> live = m.Current();
+    if (!live || live->gen != c_gen) return Status::Ok();  // gone with its session
+    if (phase == Contender::Phase::kCreating && create) {
       // Learn the name of the node being created, then delete it.
-      const Reply* r = c->create->Wait(m.attempt_timeout);
+      const Reply* r = create->Wait(m.attempt_timeout);
       if (r != nullptr && r->rc == ZOK) {
-        c->node = Basename(r->path);
-        c->phase = Contender::Phase::kWaiting;
+        node = Basename(r->path);
+        phase = Contender::Phase::kWaiting;
       } else if (r != nullptr && !OutcomeUnknown(r->rc)) {
         return Status::Ok();  // it failed: no node
       } else {
-        c->phase = Contender::Phase::kUnknown;
+        phase = Contender::Phase::kUnknown;
       }
     }
-    if ((c->phase == Contender::Phase::kHeld || c->phase == Contender::Phase::kWaiting) &&
-        !c->node.empty()) {
-      auto op = live->session->Delete(c->NodePath());
+    if ((phase == Contender::Phase::kHeld || phase == Contender::Phase::kWaiting) &&
+        !node.empty()) {
+      const std::string path_of_node = c->lock_path + "/" + node;
+      auto op = live->session->Delete(path_of_node);
       const Reply* r = op->Wait(m.attempt_timeout);
       if (r != nullptr && (r->rc == ZOK || r->rc == ZNONODE)) return Status::Ok();
       // Unknown: keep it for the keeper to find and delete.
-      c->phase = Contender::Phase::kUnknown;
-      c->expires_at = m.Now() + kReapRetry;
       std::lock_guard lock(m.mu);
+      c->phase = Contender::Phase::kUnknown;
+      c->node.clear();
+      c->expires_at = m.Now() + kReapRetry;
       m.to_reap.push_back(c);
       m.keeper_cv.notify_all();
       return r == nullptr ? UnavailableError("ZooKeeper did not answer the delete of " +
-                                             c->NodePath() + " in time; it is retried")
-                          : ZkError(r->rc, "deleting " + c->NodePath());
+                                             path_of_node + " in time; it is retried")
+                          : ZkError(r->rc, "deleting " + path_of_node);
     }
   }
   // No record (or its outcome was lost): look for nodes with our guid, if
