@@ -17,6 +17,11 @@ packages=(
   libpq-dev postgresql
   # Redis backend: client library, and the server its tests start
   libhiredis-dev redis-server
+  # ZooKeeper backend: the multi-threaded C client, the server its tests start
+  # (Java), and the peers its tests and benchmark compare with: Apache Curator
+  # (compiled with javac) and kazoo (for /usr/bin/python3)
+  libzookeeper-mt-dev zookeeper default-jre-headless default-jdk-headless
+  libcurator-framework-java libcurator-recipes-java python3-kazoo
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # chaos harness: wall-clock steps for one process (libfaketime)

@@ -26,6 +26,7 @@
 #define DLOCK_BACKEND_H_
 
 #include <chrono>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -63,6 +64,20 @@ struct Attempt {
   // When not granted: the time left on the holder's lease by the store's
   // clock, so a poller need not wake before it (zero when unknown).
   std::chrono::milliseconds holder_ttl_remaining{0};
+};
+
+// For a store whose leases all live exactly as long as one client session
+// (ZooKeeper): what the store has promised about that session.
+struct SessionLiveness {
+  // The session timeout the store granted (ZooKeeper's negotiated timeout):
+  // it ends the session, and every lease on it, once it has heard nothing
+  // from the client for this long.
+  std::chrono::milliseconds timeout{0};
+  // The send time (on the backend's clock, the client's) of the newest
+  // request the store has answered on this session. The store heard from the
+  // client no earlier than that, so it keeps the session at least until
+  // heard_at + timeout.
+  TimePoint heard_at{};
 };
 
 class Backend {
@@ -110,6 +125,14 @@ class Backend {
   virtual Status MarkDone(std::string_view /*key*/, const OwnerId& /*owner*/) {
     return FailedPreconditionError(Describe() + " does not keep run-once records");
   }
+
+  // nullopt (the default): each lease lives by its own ttl, extended by
+  // Renew. A session-based store returns its current session's liveness;
+  // the core then also bounds each lease's valid_until by heard_at +
+  // timeout - drift and renews at least every third of min(ttl, timeout),
+  // so that a Renew answered from the session's state (no round trip) is
+  // never trusted beyond what the store promised.
+  virtual std::optional<SessionLiveness> Liveness() { return std::nullopt; }
 };
 
 }  // namespace dlock

@@ -96,14 +96,20 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
       state->owner = request.owner;
       state->token = attempt->token;
       state->ttl = options.ttl;
+      state->effective_ttl = options.ttl;
       state->drift = drift;
       state->on_lost = options.on_lost;
-      state->valid_until = sent + options.ttl - drift;
-      state->next_renew_at = sent + options.ttl / 3;
+      const std::optional<SessionLiveness> session = backend_->Liveness();
+      if (session && session->timeout > milliseconds(0)) {
+        state->effective_ttl = std::min(options.ttl, session->timeout);
+        // A session shorter than the ttl: the default margin follows it.
+        if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
+      }
       if (options.max_hold) state->renew_until = sent + *options.max_hold;
       bool wake;
       {
         std::lock_guard lock(mu_);
+        ExtendLocked(*state, sent, session);
         held_.push_back(state);
         wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
       }
@@ -218,6 +224,26 @@ void ClientCore::NotifyLost(const std::vector<std::shared_ptr<LeaseState>>& newl
   }
 }
 
+void ClientCore::ExtendLocked(LeaseState& state, TimePoint sent,
+                              const std::optional<SessionLiveness>& session) {
+  TimePoint valid = sent + state.ttl;
+  const bool by_session = session && session->timeout > milliseconds(0);
+  if (by_session) {
+    // The store keeps the session (and so the lease) until at least the
+    // last time it provably heard from us plus the session timeout.
+    valid = std::min(valid, session->heard_at + session->timeout);
+  }
+  state.valid_until = std::max(state.valid_until, valid - state.drift);
+  Duration period = state.effective_ttl / 3;
+  if (by_session) {
+    // When the store's promise is short (its last answer is old), renew
+    // sooner: halfway to valid_until.
+    period = std::max<Duration>(std::min(period, (state.valid_until - sent) / 2),
+                                milliseconds(1));
+  }
+  state.next_renew_at = sent + period;
+}
+
 TimePoint ClientCore::Tick(TimePoint now) {
   // Keep the core alive through this tick even if an on_lost callback drops
   // the last Lease.
@@ -249,7 +275,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
                                               " reached its max hold; no more renewals");
         }
         state->next_renew_at = TimePoint::max();
-      } else if (now >= state->next_renew_at - state->ttl / 6) {
+      } else if (now >= state->next_renew_at - state->effective_ttl / 6) {
         // Due, or due soon: renewing a little early costs nothing and lets
         // leases acquired at different times share one store call.
         due.push_back(state);
@@ -264,6 +290,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
     const TimePoint sent = clock_->Now();
     std::vector<Status> results = backend_->Renew(requests);
     const TimePoint replied = clock_->Now();
+    const std::optional<SessionLiveness> session = backend_->Liveness();
     std::lock_guard lock(mu_);
     for (std::size_t i = 0; i < due.size(); ++i) {
       const auto& state = due[i];
@@ -280,8 +307,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
                        newly_lost);
         if (result.ok()) release_at_store.push_back(state);
       } else if (result.ok()) {
-        state->valid_until = std::max(state->valid_until, sent + state->ttl - state->drift);
-        state->next_renew_at = sent + state->ttl / 3;
+        ExtendLocked(*state, sent, session);
       } else if (result.code() == StatusCode::kNotOwner ||
                  result.code() == StatusCode::kLeaseLost) {
         MarkLostLocked(state,
@@ -289,7 +315,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
                                       " for this owner: " + result.message()),
                        newly_lost);
       } else {
-        state->next_renew_at = replied + RenewRetryInterval(state->ttl);
+        state->next_renew_at = replied + RenewRetryInterval(state->effective_ttl);
       }
     }
     drop_lost();

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct LeaseState {
   OwnerId owner;
   FencingToken token = 0;
   std::chrono::milliseconds ttl{0};
+  // min(ttl, the session timeout) for a session-based store, else ttl: what
+  // renewal timing follows.
+  std::chrono::milliseconds effective_ttl{0};
   Duration drift{0};
   std::function<void(const Status&)> on_lost;
   std::stop_source lost;  // requested on loss
@@ -71,6 +75,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   TimePoint ValidUntil(const LeaseState& state) const;
 
  private:
+  // valid_until and next_renew_at after a grant or renewal sent at `sent`,
+  // bounded by the store's session when it has one. Under mu_ for `state`.
+  void ExtendLocked(LeaseState& state, TimePoint sent,
+                    const std::optional<SessionLiveness>& session);
   // One renewal tick; returns when it wants to run next.
   TimePoint Tick(TimePoint now);
   // Marks `state` lost (under mu_) and queues it for notification.

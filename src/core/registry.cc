@@ -8,6 +8,9 @@
 #ifdef DLOCK_HAVE_REDIS
 #include "backends/redis/redis_backend.h"
 #endif
+#ifdef DLOCK_HAVE_ZOOKEEPER
+#include "backends/zookeeper/zookeeper_backend.h"
+#endif
 
 namespace dlock::internal {
 namespace {
@@ -43,6 +46,12 @@ constexpr Factory kRedisSentinel = nullptr;
 constexpr Factory kRedlock = nullptr;
 #endif
 
+#ifdef DLOCK_HAVE_ZOOKEEPER
+constexpr Factory kZooKeeper = &zookeeper::Open;
+#else
+constexpr Factory kZooKeeper = nullptr;
+#endif
+
 // Every scheme dlock knows, built or not, so that a user of a build without
 // one gets "not in this build" rather than "unknown".
 constexpr Entry kEntries[] = {
@@ -55,6 +64,7 @@ constexpr Entry kEntries[] = {
      "TLS is not supported: Debian 12's hiredis 0.14 has no TLS; use redis:// through a TLS "
      "tunnel"},
     {"redlock", "redlock://h1:6379,h2:6379,h3:6379", kRedlock},
+    {"zk", "zk://h1:2181,h2:2181/chroot", kZooKeeper},
 };
 
 }  // namespace

@@ -521,6 +521,129 @@ TEST_P(ClientTest, ListShowsHoldersWithTokensAndTimeLeft) {
   EXPECT_EQ((*list)[1].key, "jobs/b");
 }
 
+
+// Session-based stores (ZooKeeper): Backend::Liveness bounds valid_until by
+// what the store promised about the session, whatever Renew answers.
+class SessionLivenessTest : public ::testing::Test {
+ protected:
+  // The in-memory store behind a session: Renew is answered from "state"
+  // (the in-memory store), and heard_at moves only when the test says the
+  // session's heartbeat was answered.
+  class SessionBackend final : public Backend {
+   public:
+    SessionBackend(std::shared_ptr<InMemoryStore> store, SessionLivenessTest* test)
+        : inner_(std::move(store)), test_(test) {}
+    Result<Attempt> TryAcquire(const LeaseRequest& r) override {
+      if (test_->heartbeat_follows_calls_) test_->heard_at_ = test_->clock_->Now();
+      return inner_.TryAcquire(r);
+    }
+    Status Release(std::string_view k, const OwnerId& o) override { return inner_.Release(k, o); }
+    std::vector<Status> Renew(std::span<const LeaseRequest> l) override {
+      ++test_->renew_calls_;
+      if (test_->heartbeat_follows_calls_) test_->heard_at_ = test_->clock_->Now();
+      return inner_.Renew(l);
+    }
+    Result<std::vector<HolderInfo>> List(std::string_view p) override { return inner_.List(p); }
+    std::string Describe() const override { return "session://"; }
+    std::optional<SessionLiveness> Liveness() override {
+      return SessionLiveness{test_->session_timeout_, test_->heard_at_};
+    }
+
+   private:
+    InMemoryBackend inner_;
+    SessionLivenessTest* test_;
+  };
+
+  std::unique_ptr<Client> NewClient() {
+    ClientOptions o;
+    o.clock = clock_;
+    o.random = random_;
+    return Client::FromBackend(std::make_unique<SessionBackend>(memory_, this), o);
+  }
+
+  static AcquireOptions Ttl(milliseconds ttl) {
+    AcquireOptions o;
+    o.ttl = ttl;
+    o.wait = milliseconds(0);
+    return o;
+  }
+
+  std::shared_ptr<SimulatedClock> clock_ = std::make_shared<SimulatedClock>();
+  std::shared_ptr<InMemoryStore> memory_ = std::make_shared<InMemoryStore>(clock_);
+  std::shared_ptr<SeqRandom> random_ = std::make_shared<SeqRandom>();
+  milliseconds session_timeout_{3000};
+  TimePoint heard_at_{};
+  bool heartbeat_follows_calls_ = true;
+  int renew_calls_ = 0;
+};
+
+TEST_F(SessionLivenessTest, ValidUntilFollowsTheNegotiatedSessionTimeout) {
+  // ttl 30 s, but the store only promised a 3 s session: the lease is valid
+  // for 3 s minus the margin that 3 s calls for, and renewed every second.
+  auto client = NewClient();
+  const TimePoint t0 = clock_->Now();
+  auto lease = client->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->valid_until(), t0 + milliseconds(3000 - 32));
+  clock_->Advance(milliseconds(999));
+  EXPECT_EQ(renew_calls_, 0);
+  clock_->Advance(milliseconds(1));
+  EXPECT_EQ(renew_calls_, 1);
+  EXPECT_EQ(lease->valid_until(), t0 + seconds(1) + milliseconds(3000 - 32));
+}
+
+TEST_F(SessionLivenessTest, TtlShorterThanTheSessionStillGoverns) {
+  session_timeout_ = seconds(10);
+  auto client = NewClient();
+  const TimePoint t0 = clock_->Now();
+  auto lease = client->TryAcquire("k", Ttl(seconds(1)));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->valid_until(), t0 + milliseconds(1000 - 12));
+}
+
+TEST_F(SessionLivenessTest, AnsweredHeartbeatsKeepTheLeaseForManySessionTimeouts) {
+  auto client = NewClient();
+  auto lease = client->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(lease.ok());
+  clock_->Advance(seconds(300));  // 100 session timeouts
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+}
+
+TEST_F(SessionLivenessTest, RenewOkWithoutAFreshAnswerDoesNotExtendTheLease) {
+  // A Renew answered from the session's state says OK, but the store has
+  // not been heard from since t0 (a partition the client has not noticed):
+  // the lease is lost when the session may have expired, not later.
+  auto client = NewClient();
+  int lost_calls = 0;
+  AcquireOptions o = Ttl(seconds(30));
+  o.on_lost = [&](const Status&) { ++lost_calls; };
+  const TimePoint t0 = clock_->Now();
+  auto lease = client->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  heartbeat_follows_calls_ = false;
+  clock_->AdvanceTo(t0 + milliseconds(3000 - 32) - std::chrono::nanoseconds(1));
+  EXPECT_TRUE(lease->Check().ok());
+  EXPECT_GE(renew_calls_, 2) << "renewals came no sooner when the promise ran short";
+  clock_->AdvanceTo(t0 + milliseconds(3000 - 32));
+  EXPECT_EQ(lost_calls, 1);
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+}
+
+TEST_F(SessionLivenessTest, LateHeartbeatRecoversBeforeValidUntil) {
+  // The heartbeat answer comes late but in time: renewal halfway to
+  // valid_until picks it up and the lease lives on.
+  auto client = NewClient();
+  const TimePoint t0 = clock_->Now();
+  auto lease = client->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(lease.ok());
+  heartbeat_follows_calls_ = false;
+  clock_->AdvanceTo(t0 + milliseconds(2500));
+  heard_at_ = t0 + milliseconds(2400);  // answered now, sent at 2.4 s
+  clock_->Advance(seconds(1));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_EQ(lease->valid_until(), t0 + milliseconds(2400 + 3000 - 32));
+}
+
 }  // namespace
 }  // namespace dlock
 

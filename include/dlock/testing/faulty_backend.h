@@ -79,6 +79,7 @@ class FaultyBackend final : public Backend {
   Status MarkDone(std::string_view key, const OwnerId& owner) override {
     return inner_->MarkDone(key, owner);
   }
+  std::optional<SessionLiveness> Liveness() override { return inner_->Liveness(); }
 
  private:
   std::unique_ptr<Backend> inner_;

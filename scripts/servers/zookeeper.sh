@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# A 3-member ZooKeeper ensemble on loopback for the tests and benchmarks.
+#
+#   zookeeper.sh start DIR          start members 1..3 (state in DIR/N), wait for a
+#                                   leader and two followers; write DIR/uri
+#   zookeeper.sh stop DIR           stop every member and remove DIR
+#   zookeeper.sh kill DIR N         SIGKILL member N (a crash)
+#   zookeeper.sh pause DIR N        SIGSTOP member N;  resume DIR N: SIGCONT
+#   zookeeper.sh restart DIR [N]    start member N again after a kill (all: every
+#                                   member that is down), wait until it serves
+#   zookeeper.sh leader DIR         print the number of the member that leads
+#   zookeeper.sh mode DIR N         print leader|follower|down for member N
+#   zookeeper.sh port DIR N         print member N's client port
+#
+# Debian's zookeeper package (Java, from default-jre-headless) is started by
+# hand with QuorumPeerMain: no systemd, nothing listens beyond 127.0.0.1.
+# tickTime is 100 ms so that elections and session expiry happen within a
+# test; sessions may be negotiated from 200 ms to 60 s. DLOCK_ZK_CHROOT (default
+# /dlock) is the chroot written into the URI. DLOCK_ZK_JVM_OPTS replaces the
+# JVM flags (the default favours start-up time: client compiler only).
+source "$(dirname "$0")/lib.sh"
+
+ZK_CP=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar
+JVM_OPTS=${DLOCK_ZK_JVM_OPTS:--Xms32m -Xmx160m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k}
+MEMBERS=(1 2 3)
+
+need_zookeeper() {
+  if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
+    echo "zookeeper.sh: ZooKeeper or Java is missing (apt-get install zookeeper default-jre-headless;" \
+      "scripts/install-deps.sh installs both)" >&2
+    exit 1
+  fi
+}
+
+# four_letter PORT WORD: a ZooKeeper four-letter command, its answer on stdout.
+four_letter() {
+  local port=$1 word=$2
+  { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
+  printf '%s' "$word" >&3
+  timeout 2 cat <&3 || true
+  exec 3<&- 3>&-
+}
+
+member_mode() {  # member_mode DIR N
+  local port
+  port=$(cat "$1/$2/client_port" 2>/dev/null) || { echo down; return; }
+  if [ -f "$1/$2/pid" ] && ! kill -0 "$(cat "$1/$2/pid")" 2>/dev/null; then echo down; return; fi
+  local out
+  out=$(four_letter "$port" srvr 2>/dev/null | sed -n 's/^Mode: //p')
+  echo "${out:-down}"
+}
+
+launch() {  # launch DIR N
+  local dir=$1 n=$2
+  (
+    cd "$dir/$n"
+    # The JVM is this subshell's child only in name: exec keeps the pid.
+    exec setsid java $JVM_OPTS -Dzookeeper.log.dir="$dir/$n" -Dzookeeper.4lw.commands.whitelist='*' \
+      -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/$n/zoo.cfg" \
+      >"$dir/$n/out.log" 2>&1 </dev/null
+  ) &
+  echo $! >"$dir/$n/pid"
+}
+
+# wait_serving DIR SECONDS N...: until each member is leader or follower.
+wait_serving() {
+  local dir=$1 seconds=$2 i n ok
+  shift 2
+  for ((i = 0; i < seconds * 10; i++)); do
+    ok=1
+    for n in "$@"; do
+      case $(member_mode "$dir" "$n") in leader | follower) ;; *) ok=0 ;; esac
+    done
+    [ $ok = 1 ] && return 0
+    sleep 0.1
+  done
+  echo "zookeeper.sh: members $* did not start serving within ${seconds}s; logs:" >&2
+  for n in "$@"; do tail -5 "$dir/$n/out.log" >&2 2>/dev/null; done
+  return 1
+}
+
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,15p' "$0" >&2; exit 64; }
+case $cmd in
+  start)
+    need_zookeeper
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    servers=""
+    for n in "${MEMBERS[@]}"; do
+      mkdir -p "$dir/$n/data"
+      echo "$n" >"$dir/$n/data/myid"
+      free_port >"$dir/$n/client_port"
+      servers+="server.$n=127.0.0.1:$(free_port):$(free_port)"$'\n'
+    done
+    for n in "${MEMBERS[@]}"; do
+      cat >"$dir/$n/zoo.cfg" <<EOF
+tickTime=100
+initLimit=50
+syncLimit=20
+minSessionTimeout=200
+maxSessionTimeout=60000
+dataDir=$dir/$n/data
+clientPort=$(cat "$dir/$n/client_port")
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=*
+maxClientCnxns=0
+$servers
+EOF
+      launch "$dir" "$n"
+    done
+    wait_serving "$dir" 90 "${MEMBERS[@]}"
+    hosts=""
+    for n in "${MEMBERS[@]}"; do hosts+="${hosts:+,}127.0.0.1:$(cat "$dir/$n/client_port")"; done
+    echo "zk://$hosts${DLOCK_ZK_CHROOT-/dlock}" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  stop)
+    for n in "${MEMBERS[@]}"; do kill_pidfile "$dir/$n/pid"; done
+    rm -rf "$dir"
+    ;;
+  kill)
+    n=${3:?member}
+    pid=$(cat "$dir/$n/pid")
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+    ;;
+  pause) kill -STOP "$(cat "$dir/${3:?member}/pid")" ;;
+  resume) kill -CONT "$(cat "$dir/${3:?member}/pid")" ;;
+  restart)
+    need_zookeeper
+    targets=("${3:-}")
+    if [ -z "${3:-}" ]; then
+      targets=()
+      for n in "${MEMBERS[@]}"; do
+        [ "$(member_mode "$dir" "$n")" = down ] && targets+=("$n")
+      done
+      if [ ${#targets[@]} = 0 ]; then  # all up: a full restart
+        for n in "${MEMBERS[@]}"; do kill_pidfile "$dir/$n/pid"; done
+        targets=("${MEMBERS[@]}")
+      fi
+    fi
+    for n in "${targets[@]}"; do
+      if kill -0 "$(cat "$dir/$n/pid")" 2>/dev/null; then kill_pidfile "$dir/$n/pid"; fi
+      launch "$dir" "$n"
+    done
+    wait_serving "$dir" 90 "${targets[@]}"
+    ;;
+  leader)
+    for n in "${MEMBERS[@]}"; do
+      [ "$(member_mode "$dir" "$n")" = leader ] && { echo "$n"; exit 0; }
+    done
+    echo "zookeeper.sh: no member leads" >&2
+    exit 1
+    ;;
+  mode) member_mode "$dir" "${3:?member}" ;;
+  port) cat "$dir/${3:?member}/client_port" ;;
+  *) sed -n '2,15p' "$0" >&2; exit 64 ;;
+esac

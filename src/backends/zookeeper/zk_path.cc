@@ -1,0 +1,226 @@
+#include "backends/zookeeper/zk_path.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace dlock::zookeeper {
+namespace {
+
+constexpr char kHex[] = "0123456789ABCDEF";
+constexpr std::string_view kLockMarker = "lock-";
+constexpr std::string_view kProtectedPrefix = "_c_";
+constexpr std::size_t kSequenceDigits = 10;
+constexpr std::size_t kGuidChars = 36;
+
+bool KeptAsIs(unsigned char c) { return c >= 0x20 && c < 0x7f && c != '%'; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The first code point ZooKeeper's path rules forbid in `s` (as UTF-8), or
+// a description of broken UTF-8; empty when `s` is fine. Java sees paths as
+// UTF-16, so anything outside the BMP (a surrogate pair there) is refused too.
+std::string BadCharacter(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::uint32_t cp;
+    std::size_t len;
+    if (c < 0x80) {
+      cp = c, len = 1;
+    } else if ((c & 0xe0) == 0xc0) {
+      cp = c & 0x1f, len = 2;
+    } else if ((c & 0xf0) == 0xe0) {
+      cp = c & 0x0f, len = 3;
+    } else {
+      return "a byte that is not UTF-8 of the Basic Multilingual Plane";
+    }
+    if (i + len > s.size()) return "truncated UTF-8";
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return "broken UTF-8";
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp == 0 || cp <= 0x1f || (cp >= 0x7f && cp <= 0x9f) ||
+        (cp >= 0xd800 && cp <= 0xf8ff) || cp >= 0xfff0) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(cp));
+      return std::string("the character ") + buf;
+    }
+    i += len;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::string> NormalizeChroot(std::string_view chroot) {
+  if (chroot.empty() || chroot == "/") return std::string();
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("chroot '" + std::string(chroot) +
+                                "' breaks ZooKeeper's path rules: " + std::string(why) +
+                                " (want an absolute path like /dlock or /apps/locks)");
+  };
+  if (chroot.front() != '/') return bad("it must start with '/'");
+  if (chroot.back() == '/') return bad("it must not end with '/'");
+  std::size_t start = 1;
+  while (start <= chroot.size()) {
+    std::size_t end = chroot.find('/', start);
+    if (end == std::string_view::npos) end = chroot.size();
+    const std::string_view seg = chroot.substr(start, end - start);
+    if (seg.empty()) return bad("it has an empty segment ('//')");
+    if (seg == "." || seg == "..") return bad("it has a '" + std::string(seg) + "' segment");
+    start = end + 1;
+  }
+  if (std::string why = BadCharacter(chroot); !why.empty()) return bad("it contains " + why);
+  if (chroot == "/zookeeper" || chroot.starts_with("/zookeeper/")) {
+    return bad("/zookeeper is ZooKeeper's own subtree");
+  }
+  return std::string(chroot);
+}
+
+std::string EncodeSegment(std::string_view segment, bool first_at_root) {
+  if (segment.empty()) return "%";
+  if (segment == ".") return "%2E";
+  if (segment == "..") return "%2E%2E";
+  std::string out;
+  out.reserve(segment.size() + 8);
+  std::size_t i = 0;
+  if (segment.starts_with(kProtectedPrefix)) {
+    out += "%5F";
+    i = 1;
+  } else if (first_at_root && segment == "zookeeper") {
+    out += "%7A";
+    i = 1;
+  }
+  for (; i < segment.size(); ++i) {
+    const auto c = static_cast<unsigned char>(segment[i]);
+    if (KeptAsIs(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> DecodeSegment(std::string_view segment) {
+  if (segment == "%") return std::string();
+  std::string out;
+  out.reserve(segment.size());
+  for (std::size_t i = 0; i < segment.size(); ++i) {
+    const char c = segment[i];
+    if (c != '%') {
+      if (!KeptAsIs(static_cast<unsigned char>(c))) return std::nullopt;
+      out += c;
+      continue;
+    }
+    if (i + 2 >= segment.size()) return std::nullopt;
+    const int hi = HexValue(segment[i + 1]);
+    const int lo = HexValue(segment[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+Result<std::string> LockPath(std::string_view chroot, std::string_view key) {
+  if (key.starts_with('/')) key.remove_prefix(1);
+  if (key.empty()) return InvalidArgumentError("the key is empty");
+  std::string path(chroot);
+  std::size_t start = 0;
+  bool first = true;
+  for (;;) {
+    const std::size_t end = key.find('/', start);
+    const std::string_view seg =
+        key.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    path += '/';
+    path += EncodeSegment(seg, first && chroot.empty());
+    first = false;
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return path;
+}
+
+std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path) {
+  if (!path.starts_with(chroot)) return std::nullopt;
+  path.remove_prefix(chroot.size());
+  if (path.size() < 2 || path.front() != '/') return std::nullopt;
+  path.remove_prefix(1);
+  std::string key;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = path.find('/', start);
+    const std::string_view seg =
+        path.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    auto decoded = DecodeSegment(seg);
+    if (!decoded) return std::nullopt;
+    if (start != 0) key += '/';
+    key += *decoded;
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return key;
+}
+
+std::string GuidOf(const OwnerId& owner) {
+  const std::string hex = owner.ToString();  // 32 digits
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20, 12);
+}
+
+std::string LockNodePrefix(const OwnerId& owner) {
+  return std::string(kProtectedPrefix) + GuidOf(owner) + "-" + std::string(kLockMarker);
+}
+
+std::optional<LockNode> ParseLockNode(std::string_view name) {
+  if (name.size() < kLockMarker.size() + kSequenceDigits) return std::nullopt;
+  const std::string_view digits = name.substr(name.size() - kSequenceDigits);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  if (name.substr(name.size() - kSequenceDigits - kLockMarker.size(), kLockMarker.size()) !=
+      kLockMarker) {
+    return std::nullopt;
+  }
+  LockNode node;
+  node.name = std::string(name);
+  node.sequence = std::stoll(std::string(digits));
+  if (name.starts_with(kProtectedPrefix) &&
+      name.size() == kProtectedPrefix.size() + kGuidChars + 1 + kLockMarker.size() +
+                         kSequenceDigits &&
+      name[kProtectedPrefix.size() + kGuidChars] == '-') {
+    node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
+  }
+  return node;
+}
+
+std::vector<LockNode> SortedContenders(const std::vector<std::string>& children) {
+  std::vector<LockNode> out;
+  out.reserve(children.size());
+  for (const auto& c : children) {
+    if (auto node = ParseLockNode(c)) out.push_back(std::move(*node));
+  }
+  std::sort(out.begin(), out.end(), [](const LockNode& a, const LockNode& b) {
+    return a.sequence != b.sequence ? a.sequence < b.sequence : a.name < b.name;
+  });
+  return out;
+}
+
+OwnerId OwnerOfGuid(std::string_view guid) {
+  std::string hex;
+  for (char c : guid) {
+    if (c != '-') hex += c;
+  }
+  auto owner = OwnerId::Parse(hex);
+  return owner.ok() ? *owner : OwnerId();
+}
+
+}  // namespace dlock::zookeeper

@@ -1,0 +1,73 @@
+// Names in ZooKeeper: lock keys to znode paths, and the lock nodes under them.
+//
+// A key is a '/'-separated path under the URI's chroot: key "jobs/nightly"
+// with chroot /dlock is the znode /dlock/jobs/nightly, which is exactly the
+// path a Curator InterProcessMutex on "/dlock/jobs/nightly" uses. One leading
+// '/' is ignored ("/jobs/nightly" is the same lock). Within each segment, the
+// bytes ZooKeeper's path rules forbid (controls, non-ASCII) and '%' itself
+// are written %XX; segments that would break the rules or be mistaken for
+// something else are escaped whole: "" -> "%", "." -> "%2E", ".." ->
+// "%2E%2E", a leading "_c_" -> "%5Fc_" (lock nodes start with it), and a
+// first segment "zookeeper" at the root -> "%7Aookeeper" (ZooKeeper's own).
+// The mapping is reversible, so List reports the key that was locked.
+//
+// Lock nodes follow Curator's protected ephemeral-sequential layout:
+// "_c_" + guid (a UUID, 8-4-4-4-12 hex digits) + "-lock-" + 10-digit
+// sequence. dlock's guid is the acquisition's OwnerId, so a client finds
+// its own node again after a lost reply, and `dlock status` shows owners.
+#ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_PATH_H_
+#define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_PATH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlock/status.h"
+#include "dlock/types.h"
+
+namespace dlock::zookeeper {
+
+// "" or "/" (the root) or an absolute ZooKeeper path; kInvalidArgument
+// naming the rule it breaks otherwise. Returns the normalised chroot: "" for
+// the root, else the path without a trailing '/'.
+Result<std::string> NormalizeChroot(std::string_view chroot);
+
+// The znode path of `key` under `chroot` (normalised). kInvalidArgument for
+// an empty key.
+Result<std::string> LockPath(std::string_view chroot, std::string_view key);
+
+// The key of the lock at znode `path` under `chroot`, or nullopt when `path`
+// is not under it or a segment is not an encoding LockPath produces.
+std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path);
+
+// One key segment, encoded / decoded (nullopt: not a valid encoding).
+std::string EncodeSegment(std::string_view segment, bool first_at_root);
+std::optional<std::string> DecodeSegment(std::string_view segment);
+
+// "0123abcd-..." for an owner: its 32 hex digits as a UUID.
+std::string GuidOf(const OwnerId& owner);
+// "_c_<guid>-lock-": what a lock node's name starts with.
+std::string LockNodePrefix(const OwnerId& owner);
+
+// A child of a lock path that contends for the lock: its name ends in
+// "lock-" and a 10-digit sequence (Curator's InterProcessMutex nodes, with
+// or without protection, and dlock's).
+struct LockNode {
+  std::string name;
+  std::int64_t sequence = 0;
+  std::string guid;  // empty unless the name is "_c_<guid>-lock-<seq>"
+};
+std::optional<LockNode> ParseLockNode(std::string_view name);
+
+// The contenders among `children`, in the order the lock grants them
+// (Curator's: by sequence).
+std::vector<LockNode> SortedContenders(const std::vector<std::string>& children);
+
+// The owner a guid names (a UUID's 32 hex digits), or an empty OwnerId.
+OwnerId OwnerOfGuid(std::string_view guid);
+
+}  // namespace dlock::zookeeper
+
+#endif  // DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_PATH_H_

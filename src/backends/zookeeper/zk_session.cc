@@ -1,0 +1,309 @@
+#include "backends/zookeeper/zk_session.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace dlock::zookeeper {
+namespace {
+
+// The C client logs connection attempts and errors to stderr by default,
+// which would land in every `dlock exec` user's terminal. Only with
+// DLOCK_ZK_LOG set does it reach stderr.
+void LogToStderrIfAsked(const char* message) {
+  static const bool wanted = [] {
+    const char* v = std::getenv("DLOCK_ZK_LOG");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  if (wanted) std::fprintf(stderr, "zookeeper: %s\n", message);
+}
+
+void SetLogLevelOnce() {
+  static const bool done = [] {
+    const char* v = std::getenv("DLOCK_ZK_LOG");
+    zoo_set_debug_level(v && *v && std::strcmp(v, "0") != 0 ? ZOO_LOG_LEVEL_INFO
+                                                           : ZOO_LOG_LEVEL_ERROR);
+    return true;
+  }();
+  (void)done;
+}
+
+NodeStat FromStat(const struct Stat* s) {
+  NodeStat out;
+  if (s != nullptr) {
+    out.czxid = s->czxid;
+    out.ephemeral_owner = s->ephemeralOwner;
+    out.cversion = s->cversion;
+    out.num_children = s->numChildren;
+  }
+  return out;
+}
+
+// The request's shared state travels through the C client as a heap
+// shared_ptr, released by whichever completion runs.
+std::shared_ptr<Op> TakeOp(const void* data) {
+  auto* holder = static_cast<std::shared_ptr<Op>*>(const_cast<void*>(data));
+  std::shared_ptr<Op> op = std::move(*holder);
+  delete holder;
+  return op;
+}
+
+}  // namespace
+
+// Completion trampolines, one per reply shape. They never throw.
+struct Completions {
+  static void StringStat(int rc, const char* value, const struct Stat* stat, const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    try {
+      r.rc = rc;
+      if (rc == ZOK && value != nullptr) r.path = value;
+      if (rc == ZOK) r.stat = FromStat(stat);
+    } catch (...) {
+      r.rc = ZSYSTEMERROR;
+    }
+    op->Finish(std::move(r));
+  }
+  static void StringsStat(int rc, const struct String_vector* strings, const struct Stat* stat,
+                          const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    try {
+      r.rc = rc;
+      if (rc == ZOK && strings != nullptr) {
+        r.children.reserve(static_cast<std::size_t>(strings->count));
+        for (int i = 0; i < strings->count; ++i) r.children.emplace_back(strings->data[i]);
+      }
+      if (rc == ZOK) r.stat = FromStat(stat);
+    } catch (...) {
+      r.rc = ZSYSTEMERROR;
+    }
+    op->Finish(std::move(r));
+  }
+  static void StatOnly(int rc, const struct Stat* stat, const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    r.rc = rc;
+    if (rc == ZOK) r.stat = FromStat(stat);
+    op->Finish(std::move(r));
+  }
+  static void Data(int rc, const char* value, int value_len, const struct Stat* stat,
+                   const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    try {
+      r.rc = rc;
+      if (rc == ZOK && value != nullptr && value_len > 0) {
+        r.data.assign(value, static_cast<std::size_t>(value_len));
+      }
+      if (rc == ZOK) r.stat = FromStat(stat);
+    } catch (...) {
+      r.rc = ZSYSTEMERROR;
+    }
+    op->Finish(std::move(r));
+  }
+  static void Void(int rc, const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    r.rc = rc;
+    op->Finish(std::move(r));
+  }
+};
+
+const Reply* Op::Wait(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return nullptr;
+  return &reply_;
+}
+
+bool Op::done() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+void Op::Finish(Reply reply) {
+  std::function<void(const Reply&)> on_done;
+  {
+    std::lock_guard lock(mu_);
+    reply.sent = reply_.sent;
+    // Before anyone sees the reply: a waiter reads heard_at right after.
+    if (Answered(reply.rc)) session_->NoteHeard(reply.sent);
+    reply_ = std::move(reply);
+    done_ = true;
+    on_done.swap(on_done_);
+  }
+  cv_.notify_all();
+  if (on_done) {
+    try {
+      on_done(reply_);
+    } catch (...) {
+      // A handler must not take the completion thread down.
+    }
+  }
+}
+
+Session::Session(std::string hosts, std::chrono::milliseconds timeout,
+                 std::shared_ptr<Clock> clock, StateHandler on_state, NodeHandler on_node)
+    : hosts_(std::move(hosts)),
+      clock_(std::move(clock)),
+      on_state_(std::move(on_state)),
+      on_node_(std::move(on_node)),
+      timeout_ms_(timeout.count()) {}
+
+Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
+                                                std::chrono::milliseconds timeout,
+                                                std::shared_ptr<Clock> clock,
+                                                StateHandler on_state, NodeHandler on_node) {
+  SetLogLevelOnce();
+  std::unique_ptr<Session> s(
+      new Session(hosts, timeout, std::move(clock), std::move(on_state), std::move(on_node)));
+  errno = 0;
+  // The watcher may run before zookeeper_init2 returns; it only uses the
+  // handle it is given, never zh_.
+  zhandle_t* zh = zookeeper_init2(hosts.c_str(), &Session::OnWatch,
+                                  static_cast<int>(timeout.count()), nullptr, s.get(),
+                                  ZOO_NO_LOG_CLIENTENV, &LogToStderrIfAsked);
+  if (zh == nullptr) {
+    const int err = errno;
+    return UnavailableError("cannot start a ZooKeeper client for " + hosts + ": " +
+                            (err != 0 ? std::strerror(err) : "unknown error") +
+                            " (do the host names resolve?)");
+  }
+  s->zh_ = zh;
+  return s;
+}
+
+Session::~Session() {
+  closing_ = true;
+  if (zh_ != nullptr) zookeeper_close(zh_);
+}
+
+Session::State Session::WaitConnected(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    const State s = state_.load();
+    return s != State::kConnecting;
+  });
+  return state_.load();
+}
+
+void Session::OnWatch(zhandle_t* zh, int type, int state, const char* path, void* ctx) {
+  try {
+    static_cast<Session*>(ctx)->HandleWatch(zh, type, state, path);
+  } catch (...) {
+    // Nothing may throw through the C client.
+  }
+}
+
+void Session::HandleWatch(zhandle_t* zh, int type, int state, const char* path) {
+  if (type == ZOO_SESSION_EVENT) {
+    State next;
+    if (state == ZOO_CONNECTED_STATE) {
+      next = State::kConnected;
+      timeout_ms_ = zoo_recv_timeout(zh);
+      if (const clientid_t* id = zoo_client_id(zh)) id_ = id->client_id;
+    } else if (state == ZOO_EXPIRED_SESSION_STATE) {
+      next = State::kExpired;
+    } else if (state == ZOO_AUTH_FAILED_STATE) {
+      next = State::kAuthFailed;
+    } else {
+      next = State::kConnecting;  // connecting, associating, not connected
+    }
+    {
+      std::lock_guard lock(mu_);
+      // Expiry is final: a late "connecting" must not undo it.
+      if (!dead()) state_ = next;
+    }
+    cv_.notify_all();
+    if (!closing_ && on_state_) on_state_(state_.load());
+    return;
+  }
+  if (!closing_ && on_node_ && path != nullptr) on_node_(type, path);
+}
+
+void Session::NoteHeard(TimePoint sent) {
+  const std::int64_t ns = sent.time_since_epoch().count();
+  std::int64_t cur = heard_at_ns_.load();
+  while (ns > cur && !heard_at_ns_.compare_exchange_weak(cur, ns)) {
+  }
+}
+
+template <typename Submit>
+std::shared_ptr<Op> Session::Start(DoneHandler on_done, Submit submit) {
+  auto op = std::make_shared<Op>(this);
+  op->on_done_ = std::move(on_done);
+  op->reply_.sent = clock_->Now();
+  auto* holder = new std::shared_ptr<Op>(op);
+  const int rc = submit(static_cast<const void*>(holder));
+  if (rc != ZOK) {
+    // Not queued: no completion will run.
+    delete holder;
+    Reply r;
+    r.rc = rc;
+    op->Finish(std::move(r));
+  }
+  return op;
+}
+
+std::shared_ptr<Op> Session::Create(const std::string& path, std::string_view data, int flags,
+                                    DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_acreate2(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
+                        &ZOO_OPEN_ACL_UNSAFE, flags, &Completions::StringStat, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Children(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_aget_children2(zh_, path.c_str(), 0, &Completions::StringsStat, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Exists(const std::string& path, bool watch, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    if (watch) {
+      return zoo_awexists(zh_, path.c_str(), &Session::OnWatch, this, &Completions::StatOnly, ctx);
+    }
+    return zoo_aexists(zh_, path.c_str(), 0, &Completions::StatOnly, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Get(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_aget(zh_, path.c_str(), 0, &Completions::Data, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Delete(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_adelete(zh_, path.c_str(), -1, &Completions::Void, ctx);
+  });
+}
+
+bool Answered(int rc) {
+  return rc == ZOK || rc == ZNONODE || rc == ZNODEEXISTS || rc == ZNOTEMPTY ||
+         rc == ZBADVERSION || rc == ZNOCHILDRENFOREPHEMERALS || rc == ZNOAUTH ||
+         rc == ZINVALIDACL || rc == ZBADARGUMENTS;
+}
+
+bool OutcomeUnknown(int rc) {
+  return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING ||
+         rc == ZSESSIONMOVED || rc == ZSYSTEMERROR || rc == ZMARSHALLINGERROR;
+}
+
+Status ZkError(int rc, std::string_view what) {
+  const std::string m = std::string(what) + ": " + zerror(rc);
+  if (rc == ZNOAUTH || rc == ZAUTHFAILED) {
+    return FailedPreconditionError(m + " (the znode's ACL does not allow it)");
+  }
+  if (rc == ZBADARGUMENTS || rc == ZINVALIDACL || rc == ZNOCHILDRENFOREPHEMERALS) {
+    return InvalidArgumentError(m);
+  }
+  if (rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE) {
+    return UnavailableError(m + " (the session expired; a new one is opened on retry)");
+  }
+  return UnavailableError(m);
+}
+
+}  // namespace dlock::zookeeper

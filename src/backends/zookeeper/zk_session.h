@@ -1,0 +1,156 @@
+// Session: one ZooKeeper session, an RAII owner of the multi-threaded C
+// client's zhandle_t.
+//
+// Requests are asynchronous: each returns an Op at once, whose reply is
+// filled in by the client's completion thread; the caller waits on it with a
+// bound. Pipelined requests (a create, then a getChildren) are answered in
+// order on one connection. Nothing throws through a C callback: every
+// callback catches, and the owner's handlers (state changes, node events,
+// per-request hooks) run on the completion thread, so they must be short
+// and must not block on anything that waits for a reply.
+//
+// The session tracks what the core needs about liveness: its state
+// (connecting, connected, expired), the timeout the ensemble negotiated, and
+// heard_at, the send time of the newest request the ensemble answered.
+//
+// Thread-safety: all methods are thread-safe. Destroying a Session closes
+// the handle; requests still pending complete first, with ZCLOSING, so the
+// destructor must not run on the completion thread or while holding a lock
+// that a handler takes.
+#ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_SESSION_H_
+#define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_SESSION_H_
+
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlock/clock.h"
+#include "dlock/status.h"
+
+namespace dlock::zookeeper {
+
+// The parts of a znode's Stat that dlock reads.
+struct NodeStat {
+  std::int64_t czxid = 0;
+  std::int64_t ephemeral_owner = 0;
+  std::int32_t cversion = 0;
+  std::int32_t num_children = 0;
+};
+
+struct Reply {
+  int rc = ZOK;
+  TimePoint sent{};
+  std::string path;                   // create: the created node's path
+  std::vector<std::string> children;  // get_children
+  std::string data;                   // get
+  NodeStat stat;                      // create2, exists, get, get_children2
+};
+
+class Session;
+struct Completions;
+
+// One request in flight.
+class Op {
+ public:
+  explicit Op(Session* session) : session_(session) {}
+  // The reply, once it has come within `timeout`; null otherwise (the
+  // request may still be answered later).
+  const Reply* Wait(std::chrono::nanoseconds timeout);
+  bool done() const;
+
+ private:
+  friend class Session;
+  friend struct Completions;
+  void Finish(Reply reply);
+
+  Session* const session_;  // outlives every completion (see ~Session)
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Reply reply_;
+  std::function<void(const Reply&)> on_done_;  // set before submission
+};
+
+class Session {
+ public:
+  enum class State { kConnecting, kConnected, kExpired, kAuthFailed };
+  using StateHandler = std::function<void(State)>;
+  using NodeHandler = std::function<void(int type, const std::string& path)>;
+  using DoneHandler = std::function<void(const Reply&)>;
+
+  // Starts connecting to `hosts` ("h1:2181,h2:2181"), asking for `timeout`;
+  // returns at once. kUnavailable when the client cannot even start (a host
+  // that does not resolve).
+  static Result<std::unique_ptr<Session>> Start(const std::string& hosts,
+                                                std::chrono::milliseconds timeout,
+                                                std::shared_ptr<Clock> clock,
+                                                StateHandler on_state, NodeHandler on_node);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  State state() const { return state_.load(); }
+  bool dead() const { return state() == State::kExpired || state() == State::kAuthFailed; }
+  // Until connected, dead, or `timeout`; returns the state then.
+  State WaitConnected(std::chrono::nanoseconds timeout);
+  // The negotiated session timeout once connected (the requested one before).
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+  TimePoint heard_at() const { return TimePoint(Duration(heard_at_ns_.load())); }
+  std::int64_t id() const { return id_.load(); }
+  const std::string& hosts() const { return hosts_; }
+
+  // The requests dlock makes. `on_done` runs on the completion thread.
+  std::shared_ptr<Op> Create(const std::string& path, std::string_view data, int flags,
+                             DoneHandler on_done = {});
+  std::shared_ptr<Op> Children(const std::string& path, DoneHandler on_done = {});
+  // With `watch`, a node event for `path` later reaches the NodeHandler.
+  std::shared_ptr<Op> Exists(const std::string& path, bool watch, DoneHandler on_done = {});
+  std::shared_ptr<Op> Get(const std::string& path, DoneHandler on_done = {});
+  std::shared_ptr<Op> Delete(const std::string& path, DoneHandler on_done = {});
+
+ private:
+  friend class Op;
+  Session(std::string hosts, std::chrono::milliseconds timeout, std::shared_ptr<Clock> clock,
+          StateHandler on_state, NodeHandler on_node);
+  static void OnWatch(zhandle_t* zh, int type, int state, const char* path, void* ctx);
+  void HandleWatch(zhandle_t* zh, int type, int state, const char* path);
+  void NoteHeard(TimePoint sent);
+  template <typename Submit>
+  std::shared_ptr<Op> Start(DoneHandler on_done, Submit submit);
+
+  const std::string hosts_;
+  const std::shared_ptr<Clock> clock_;
+  const StateHandler on_state_;
+  const NodeHandler on_node_;
+  zhandle_t* zh_ = nullptr;
+
+  std::atomic<State> state_{State::kConnecting};
+  std::atomic<std::int64_t> timeout_ms_;
+  std::atomic<std::int64_t> heard_at_ns_{0};
+  std::atomic<std::int64_t> id_{0};
+  std::atomic<bool> closing_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;  // state changes
+};
+
+// True when `rc` means the ensemble answered the request (so it heard from
+// this session), false for connection loss, timeouts, a closed handle.
+bool Answered(int rc);
+// True when `rc` means the outcome is unknown: the request may or may not
+// have been applied.
+bool OutcomeUnknown(int rc);
+// Maps a ZooKeeper error code to a Status: the one place that does.
+Status ZkError(int rc, std::string_view what);
+
+}  // namespace dlock::zookeeper
+
+#endif  // DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_SESSION_H_

@@ -1,0 +1,1079 @@
+#include "backends/zookeeper/zookeeper_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "backends/zookeeper/zk_path.h"
+#include "backends/zookeeper/zk_session.h"
+#include "core/duration.h"
+
+namespace dlock::zookeeper {
+namespace {
+
+using internal::FormatDuration;
+using internal::ParseDuration;
+using std::chrono::milliseconds;
+
+// One attempt waits at most this long for the ensemble (connecting, or one
+// reply); the core retries an kUnavailable attempt until its own deadline,
+// so a short bound keeps "store unreachable" within the caller's wait.
+constexpr milliseconds kAttemptTimeout{1000};
+// The session timeout for a session opened by List or Ping, before any
+// acquisition said what ttl it wants.
+constexpr milliseconds kDefaultSessionTimeout{30000};
+// How often, within a session timeout, the backend's own heartbeat goes out.
+constexpr int kHeartbeatsPerTimeout = 4;
+// A node the reaper could not delete is tried again this much later.
+constexpr milliseconds kReapRetry{200};
+// List visits at most this many znodes.
+constexpr std::size_t kMaxListNodes = 100'000;
+
+std::string Basename(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string NodeData(const OwnerId& owner) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string h;
+  for (const char* p = host; *p; ++p) {
+    if (*p != '"' && *p != '\\' && static_cast<unsigned char>(*p) >= 0x20) h += *p;
+  }
+  return "{\"dlock\":1,\"owner\":\"" + owner.ToString() + "\",\"host\":\"" + h +
+         "\",\"pid\":" + std::to_string(getpid()) + "}";
+}
+
+}  // namespace
+
+// What the backend knows about one acquisition's node.
+struct Contender {
+  enum class Phase {
+    kFresh,     // no node yet
+    kCreating,  // a create in flight, outcome not yet known
+    kUnknown,   // a create (or delete) whose outcome was lost: look by guid
+    kWaiting,   // node exists, not the lowest
+    kHeld,      // node exists and is the lowest
+  };
+  std::string key;
+  OwnerId owner;
+  std::string lock_path;
+  std::string prefix;  // "_c_<guid>-lock-"
+  std::uint64_t gen = 0;
+  Phase phase = Phase::kFresh;
+  std::shared_ptr<Op> create;    // kCreating
+  std::shared_ptr<Op> children;  // pipelined behind `create`
+  std::string node;              // our node's name once known
+  FencingToken token = 0;        // its czxid
+  // kWaiting: how many contenders were ahead at the last look, and the one
+  // just ahead, whose deletion this waiter watches.
+  std::size_t ahead = 0;
+  std::string predecessor;  // full path
+  bool pred_gone = false;
+  bool watch_armed = false;
+  // The parent's cversion at the last look applied: looks answered out of
+  // order (an event-driven one racing the caller's) never undo a newer one.
+  std::int64_t looked_at_cversion = -1;
+  // kHeld: a watch on our own node tells us if someone deletes it.
+  bool node_watch_armed = false;
+  bool deleted = false;
+  // The keeper deletes the node after this: ttl after the last renewal for
+  // a holder, queue_ttl after the last attempt for a waiter.
+  TimePoint expires_at{};
+
+  std::string NodePath() const { return lock_path + "/" + node; }
+};
+
+struct ZooKeeperBackend::Impl {
+  explicit Impl(ZkOptions o)
+      : options(std::move(o)),
+        clock(options.clock ? options.clock : DefaultClock()),
+        attempt_timeout(std::min(kAttemptTimeout, options.connect_timeout)),
+        root(options.chroot.empty() ? "/" : options.chroot) {
+    keeper = std::jthread([this](std::stop_token stop) { KeeperLoop(stop); });
+  }
+  ~Impl() {
+    keeper.request_stop();
+    {
+      std::lock_guard lock(mu);
+      keeper_cv.notify_all();
+    }
+    if (keeper.joinable()) keeper.join();
+    std::shared_ptr<Session> s;
+    {
+      std::lock_guard lock(mu);
+      s = std::move(session);
+      contenders.clear();
+      reaping.clear();
+    }
+    s.reset();  // closes the handle, outside the lock its handlers take
+  }
+
+  struct Live {
+    std::shared_ptr<Session> session;
+    std::uint64_t gen = 0;
+  };
+
+  // --- sessions ---------------------------------------------------------
+
+  Result<Live> EnsureSession(milliseconds ttl_hint);
+  void OnSessionState(std::uint64_t gen, Session::State state);
+  void OnNodeEvent(std::uint64_t gen, int type, const std::string& path);
+  std::optional<Live> Current() {
+    std::lock_guard lock(mu);
+    if (!session || session->dead()) return std::nullopt;
+    return Live{session, gen};
+  }
+
+  // --- the lock recipe -----------------------------------------------------
+
+  std::shared_ptr<Contender> FindOrAdd(const LeaseRequest& r, const std::string& path,
+                                       std::uint64_t g);
+  Status StartCreate(const Live& live, const std::shared_ptr<Contender>& c);
+  Status FinishCreate(const Live& live, const std::shared_ptr<Contender>& c);
+  Status Look(const Live& live, const std::shared_ptr<Contender>& c);
+  Status Place(const Live& live, const std::shared_ptr<Contender>& c, const Reply& children);
+  // Applies a look at the siblings to a contender whose node and token are
+  // known; never blocks. Returns false when our node is not among them.
+  bool ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted, std::int64_t cversion);
+  // On the completion thread, when a waiter's predecessor goes: look again
+  // at once, without waiting for the waiter's thread to wake.
+  void LookOnEvent(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c);
+  Status CreateParents(const Live& live, const std::string& lock_path);
+  Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
+                   bool* found, std::vector<LockNode>* others);
+  void ArmNodeWatch(const Live& live, const std::shared_ptr<Contender>& c);
+
+  // --- the keeper thread -----------------------------------------------------
+
+  void KeeperLoop(std::stop_token stop);
+
+  TimePoint Now() const { return clock->Now(); }
+  std::chrono::nanoseconds Left(TimePoint until) const {
+    return std::max<std::chrono::nanoseconds>(until - Now(), std::chrono::nanoseconds(0));
+  }
+  std::string Describe() const {
+    return "zk://" + options.hosts + options.chroot;
+  }
+
+  const ZkOptions options;
+  const std::shared_ptr<Clock> clock;
+  const milliseconds attempt_timeout;
+  const std::string root;  // the chroot, or "/"
+
+  mutable std::mutex mu;
+  std::condition_variable_any cv;          // waiters: watch fired, session changed
+  std::condition_variable_any keeper_cv;   // the keeper: new work, reconnect
+  std::shared_ptr<Session> session;
+  std::uint64_t gen = 0;
+  std::map<std::pair<std::string, OwnerId>, std::shared_ptr<Contender>> contenders;
+  // Nodes the keeper is deleting (async), with what it deletes them for.
+  std::vector<std::pair<std::shared_ptr<Op>, std::shared_ptr<Contender>>> reaping;
+  std::vector<std::shared_ptr<Contender>> to_reap;  // needing a look first
+  bool heartbeat_now = false;
+  TimePoint last_heartbeat{};
+  std::jthread keeper;  // last: started in the constructor body
+};
+
+// ---------------------------------------------------------------------------
+// Sessions
+
+Result<ZooKeeperBackend::Impl::Live> ZooKeeperBackend::Impl::EnsureSession(milliseconds ttl_hint) {
+  std::shared_ptr<Session> old;
+  Live live;
+  {
+    std::lock_guard lock(mu);
+    if (!session || session->dead()) {
+      old = std::move(session);
+      const milliseconds timeout = options.session_timeout.value_or(ttl_hint);
+      const std::uint64_t g = gen + 1;
+      auto s = Session::Start(
+          options.hosts, timeout, clock,
+          [this, g](Session::State st) { OnSessionState(g, st); },
+          [this, g](int type, const std::string& path) { OnNodeEvent(g, type, path); });
+      if (!s.ok()) return s.status();
+      session = std::move(*s);
+      gen = g;
+      // Nodes of an expired session are gone with it.
+      std::erase_if(contenders, [&](const auto& kv) { return kv.second->gen != g; });
+      heartbeat_now = true;
+    }
+    live = Live{session, gen};
+  }
+  old.reset();  // closes an expired handle outside the lock
+  const Session::State st = live.session->WaitConnected(attempt_timeout);
+  if (st == Session::State::kConnected) return live;
+  if (st == Session::State::kAuthFailed) {
+    return FailedPreconditionError("ZooKeeper at " + options.hosts + " refused authentication");
+  }
+  if (st == Session::State::kExpired) {
+    return UnavailableError("the ZooKeeper session at " + options.hosts +
+                            " expired; a new one is opened on retry");
+  }
+  return UnavailableError("no ZooKeeper server at " + options.hosts + " answered within " +
+                          FormatDuration(attempt_timeout) +
+                          " (is the ensemble running, and are these its client ports?)");
+}
+
+void ZooKeeperBackend::Impl::OnSessionState(std::uint64_t g, Session::State st) {
+  std::lock_guard lock(mu);
+  if (g != gen) return;
+  if (st == Session::State::kExpired || st == Session::State::kAuthFailed) {
+    // Every node of the session is gone: Renew reports each lease lost, a
+    // waiter starts over in a new session.
+    std::erase_if(contenders, [&](const auto& kv) { return kv.second->gen == g; });
+  } else if (st == Session::State::kConnected) {
+    heartbeat_now = true;  // (re)connected: prove the session alive at once
+  }
+  cv.notify_all();
+  keeper_cv.notify_all();
+}
+
+void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::string& path) {
+  std::vector<std::shared_ptr<Contender>> look;
+  std::shared_ptr<Session> s;
+  std::unique_lock lock(mu);
+  if (g != gen) return;
+  s = session;
+  bool woke = false;
+  for (auto& [k, c] : contenders) {
+    if (c->gen != g) continue;
+    if (c->phase == Contender::Phase::kWaiting && c->predecessor == path) {
+      if (type == ZOO_DELETED_EVENT) {
+        c->pred_gone = true;
+        if (c->ahead == 1) {
+          // The only node ahead at our last look is gone, and later nodes
+          // sort after ours: we hold the lock now, no need to look.
+          c->phase = Contender::Phase::kHeld;
+          c->ahead = 0;
+        } else {
+          look.push_back(c);
+        }
+      } else {
+        c->watch_armed = false;  // a data change used the watch up: re-arm
+      }
+      woke = true;
+    } else if (c->phase == Contender::Phase::kHeld && !c->node.empty() &&
+               c->NodePath() == path) {
+      if (type == ZOO_DELETED_EVENT) {
+        c->deleted = true;  // someone deleted our node: the lease is lost
+      } else {
+        c->node_watch_armed = false;
+      }
+    }
+  }
+  if (woke) cv.notify_all();
+  lock.unlock();
+  for (auto& c : look) LookOnEvent(s, c);
+}
+
+// ---------------------------------------------------------------------------
+// The lock recipe
+
+std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest& r,
+                                                              const std::string& path,
+                                                              std::uint64_t g) {
+  std::lock_guard lock(mu);
+  if (contenders.empty()) keeper_cv.notify_all();  // the heartbeat starts
+  auto& slot = contenders[{r.key, r.owner}];
+  if (!slot || slot->gen != g) {
+    slot = std::make_shared<Contender>();
+    slot->key = r.key;
+    slot->owner = r.owner;
+    slot->lock_path = path;
+    slot->prefix = LockNodePrefix(r.owner);
+    slot->gen = g;
+  }
+  return slot;
+}
+
+Status ZooKeeperBackend::Impl::StartCreate(const Live& live, const std::shared_ptr<Contender>& c) {
+  // The create and a look at the siblings go out back to back: the server
+  // answers the read after applying the write, so one round trip tells both
+  // our sequence and who is ahead.
+  auto create = live.session->Create(c->lock_path + "/" + c->prefix, NodeData(c->owner),
+                                     ZOO_EPHEMERAL_SEQUENTIAL);
+  auto children = live.session->Children(c->lock_path);
+  std::lock_guard lock(mu);
+  c->create = std::move(create);
+  c->children = std::move(children);
+  c->phase = Contender::Phase::kCreating;
+  return Status::Ok();
+}
+
+Status ZooKeeperBackend::Impl::FinishCreate(const Live& live, const std::shared_ptr<Contender>& c) {
+  std::shared_ptr<Op> create, children;
+  {
+    std::lock_guard lock(mu);
+    create = c->create;
+    children = c->children;
+  }
+  const Reply* r = create->Wait(attempt_timeout);
+  if (r == nullptr) {
+    return UnavailableError("ZooKeeper did not answer the create of a lock node under " +
+                            c->lock_path + " within " + FormatDuration(attempt_timeout) +
+                            "; a retry finds the node by its guid");
+  }
+  if (r->rc == ZNONODE) {
+    {
+      std::lock_guard lock(mu);
+      c->phase = Contender::Phase::kFresh;
+    }
+    return CreateParents(live, c->lock_path);
+  }
+  if (OutcomeUnknown(r->rc)) {
+    std::lock_guard lock(mu);
+    c->phase = Contender::Phase::kUnknown;
+    return ZkError(r->rc, "creating a lock node under " + c->lock_path +
+                              " (outcome unknown; a retry finds it by its guid)");
+  }
+  if (r->rc != ZOK) {
+    std::lock_guard lock(mu);
+    c->phase = Contender::Phase::kFresh;
+    return ZkError(r->rc, "creating a lock node under " + c->lock_path);
+  }
+  {
+    std::lock_guard lock(mu);
+    c->node = Basename(r->path);
+    c->token = static_cast<FencingToken>(r->stat.czxid);
+    c->phase = Contender::Phase::kUnknown;  // until we know our place
+  }
+  const Reply* kids = children ? children->Wait(attempt_timeout) : nullptr;
+  if (kids == nullptr || kids->rc != ZOK) return Look(live, c);
+  return Place(live, c, *kids);
+}
+
+Status ZooKeeperBackend::Impl::Look(const Live& live, const std::shared_ptr<Contender>& c) {
+  auto op = live.session->Children(c->lock_path);
+  const Reply* r = op->Wait(attempt_timeout);
+  if (r == nullptr) {
+    return UnavailableError("ZooKeeper did not list " + c->lock_path + " within " +
+                            FormatDuration(attempt_timeout));
+  }
+  if (r->rc == ZNONODE) {
+    std::lock_guard lock(mu);
+    c->phase = Contender::Phase::kFresh;  // no parent, so no node of ours
+    c->node.clear();
+    return Status::Ok();
+  }
+  if (r->rc != ZOK) return ZkError(r->rc, "listing " + c->lock_path);
+  return Place(live, c, *r);
+}
+
+Status ZooKeeperBackend::Impl::Place(const Live& live, const std::shared_ptr<Contender>& c,
+                                     const Reply& children) {
+  const std::vector<LockNode> sorted = SortedContenders(children.children);
+  std::string node;
+  {
+    std::lock_guard lock(mu);
+    node = c->node;
+  }
+  const std::string guid = c->prefix.substr(3, 36);
+  // Ours: the node we created, or (after a lost reply) the lowest with our
+  // guid. Any other node with our guid is a duplicate from a retried create.
+  std::size_t mine = sorted.size();
+  for (std::size_t i = 0; i < sorted.size() && mine == sorted.size(); ++i) {
+    if (node.empty() ? sorted[i].guid == guid : sorted[i].name == node) mine = i;
+  }
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (i != mine && sorted[i].guid == guid) {
+      (void)live.session->Delete(c->lock_path + "/" + sorted[i].name);  // no orphans
+    }
+  }
+  if (mine == sorted.size()) {
+    std::lock_guard lock(mu);
+    c->phase = Contender::Phase::kFresh;  // gone (or never made): create anew
+    c->node.clear();
+    return Status::Ok();
+  }
+  FencingToken token;
+  {
+    std::lock_guard lock(mu);
+    token = c->token;
+  }
+  if (node.empty() || token == 0) {
+    // Adopting a node found by guid: its czxid is the token.
+    auto op = live.session->Exists(c->lock_path + "/" + sorted[mine].name, false);
+    const Reply* r = op->Wait(attempt_timeout);
+    if (r == nullptr) return UnavailableError("ZooKeeper did not answer within the attempt");
+    if (r->rc == ZNONODE) {
+      std::lock_guard lock(mu);
+      c->phase = Contender::Phase::kFresh;
+      c->node.clear();
+      return Status::Ok();
+    }
+    if (r->rc != ZOK) return ZkError(r->rc, "reading " + sorted[mine].name);
+    token = static_cast<FencingToken>(r->stat.czxid);
+  }
+  std::lock_guard lock(mu);
+  c->node = sorted[mine].name;
+  c->token = token;
+  if (!ApplyLookLocked(*c, sorted, children.stat.cversion)) {
+    c->phase = Contender::Phase::kFresh;
+    c->node.clear();
+  }
+  return Status::Ok();
+}
+
+bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted,
+                                             std::int64_t cversion) {
+  if (c.phase == Contender::Phase::kHeld) return true;  // nothing can undo a grant
+  if (cversion < c.looked_at_cversion) return true;     // an older look than ours
+  std::size_t mine = sorted.size();
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i].name == c.node) mine = i;
+  }
+  if (mine == sorted.size()) return false;
+  c.looked_at_cversion = cversion;
+  c.ahead = mine;
+  if (mine == 0) {
+    c.phase = Contender::Phase::kHeld;
+    return true;
+  }
+  c.phase = Contender::Phase::kWaiting;
+  const std::string pred = c.lock_path + "/" + sorted[mine - 1].name;
+  if (pred != c.predecessor) {
+    c.predecessor = pred;
+    c.watch_armed = false;
+    c.pred_gone = false;
+  }
+  return true;
+}
+
+void ZooKeeperBackend::Impl::LookOnEvent(const std::shared_ptr<Session>& s,
+                                         const std::shared_ptr<Contender>& c) {
+  std::weak_ptr<Contender> weak = c;
+  (void)s->Children(c->lock_path, [this, weak](const Reply& r) {
+    auto c = weak.lock();
+    if (!c || r.rc != ZOK) return;
+    const std::vector<LockNode> sorted = SortedContenders(r.children);
+    std::lock_guard lock(mu);
+    if (c->phase != Contender::Phase::kWaiting) return;
+    (void)ApplyLookLocked(*c, sorted, r.stat.cversion);
+    cv.notify_all();
+  });
+}
+
+Status ZooKeeperBackend::Impl::CreateParents(const Live& live, const std::string& lock_path) {
+  // Every ancestor below the chroot is a container node (ZooKeeper deletes
+  // it once empty), as Curator makes them; the chroot itself is persistent.
+  std::vector<std::shared_ptr<Op>> ops;
+  for (std::size_t i = 1; i <= lock_path.size(); ++i) {
+    if (i != lock_path.size() && lock_path[i] != '/') continue;
+    const std::string p = lock_path.substr(0, i);
+    const bool in_chroot = p.size() <= options.chroot.size();
+    ops.push_back(live.session->Create(p, "", in_chroot ? 0 : ZOO_CONTAINER));
+  }
+  for (auto& op : ops) {
+    const Reply* r = op->Wait(attempt_timeout);
+    if (r == nullptr) return UnavailableError("ZooKeeper did not answer within the attempt");
+    if (r->rc != ZOK && r->rc != ZNODEEXISTS) return ZkError(r->rc, "creating " + lock_path);
+  }
+  return Status::Ok();
+}
+
+void ZooKeeperBackend::Impl::ArmNodeWatch(const Live& live, const std::shared_ptr<Contender>& c) {
+  std::string path;
+  {
+    std::lock_guard lock(mu);
+    if (c->node_watch_armed || c->phase != Contender::Phase::kHeld) return;
+    c->node_watch_armed = true;
+    path = c->NodePath();
+  }
+  std::weak_ptr<Contender> weak = c;
+  (void)live.session->Exists(path, true, [this, weak](const Reply& r) {
+    auto c = weak.lock();
+    if (!c) return;
+    std::lock_guard lock(mu);
+    if (r.rc == ZNONODE) c->deleted = true;
+    if (r.rc != ZOK && r.rc != ZNONODE) c->node_watch_armed = false;
+  });
+}
+
+Status ZooKeeperBackend::Impl::DeleteOwn(const Live& live, const std::string& lock_path,
+                                         const OwnerId& owner, bool* found,
+                                         std::vector<LockNode>* others) {
+  *found = false;
+  auto op = live.session->Children(lock_path);
+  const Reply* r = op->Wait(attempt_timeout);
+  if (r == nullptr) return UnavailableError("ZooKeeper did not list " + lock_path + " in time");
+  if (r->rc == ZNONODE) return Status::Ok();
+  if (r->rc != ZOK) return ZkError(r->rc, "listing " + lock_path);
+  const std::string guid = GuidOf(owner);
+  std::vector<std::shared_ptr<Op>> deletes;
+  for (auto& n : SortedContenders(r->children)) {
+    if (n.guid == guid) {
+      deletes.push_back(live.session->Delete(lock_path + "/" + n.name));
+    } else if (others != nullptr) {
+      others->push_back(std::move(n));
+    }
+  }
+  for (auto& d : deletes) {
+    const Reply* dr = d->Wait(attempt_timeout);
+    if (dr == nullptr) return UnavailableError("ZooKeeper did not answer a delete in time");
+    if (dr->rc != ZOK && dr->rc != ZNONODE) return ZkError(dr->rc, "deleting a lock node");
+    *found = true;
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// The keeper: the session's heartbeat, and deletion of nodes whose lease or
+// queue place ran out while the session lives on.
+
+void ZooKeeperBackend::Impl::KeeperLoop(std::stop_token stop) {
+  std::unique_lock lock(mu);
+  while (!stop.stop_requested()) {
+    const TimePoint now = Now();
+    // Finished deletions: a failed one goes back to be looked for.
+    for (auto it = reaping.begin(); it != reaping.end();) {
+      if (!it->first->done()) {
+        ++it;
+        continue;
+      }
+      const int rc = it->first->Wait(std::chrono::nanoseconds(0))->rc;
+      if (OutcomeUnknown(rc)) {
+        it->second->phase = Contender::Phase::kUnknown;
+        it->second->node.clear();
+        it->second->expires_at = now + kReapRetry;
+        to_reap.push_back(it->second);
+      }
+      it = reaping.erase(it);
+    }
+    // Expired leases and queue places.
+    for (auto it = contenders.begin(); it != contenders.end();) {
+      if (it->second->expires_at != TimePoint{} && now >= it->second->expires_at) {
+        to_reap.push_back(it->second);
+        it = contenders.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::shared_ptr<Session> s = session;
+    const std::uint64_t g = gen;
+    struct Work {
+      std::shared_ptr<Contender> c;
+      std::uint64_t gen;
+      std::string node_path;  // empty: look for the guid
+    };
+    std::vector<Work> work;
+    for (auto it = to_reap.begin(); it != to_reap.end();) {
+      if (now >= (*it)->expires_at) {
+        const Contender& c = **it;
+        const bool known = !c.node.empty() && c.phase != Contender::Phase::kCreating &&
+                           c.phase != Contender::Phase::kUnknown;
+        work.push_back({*it, c.gen, known ? c.NodePath() : std::string()});
+        it = to_reap.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const bool connected = s && s->state() == Session::State::kConnected;
+    const milliseconds period = s ? s->timeout() / kHeartbeatsPerTimeout : milliseconds(1000);
+    const bool active = !contenders.empty();
+    bool beat = false;
+    if (connected && active && (heartbeat_now || now >= last_heartbeat + period)) {
+      beat = true;
+      heartbeat_now = false;
+      last_heartbeat = now;
+    }
+    lock.unlock();
+
+    if (beat) (void)s->Exists(root, false);  // its answer moves heard_at
+    for (auto& w : work) {
+      if (!s || w.gen != g || s->dead()) continue;  // gone with its session
+      if (!connected) {
+        lock.lock();
+        w.c->expires_at = now + kReapRetry;
+        to_reap.push_back(w.c);
+        lock.unlock();
+        continue;
+      }
+      if (!w.node_path.empty()) {
+        auto op = s->Delete(w.node_path);
+        lock.lock();
+        reaping.emplace_back(std::move(op), w.c);
+        lock.unlock();
+      } else {
+        // Outcome unknown: look for our guid (blocking is fine here).
+        bool found = false;
+        Status st = DeleteOwn(Live{s, g}, w.c->lock_path, w.c->owner, &found, nullptr);
+        if (!st.ok()) {
+          lock.lock();
+          w.c->expires_at = Now() + kReapRetry;
+          to_reap.push_back(w.c);
+          lock.unlock();
+        }
+      }
+    }
+    s.reset();
+
+    lock.lock();
+    TimePoint next = Now() + std::chrono::seconds(1);
+    if (!reaping.empty()) next = std::min(next, Now() + milliseconds(20));
+    if (!contenders.empty()) {
+      if (connected) next = std::min(next, last_heartbeat + period);
+      for (const auto& [k, c] : contenders) {
+        if (c->expires_at != TimePoint{}) next = std::min(next, c->expires_at);
+      }
+    }
+    for (const auto& c : to_reap) next = std::min(next, c->expires_at);
+    auto beat_due = [&] {
+      return heartbeat_now && !contenders.empty() && session &&
+             session->state() == Session::State::kConnected;
+    };
+    const auto wait = std::max<std::chrono::nanoseconds>(next - Now(), std::chrono::nanoseconds(0));
+    keeper_cv.wait_for(lock, stop, wait, beat_due);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backend
+
+ZooKeeperBackend::ZooKeeperBackend(ZkOptions options)
+    : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+ZooKeeperBackend::~ZooKeeperBackend() = default;
+
+Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
+  Impl& m = *impl_;
+  auto path = LockPath(m.options.chroot, request.key);
+  if (!path.ok()) return path.status();
+  auto live = m.EnsureSession(request.ttl);
+  if (!live.ok()) return live.status();
+  std::shared_ptr<Contender> c = m.FindOrAdd(request, *path, live->gen);
+  const bool queue = request.queue_ttl > milliseconds(0);
+
+  for (int step = 0; step < 12; ++step) {
+    Contender::Phase phase;
+    {
+      std::lock_guard lock(m.mu);
+      if (c->gen != m.gen || m.contenders.count({request.key, request.owner}) == 0) {
+        return UnavailableError("the ZooKeeper session changed during the attempt; retrying");
+      }
+      const TimePoint now = m.Now();
+      phase = c->phase;
+      if (phase == Contender::Phase::kHeld) {
+        if (c->deleted) {
+          m.contenders.erase({request.key, request.owner});
+          return UnavailableError("this owner's lock node " + c->NodePath() +
+                                  " was deleted by someone else; retrying");
+        }
+        c->expires_at = now + request.ttl;
+        Attempt a;
+        a.granted = true;
+        a.token = c->token;
+        return a;
+      }
+      if (phase == Contender::Phase::kWaiting && queue && c->watch_armed && !c->pred_gone) {
+        // Our predecessor still exists (its watch has not fired): not yet.
+        c->expires_at = now + request.queue_ttl;
+        return Attempt{};
+      }
+      c->expires_at = now + std::max(request.queue_ttl, m.attempt_timeout * 2);
+    }
+    Status st;
+    switch (phase) {
+      case Contender::Phase::kFresh:
+        st = m.StartCreate(*live, c);
+        break;
+      case Contender::Phase::kCreating:
+        st = m.FinishCreate(*live, c);
+        break;
+      case Contender::Phase::kUnknown:
+      case Contender::Phase::kWaiting:
+        st = m.Look(*live, c);
+        break;
+      case Contender::Phase::kHeld:
+        break;
+    }
+    if (!st.ok()) return st;
+    std::unique_lock lock(m.mu);
+    if (c->phase == Contender::Phase::kHeld) continue;  // granted on the next pass
+    if (c->phase != Contender::Phase::kWaiting) continue;
+    if (queue) {
+      c->expires_at = m.Now() + request.queue_ttl;
+      return Attempt{};
+    }
+    // A single attempt takes no place in the queue: withdraw.
+    const std::string node_path = c->NodePath();
+    m.contenders.erase({request.key, request.owner});
+    lock.unlock();
+    auto del = live->session->Delete(node_path);
+    const Reply* r = del->Wait(m.attempt_timeout);
+    if (r == nullptr || OutcomeUnknown(r->rc)) {
+      std::lock_guard relock(m.mu);
+      c->phase = Contender::Phase::kUnknown;
+      c->node.clear();
+      c->expires_at = m.Now();
+      m.to_reap.push_back(c);
+      m.keeper_cv.notify_all();
+    }
+    return Attempt{};
+  }
+  return UnavailableError("the lock node under " + *path + " kept changing; retrying");
+}
+
+Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
+  Impl& m = *impl_;
+  auto path = LockPath(m.options.chroot, key);
+  if (!path.ok()) return path.status();
+  std::shared_ptr<Contender> c;
+  Contender::Phase phase = Contender::Phase::kFresh;
+  std::shared_ptr<Op> create;
+  std::string node;
+  std::uint64_t c_gen = 0;
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.contenders.find({std::string(key), owner});
+    if (it != m.contenders.end()) {
+      c = it->second;
+      m.contenders.erase(it);
+      phase = c->phase;
+      create = c->create;
+      node = c->node;
+      c_gen = c->gen;
+    }
+  }
+  if (c) {
+    std::optional<Impl::Live> live = m.Current();
+    if (!live || live->gen != c_gen) return Status::Ok();  // gone with its session
+    if (phase == Contender::Phase::kCreating && create) {
+      // Learn the name of the node being created, then delete it.
+      const Reply* r = create->Wait(m.attempt_timeout);
+      if (r != nullptr && r->rc == ZOK) {
+        node = Basename(r->path);
+        phase = Contender::Phase::kWaiting;
+      } else if (r != nullptr && !OutcomeUnknown(r->rc)) {
+        return Status::Ok();  // it failed: no node
+      } else {
+        phase = Contender::Phase::kUnknown;
+      }
+    }
+    if ((phase == Contender::Phase::kHeld || phase == Contender::Phase::kWaiting) &&
+        !node.empty()) {
+      const std::string path_of_node = c->lock_path + "/" + node;
+      auto op = live->session->Delete(path_of_node);
+      const Reply* r = op->Wait(m.attempt_timeout);
+      if (r != nullptr && (r->rc == ZOK || r->rc == ZNONODE)) return Status::Ok();
+      // Unknown: keep it for the keeper to find and delete.
+      std::lock_guard lock(m.mu);
+      c->phase = Contender::Phase::kUnknown;
+      c->node.clear();
+      c->expires_at = m.Now() + kReapRetry;
+      m.to_reap.push_back(c);
+      m.keeper_cv.notify_all();
+      return r == nullptr ? UnavailableError("ZooKeeper did not answer the delete of " +
+                                             path_of_node + " in time; it is retried")
+                          : ZkError(r->rc, "deleting " + path_of_node);
+    }
+  }
+  // No record (or its outcome was lost): look for nodes with our guid, if
+  // connected. Without a connection there is nothing this backend made that
+  // the keeper does not already track, so do not wait for one.
+  std::optional<Impl::Live> any = m.Current();
+  if (!any || any->session->state() != Session::State::kConnected) {
+    return UnavailableError("not connected to ZooKeeper at " + m.options.hosts +
+                            ": cannot look for this owner's node of key " + Quoted(key));
+  }
+  bool found = false;
+  std::vector<LockNode> others;
+  Status st = m.DeleteOwn(*any, *path, owner, &found, &others);
+  if (!st.ok()) return st;
+  if (!found && !others.empty()) {
+    const OwnerId holder = OwnerOfGuid(others.front().guid);
+    return NotOwnerError("key " + Quoted(key) + " is held by " +
+                         (holder.empty() ? "node " + others.front().name
+                                         : "owner " + holder.ToString()));
+  }
+  return Status::Ok();
+}
+
+std::vector<Status> ZooKeeperBackend::Renew(std::span<const LeaseRequest> leases) {
+  Impl& m = *impl_;
+  std::vector<Status> out;
+  out.reserve(leases.size());
+  std::vector<std::shared_ptr<Contender>> unwatched;
+  Impl::Live live;
+  std::unique_lock lock(m.mu);
+  const TimePoint now = m.Now();
+  const Session::State state = m.session ? m.session->state() : Session::State::kExpired;
+  for (const LeaseRequest& r : leases) {
+    auto it = m.contenders.find({r.key, r.owner});
+    if (it == m.contenders.end() || it->second->phase != Contender::Phase::kHeld ||
+        it->second->gen != m.gen) {
+      out.push_back(NotOwnerError("this owner's lock node for key " + Quoted(r.key) +
+                                  " is gone (session expired, or the node was reaped)"));
+      continue;
+    }
+    Contender& c = *it->second;
+    if (c.deleted) {
+      out.push_back(NotOwnerError("lock node " + c.NodePath() + " was deleted by someone else"));
+    } else if (state == Session::State::kExpired || state == Session::State::kAuthFailed) {
+      out.push_back(NotOwnerError("the ZooKeeper session expired, and its nodes with it"));
+    } else if (state == Session::State::kConnected) {
+      // The node exists as long as the session does, and nobody deleted it
+      // (its watch would have said): no round trip needed. How long the
+      // session is good for is Liveness()'s answer.
+      c.expires_at = now + r.ttl;
+      out.push_back(Status::Ok());
+      if (!c.node_watch_armed) unwatched.push_back(it->second);
+    } else {
+      out.push_back(UnavailableError("disconnected from ZooKeeper; the session may still live, "
+                                     "so the lease holds until its valid_until"));
+    }
+  }
+  live = Impl::Live{m.session, m.gen};
+  lock.unlock();
+  // A lease that lives to its first renewal gets a watch on its own node, so
+  // that a deletion by someone else (an operator, a bug) is noticed. Short
+  // leases never pay for it.
+  for (auto& c : unwatched) m.ArmNodeWatch(live, c);
+  return out;
+}
+
+bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
+                                      std::stop_token stop) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  std::vector<std::shared_ptr<Contender>> mine;
+  for (auto& [k, c] : m.contenders) {
+    if (k.first == key && c->gen == m.gen && c->phase == Contender::Phase::kWaiting) {
+      mine.push_back(c);
+    }
+  }
+  if (mine.empty()) return false;  // not queued here: the core polls
+  std::shared_ptr<Session> s = m.session;
+  for (auto& c : mine) {
+    if (c->pred_gone) return true;
+    if (!c->watch_armed && s) {
+      c->watch_armed = true;
+      std::weak_ptr<Contender> weak = c;
+      const std::string pred = c->predecessor;
+      lock.unlock();
+      (void)s->Exists(pred, true, [&m, weak, pred](const Reply& r) {
+        auto c = weak.lock();
+        if (!c) return;
+        std::lock_guard lock(m.mu);
+        if (c->predecessor != pred) return;
+        if (r.rc == ZNONODE) {
+          c->pred_gone = true;  // gone before the watch was set
+        } else if (r.rc != ZOK) {
+          c->watch_armed = false;  // not set: the next wait tries again
+        }
+        m.cv.notify_all();
+      });
+      lock.lock();
+    }
+  }
+  const std::uint64_t g = m.gen;
+  auto ready = [&] {
+    if (m.gen != g) return true;
+    for (auto& c : mine) {
+      if (c->pred_gone || !c->watch_armed || c->phase != Contender::Phase::kWaiting) return true;
+      if (m.contenders.count({c->key, c->owner}) == 0) return true;
+    }
+    return false;
+  };
+  const auto left = std::max<std::chrono::nanoseconds>(until - m.Now(), std::chrono::nanoseconds(0));
+  m.cv.wait_for(lock, stop, left, ready);
+  return true;
+}
+
+Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) {
+  Impl& m = *impl_;
+  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
+  if (!live.ok()) return live.status();
+  std::string_view p = prefix;
+  if (p.starts_with('/')) p.remove_prefix(1);
+  const auto slash = p.rfind('/');
+  const std::string_view dir = slash == std::string_view::npos ? "" : p.substr(0, slash);
+  const std::string partial(slash == std::string_view::npos ? p : p.substr(slash + 1));
+  std::string start = m.root;
+  if (!dir.empty()) {
+    auto d = LockPath(m.options.chroot, dir);
+    if (!d.ok()) return d.status();
+    start = *d;
+  }
+  auto join = [](const std::string& parent, const std::string& child) {
+    return parent == "/" ? "/" + child : parent + "/" + child;
+  };
+
+  std::vector<HolderInfo> out;
+  std::vector<std::string> level = {start};
+  std::size_t visited = 0;
+  bool first = true;
+  while (!level.empty()) {
+    std::vector<std::shared_ptr<Op>> ops;
+    for (const auto& path : level) ops.push_back(live->session->Children(path));
+    std::vector<std::string> next;
+    std::vector<std::pair<std::string, LockNode>> holders;  // path, lowest node
+    for (std::size_t i = 0; i < level.size(); ++i) {
+      const Reply* r = ops[i]->Wait(m.attempt_timeout);
+      if (r == nullptr) return UnavailableError("ZooKeeper did not list " + level[i] + " in time");
+      if (r->rc == ZNONODE) continue;
+      if (r->rc != ZOK) return ZkError(r->rc, "listing " + level[i]);
+      visited += r->children.size();
+      if (visited > kMaxListNodes) {
+        return FailedPreconditionError("more than " + std::to_string(kMaxListNodes) +
+                                       " znodes under " + start + "; list a narrower prefix");
+      }
+      if (!first) {
+        auto sorted = SortedContenders(r->children);
+        if (!sorted.empty()) holders.emplace_back(level[i], sorted.front());
+      }
+      for (const auto& child : r->children) {
+        if (ParseLockNode(child)) continue;
+        if (level[i] == "/" && child == "zookeeper") continue;
+        if (first && !partial.empty()) {
+          auto decoded = DecodeSegment(child);
+          if (!decoded || !decoded->starts_with(partial)) continue;
+        }
+        next.push_back(join(level[i], child));
+      }
+    }
+    // The holders' tokens: one pipelined read each.
+    std::vector<std::shared_ptr<Op>> stats;
+    for (const auto& [path, node] : holders) {
+      stats.push_back(live->session->Exists(path + "/" + node.name, false));
+    }
+    for (std::size_t i = 0; i < holders.size(); ++i) {
+      const Reply* r = stats[i]->Wait(m.attempt_timeout);
+      if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
+      if (r->rc != ZOK) continue;  // released meanwhile
+      auto key = KeyOfPath(m.options.chroot, holders[i].first);
+      if (!key) continue;  // not a path dlock makes
+      HolderInfo h;
+      h.key = *key;
+      h.owner = OwnerOfGuid(holders[i].second.guid);
+      h.token = static_cast<FencingToken>(r->stat.czxid);
+      // A session-based lease has no time left of its own: the holder keeps
+      // it while its session lives. Our own session's timeout is what we know.
+      if (r->stat.ephemeral_owner == live->session->id()) h.ttl_remaining = live->session->timeout();
+      out.push_back(std::move(h));
+    }
+    level = std::move(next);
+    first = false;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+std::string ZooKeeperBackend::Describe() const {
+  std::string d = impl_->Describe();
+  std::lock_guard lock(impl_->mu);
+  if (impl_->session && impl_->session->state() == Session::State::kConnected) {
+    char id[32];
+    std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(impl_->session->id()));
+    d += " (session " + std::string(id) + ", timeout " +
+         FormatDuration(impl_->session->timeout()) + " negotiated)";
+  }
+  return d;
+}
+
+std::optional<SessionLiveness> ZooKeeperBackend::Liveness() {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->session) return SessionLiveness{milliseconds(1), TimePoint{}};
+  return SessionLiveness{impl_->session->timeout(), impl_->session->heard_at()};
+}
+
+Status ZooKeeperBackend::Ping() {
+  Impl& m = *impl_;
+  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
+  if (!live.ok()) return live.status();
+  static std::atomic<std::uint64_t> n{0};
+  const std::string path = (m.root == "/" ? "" : m.root) + "/dlock-ping-" +
+                           std::to_string(getpid()) + "-" + std::to_string(++n);
+  for (int round = 0; round < 2; ++round) {
+    auto create = live->session->Create(path, "", ZOO_EPHEMERAL);
+    const Reply* r = create->Wait(m.attempt_timeout);
+    if (r == nullptr) return UnavailableError("ZooKeeper did not answer a create in time");
+    if (r->rc == ZNONODE && round == 0) {
+      DLOCK_RETURN_IF_ERROR(m.CreateParents(*live, m.root));
+      continue;
+    }
+    if (r->rc != ZOK) return ZkError(r->rc, "creating " + path);
+    auto del = live->session->Delete(path);
+    const Reply* d = del->Wait(m.attempt_timeout);
+    if (d == nullptr) return UnavailableError("ZooKeeper did not answer a delete in time");
+    if (d->rc != ZOK) return ZkError(d->rc, "deleting " + path);
+    return Status::Ok();
+  }
+  return UnavailableError("could not create " + path);
+}
+
+std::chrono::milliseconds ZooKeeperBackend::SessionTimeout() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->session ? impl_->session->timeout() : milliseconds(0);
+}
+
+std::int64_t ZooKeeperBackend::SessionId() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->session ? impl_->session->id() : 0;
+}
+
+// ---------------------------------------------------------------------------
+// Construction
+
+Result<ZkOptions> OptionsFromUri(const internal::Uri& uri) {
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"session_timeout"}));
+  ZkOptions o;
+  if (uri.hosts.empty()) {
+    return InvalidArgumentError("zk:// URI " + uri.Redacted() +
+                                " names no server: want zk://host:2181[,host:2181...][/chroot]");
+  }
+  std::size_t start = 0;
+  while (start <= uri.hosts.size()) {
+    std::size_t end = uri.hosts.find(',', start);
+    if (end == std::string::npos) end = uri.hosts.size();
+    const std::string hp = uri.hosts.substr(start, end - start);
+    const auto colon = hp.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : hp.substr(colon + 1);
+    const bool port_ok = !port.empty() && port.size() <= 5 &&
+                         std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+                         std::stoi(port) > 0 && std::stoi(port) < 65536;
+    if (hp.empty() || colon == 0 || !port_ok) {
+      return InvalidArgumentError("server '" + hp + "' in " + uri.Redacted() +
+                                  " is not host:port (e.g. 127.0.0.1:2181)");
+    }
+    start = end + 1;
+  }
+  o.hosts = uri.hosts;
+  auto chroot = NormalizeChroot(uri.path);
+  if (!chroot.ok()) return chroot.status();
+  o.chroot = *chroot;
+  if (const std::string* t = uri.Param("session_timeout")) {
+    auto d = ParseDuration(*t);
+    if (!d.ok() || *d < milliseconds(1) || *d > std::chrono::hours(24)) {
+      return InvalidArgumentError("session_timeout '" + *t +
+                                  "' is not a duration between 1ms and 24h (e.g. 10s)");
+    }
+    o.session_timeout = *d;
+  }
+  return o;
+}
+
+std::unique_ptr<ZooKeeperBackend> OpenZooKeeper(ZkOptions options) {
+  return std::make_unique<ZooKeeperBackend>(std::move(options));
+}
+
+Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
+                                      const internal::BackendParams& params) {
+  auto options = OptionsFromUri(uri);
+  if (!options.ok()) return options.status();
+  options->connect_timeout = params.connect_timeout;
+  options->clock = params.clock;
+  return std::unique_ptr<Backend>(OpenZooKeeper(std::move(*options)));
+}
+
+}  // namespace dlock::zookeeper

@@ -1,0 +1,89 @@
+// The ZooKeeper backend: Curator-compatible ephemeral-sequential locks.
+//
+// A lock on key K is the znode <chroot>/K (zk_path.h). Each acquisition
+// creates an ephemeral-sequential child "_c_<guid>-lock-<seq>" (Apache
+// Curator's InterProcessMutex layout, so Curator processes and dlock exclude
+// each other on the same path); the lowest sequence holds the lock, and each
+// waiter watches only its predecessor (FIFO, no herd). The fencing token is
+// the owner node's czxid, which ZAB orders across the ensemble.
+//
+// Liveness is the session, not a per-lock lease: one ZooKeeper session per
+// backend (per Client), shared by all its locks, whose timeout comes from the
+// first acquisition's ttl (or ?session_timeout=) and is negotiated by the
+// ensemble. Renew is answered from the session's state without a round trip;
+// the core bounds each lease by Liveness() (the negotiated timeout and the
+// send time of the newest answered request, refreshed by a heartbeat every
+// quarter timeout). A disconnection leaves leases to valid_until; expiry
+// loses them all. A node whose lease is not renewed for its ttl while the
+// session lives on (a stuck renewal loop) is deleted by the backend itself.
+//
+// URI: zk://host:port[,host:port...][/chroot][?session_timeout=10s]
+// docs/backend-zookeeper.md has the details and what survives what.
+//
+// Thread-safety: thread-safe. Watch and completion callbacks run on the C
+// client's completion thread and only update state under the backend's
+// mutex; the backend's own keeper thread heartbeats and reaps.
+#ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZOOKEEPER_BACKEND_H_
+#define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZOOKEEPER_BACKEND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/registry.h"
+#include "core/uri.h"
+#include "dlock/backend.h"
+
+namespace dlock::zookeeper {
+
+struct ZkOptions {
+  std::string hosts;   // "h1:2181,h2:2181"
+  std::string chroot;  // normalised: "" (the root) or "/a/b"
+  // Unset: the first acquisition's ttl (30 s for a session opened by List).
+  std::optional<std::chrono::milliseconds> session_timeout;
+  // Bounds one attempt's wait for the ensemble (connecting, one reply).
+  std::chrono::milliseconds connect_timeout{5000};
+  std::shared_ptr<Clock> clock;  // null: the real clock
+};
+
+// From a zk:// URI. kInvalidArgument for a missing or malformed host list, a
+// chroot that breaks ZooKeeper's path rules, or an unknown parameter.
+Result<ZkOptions> OptionsFromUri(const internal::Uri& uri);
+
+class ZooKeeperBackend;
+// Never connects: the session opens on first use, with its ttl.
+std::unique_ptr<ZooKeeperBackend> OpenZooKeeper(ZkOptions options);
+// The registry's factory.
+Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
+                                      const internal::BackendParams& params);
+
+class ZooKeeperBackend final : public Backend {
+ public:
+  explicit ZooKeeperBackend(ZkOptions options);
+  ~ZooKeeperBackend() override;
+
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  Status Release(std::string_view key, const OwnerId& owner) override;
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
+  std::string Describe() const override;
+  std::optional<SessionLiveness> Liveness() override;
+
+  // A raw create + delete of an ephemeral node on this client's session: the
+  // floor a lock cycle is measured against.
+  Status Ping() override;
+  // The current session's negotiated timeout and id (0 before one opened).
+  std::chrono::milliseconds SessionTimeout() const;
+  std::int64_t SessionId() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace dlock::zookeeper
+
+#endif  // DLOCK_SRC_BACKENDS_ZOOKEEPER_ZOOKEEPER_BACKEND_H_

@@ -1,0 +1,464 @@
+// The ZooKeeper backend against the 3-member ensemble fixture
+// (scripts/servers/zookeeper.sh): FIFO hand-off, one session per client, the
+// negotiated timeout, session states (disconnected vs expired), a leader
+// killed under a held lock, a connection dropped mid-create, and bad input.
+// Faults between one client and the ensemble come from the harness's TCP
+// fault proxy; members are killed through the fixture script.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "backends/zookeeper/zk_path.h"
+#include "backends/zookeeper/zk_session.h"
+#include "backends/zookeeper/zookeeper_backend.h"
+#include "core/registry.h"
+#include "core/uri.h"
+#include "dlock/client.h"
+#include "harness/proxy.h"
+
+namespace dlock::zookeeper {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// The fault proxy writes to sockets its peers may have reset.
+const bool kSigpipeIgnored = [] {
+  std::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string FixtureUri() {
+  std::ifstream in(Env("DLOCK_TEST_URI_FILE"));
+  std::string uri;
+  std::getline(in, uri);
+  return uri;
+}
+
+ZkOptions FixtureOptions() {
+  auto uri = internal::ParseUri(FixtureUri());
+  EXPECT_TRUE(uri.ok()) << "no fixture: run through ctest (DLOCK_TEST_URI_FILE)";
+  auto o = OptionsFromUri(*uri);
+  EXPECT_TRUE(o.ok()) << o.status().ToString();
+  return *o;
+}
+
+// Runs the fixture script: verb, then the member number if any.
+std::string Member(const std::string& verb, int member = 0) {
+  std::string cmd = "bash '" + Env("DLOCK_TEST_SERVER_SCRIPT") + "' " + verb + " '" +
+                    Env("DLOCK_TEST_SERVER_DIR") + "'" +
+                    (member ? " " + std::to_string(member) : "");
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string UniqueKey(std::string_view name) {
+  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
+  return "zk-test/" + run + "/" + std::string(name);
+}
+
+// A session of the test's own, straight to the ensemble, to look at znodes.
+class Observer {
+ public:
+  Observer() {
+    auto s = Session::Start(FixtureOptions().hosts, seconds(10), DefaultClock(), {}, {});
+    EXPECT_TRUE(s.ok());
+    session_ = std::move(*s);
+    EXPECT_EQ(session_->WaitConnected(seconds(10)), Session::State::kConnected);
+  }
+  std::vector<LockNode> Contenders(const std::string& key) {
+    auto path = LockPath(FixtureOptions().chroot, key);
+    auto op = session_->Children(*path);
+    const Reply* r = op->Wait(seconds(5));
+    if (r == nullptr || r->rc != ZOK) return {};
+    return SortedContenders(r->children);
+  }
+  std::int64_t Czxid(const std::string& key, const std::string& node) {
+    auto path = LockPath(FixtureOptions().chroot, key);
+    auto op = session_->Exists(*path + "/" + node, false);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK ? r->stat.czxid : 0;
+  }
+  std::int64_t EphemeralOwner(const std::string& key, const std::string& node) {
+    auto path = LockPath(FixtureOptions().chroot, key);
+    auto op = session_->Exists(*path + "/" + node, false);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK ? r->stat.ephemeral_owner : 0;
+  }
+  // Until `key` has `n` contenders, or 10 s.
+  bool WaitForContenders(const std::string& key, std::size_t n) {
+    for (int i = 0; i < 1000; ++i) {
+      if (Contenders(key).size() == n) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<Session> session_;
+};
+
+std::unique_ptr<Client> NewClient(const std::string& uri = FixtureUri()) {
+  auto c = Client::Connect(uri);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
+  AcquireOptions o;
+  o.ttl = ttl;
+  o.wait = wait;
+  return o;
+}
+
+// A client whose only way to the ensemble is through a fault proxy to one
+// member.
+struct ProxiedClient {
+  explicit ProxiedClient(milliseconds session_timeout, int member = 1) {
+    const std::string port = Member("port", member);
+    auto p = harness::FaultProxy::Start("127.0.0.1", std::stoi(port));
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    proxy = std::move(*p);
+    ZkOptions o = FixtureOptions();
+    o.hosts = "127.0.0.1:" + std::to_string(proxy->port());
+    o.session_timeout = session_timeout;
+    auto b = OpenZooKeeper(o);
+    backend = b.get();
+    client = Client::FromBackend(std::move(b));
+  }
+  std::unique_ptr<harness::FaultProxy> proxy;
+  ZooKeeperBackend* backend = nullptr;
+  std::unique_ptr<Client> client;
+};
+
+TEST(ZooKeeperBackendTest, FifoOrderAndFastHandOffWithFiveQueuedWaiters) {
+  Observer zk;
+  const std::string key = UniqueKey("fifo");
+  auto holder_client = NewClient();
+  auto holder = holder_client->TryAcquire(key, Opts(seconds(10)));
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+
+  constexpr int kWaiters = 5;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<TimePoint> granted(kWaiters), releasing(kWaiters);
+  std::vector<FencingToken> tokens(kWaiters);
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kWaiters; ++i) clients.push_back(NewClient());
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto lease = clients[i]->Acquire(key, Opts(seconds(10), seconds(30)));
+      const TimePoint at = MonotonicClock::now();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      {
+        std::lock_guard l(mu);
+        order.push_back(i);
+        granted[i] = at;
+        tokens[i] = lease->token();
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+      releasing[i] = MonotonicClock::now();
+      EXPECT_TRUE(lease->Release().ok());
+    });
+    // Each waiter is queued before the next one starts.
+    ASSERT_TRUE(zk.WaitForContenders(key, static_cast<std::size_t>(i) + 2)) << "waiter " << i;
+  }
+  const TimePoint released_at = MonotonicClock::now();
+  ASSERT_TRUE(holder->Release().ok());
+  for (auto& t : threads) t.join();
+
+  ASSERT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4})) << "not served in arrival order";
+  FencingToken last = holder->token();
+  for (int i = 0; i < kWaiters; ++i) {
+    const TimePoint from = i == 0 ? released_at : releasing[i - 1];
+    const auto gap = std::chrono::duration_cast<milliseconds>(granted[i] - from);
+    EXPECT_LT(gap, milliseconds(50)) << "hand-off to waiter " << i << " took " << gap.count()
+                                     << " ms";
+    EXPECT_GT(tokens[i], last);
+    last = tokens[i];
+  }
+  EXPECT_TRUE(zk.Contenders(key).empty()) << "a node was left behind";
+}
+
+TEST(ZooKeeperBackendTest, OneSessionPerClientWithTheNegotiatedTimeout) {
+  Observer zk;
+  // 100 ms is below the ensemble's minimum (200 ms): the negotiated timeout
+  // is what the backend reports and the core uses.
+  ZkOptions o = FixtureOptions();
+  auto owned = OpenZooKeeper(o);
+  ZooKeeperBackend* backend = owned.get();
+  auto client = Client::FromBackend(std::move(owned));
+  const std::string k1 = UniqueKey("session-a"), k2 = UniqueKey("session-b");
+  const TimePoint t0 = MonotonicClock::now();
+  auto a = client->TryAcquire(k1, Opts(milliseconds(100)));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(backend->SessionTimeout(), milliseconds(200));
+  EXPECT_LE(a->valid_until(), t0 + milliseconds(200));
+  EXPECT_NE(backend->Describe().find("200ms negotiated"), std::string::npos)
+      << backend->Describe();
+  auto b = client->TryAcquire(k2, Opts(seconds(30)));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  // A 30 s lease on a 200 ms session is only as good as the session.
+  EXPECT_LE(b->valid_until(), MonotonicClock::now() + milliseconds(200));
+  // Both nodes belong to the one session.
+  auto n1 = zk.Contenders(k1), n2 = zk.Contenders(k2);
+  ASSERT_EQ(n1.size(), 1u);
+  ASSERT_EQ(n2.size(), 1u);
+  EXPECT_EQ(zk.EphemeralOwner(k1, n1[0].name), backend->SessionId());
+  EXPECT_EQ(zk.EphemeralOwner(k2, n2[0].name), backend->SessionId());
+  EXPECT_EQ(a->token(), static_cast<FencingToken>(zk.Czxid(k1, n1[0].name))) << "token is czxid";
+  // Renewed from the session: still held well past many session timeouts.
+  std::this_thread::sleep_for(seconds(1));
+  EXPECT_TRUE(a->Check().ok()) << a->Check().ToString();
+  EXPECT_TRUE(b->Check().ok()) << b->Check().ToString();
+
+  // A ttl above the ensemble's maximum (60 s) negotiates down.
+  auto big = OpenZooKeeper(o);
+  ZooKeeperBackend* big_backend = big.get();
+  auto big_client = Client::FromBackend(std::move(big));
+  auto c = big_client->TryAcquire(UniqueKey("session-c"), Opts(seconds(120)));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(big_backend->SessionTimeout(), seconds(60));
+  EXPECT_LE(c->valid_until(), MonotonicClock::now() + seconds(60));
+}
+
+TEST(ZooKeeperBackendTest, ShortDisconnectionKeepsLeasesAndExpiryLosesThemAll) {
+  Observer zk;
+  const std::string k1 = UniqueKey("part-a"), k2 = UniqueKey("part-b");
+  {
+    // Silence shorter than the session (4 s): the leases hold throughout.
+    ProxiedClient pc(seconds(4));
+    auto a = pc.client->TryAcquire(k1, Opts(seconds(4)));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kPartition);
+    std::this_thread::sleep_for(milliseconds(1500));
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kPass);
+    std::this_thread::sleep_for(milliseconds(1500));
+    EXPECT_TRUE(a->Check().ok()) << a->Check().ToString();
+    EXPECT_EQ(NewClient()->TryAcquire(k1, Opts(seconds(1))).status().code(),
+              StatusCode::kLockHeld);
+    EXPECT_TRUE(a->Release().ok());
+  }
+  {
+    // Silence past the session timeout (1 s): every lease of the client is
+    // lost, and reported lost before anyone else is granted the key.
+    ProxiedClient pc(seconds(1));
+    std::atomic<int> lost{0};
+    std::atomic<std::int64_t> last_lost_ns{0};
+    AcquireOptions o = Opts(seconds(1));
+    o.on_lost = [&](const Status&) {
+      ++lost;
+      last_lost_ns = MonotonicClock::now().time_since_epoch().count();
+    };
+    auto a = pc.client->TryAcquire(k1, o);
+    auto b = pc.client->TryAcquire(k2, o);
+    ASSERT_TRUE(a.ok() && b.ok());
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kPartition);
+    auto other = NewClient();
+    auto a2 = other->Acquire(k1, Opts(seconds(5), seconds(10)));
+    const std::int64_t granted_ns = MonotonicClock::now().time_since_epoch().count();
+    ASSERT_TRUE(a2.ok()) << a2.status().ToString();
+    auto b2 = other->Acquire(k2, Opts(seconds(5), seconds(10)));
+    ASSERT_TRUE(b2.ok()) << b2.status().ToString();
+    EXPECT_EQ(lost.load(), 2);
+    EXPECT_LT(last_lost_ns.load(), granted_ns) << "two holders at once";
+    EXPECT_GT(a2->token(), a->token());
+    EXPECT_GT(b2->token(), b->token());
+    EXPECT_EQ(a->Check().code(), StatusCode::kLeaseLost);
+    // Healed: the client opens a new session and works again.
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kPass);
+    ASSERT_TRUE(a2->Release().ok());
+    auto again = pc.client->Acquire(k1, Opts(seconds(5), seconds(10)));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_GT(again->token(), a2->token());
+  }
+}
+
+TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
+  Observer zk;
+  for (const bool retry : {false, true}) {
+    SCOPED_TRACE(retry ? "retried" : "given up");
+    ProxiedClient pc(seconds(10));
+    const std::string key = UniqueKey(retry ? "midcreate-retry" : "midcreate-giveup");
+    const OwnerId owner(0xabc, retry ? 2 : 1);
+    // Make the parents and the session first, so the create is what is cut.
+    ASSERT_TRUE(pc.backend->TryAcquire({key, OwnerId(1, 1), seconds(10)})->granted);
+    ASSERT_TRUE(pc.backend->Release(key, OwnerId(1, 1)).ok());
+    // Every byte takes 700 ms through the proxy: the create reaches the
+    // member and is applied, and the connection drops (a reset) while the
+    // reply still waits in the proxy, so the client never learns the outcome.
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(700));
+    std::this_thread::sleep_for(milliseconds(100));  // the proxy has switched
+    std::optional<Result<Attempt>> r;
+    std::thread attempt([&] { r.emplace(pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)})); });
+    bool applied = false;
+    for (int i = 0; i < 300 && !applied; ++i) {
+      applied = !zk.Contenders(key).empty();
+      if (!applied) std::this_thread::sleep_for(milliseconds(5));
+    }
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kDrop);
+    attempt.join();
+    ASSERT_TRUE(applied) << "the create never reached the ensemble";
+    EXPECT_EQ(r->status().code(), StatusCode::kUnavailable)
+        << r->status().ToString() << " granted=" << (r->ok() && (*r)->granted);
+    EXPECT_EQ(zk.Contenders(key).size(), 1u);
+    std::this_thread::sleep_for(milliseconds(200));
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kPass);
+    if (!retry) {
+      // The acquire gives up: Release finds the node by its guid.
+      Status st = pc.backend->Release(key, owner);
+      for (int i = 0; i < 50 && !st.ok(); ++i) {
+        std::this_thread::sleep_for(milliseconds(100));
+        st = pc.backend->Release(key, owner);
+      }
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      auto left = zk.Contenders(key);
+      EXPECT_TRUE(left.empty()) << "orphaned contender node " << (left.empty() ? "" : left[0].name)
+                                << " (owner's guid " << GuidOf(owner) << ")";
+    } else {
+      // Retried: the retry adopts its own node, with that node's czxid.
+      Result<Attempt> a = UnavailableError("not yet");
+      for (int i = 0; i < 50 && !(a.ok() && a->granted); ++i) {
+        a = pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)});
+        if (!a.ok()) std::this_thread::sleep_for(milliseconds(100));
+      }
+      ASSERT_TRUE(a.ok() && a->granted) << (a.ok() ? "not granted" : a.status().ToString());
+      auto after = zk.Contenders(key);
+      ASSERT_EQ(after.size(), 1u) << "a second node for one owner";
+      EXPECT_EQ(after[0].guid, GuidOf(owner));
+      EXPECT_EQ(a->token, static_cast<FencingToken>(zk.Czxid(key, after[0].name)));
+      EXPECT_TRUE(pc.backend->Release(key, owner).ok());
+    }
+  }
+}
+
+TEST(ZooKeeperBackendTest, KillingTheLeaderKeepsTheHeldLease) {
+  Observer zk;
+  const std::string key = UniqueKey("leader");
+  auto holder_client = NewClient();
+  auto lease = holder_client->TryAcquire(key, Opts(seconds(6)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const std::string leader = Member("leader");
+  ASSERT_FALSE(leader.empty());
+  Member("kill", std::stoi(leader));
+  // The two survivors elect a leader; the lease rides through on its session.
+  auto other = NewClient();
+  Result<Lease> probe = UnavailableError("not yet");
+  for (int i = 0; i < 100; ++i) {
+    probe = other->TryAcquire(key, Opts(seconds(6)));
+    if (probe.status().code() != StatusCode::kUnavailable) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(probe.status().code(), StatusCode::kLockHeld) << probe.status().ToString();
+  std::this_thread::sleep_for(seconds(1));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  const FencingToken old_token = lease->token();
+  ASSERT_TRUE(lease->Release().ok());
+  auto next = other->Acquire(key, Opts(seconds(6), seconds(10)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), old_token);
+  ASSERT_TRUE(next->Release().ok());
+  EXPECT_EQ(Member("restart", std::stoi(leader)), "");
+}
+
+// A listener that is not ZooKeeper: accepts, answers garbage, closes.
+class NotZooKeeper {
+ public:
+  NotZooKeeper() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        const char reply[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+        (void)!::write(c, reply, sizeof reply - 1);
+        ::close(c);
+      }
+    });
+  }
+  ~NotZooKeeper() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(ZooKeeperBackendTest, BadInputIsRefusedWithinTheDeadline) {
+  // A chroot that breaks ZooKeeper's path rules: refused before connecting.
+  for (const char* uri : {"zk://127.0.0.1:2181/a//b", "zk://127.0.0.1:2181/locks/",
+                          "zk://127.0.0.1:2181/a/../b", "zk://127.0.0.1:2181/zookeeper"}) {
+    auto c = Client::Connect(uri);
+    ASSERT_FALSE(c.ok()) << uri;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << uri;
+    EXPECT_NE(c.status().message().find("path rules"), std::string::npos) << c.status().ToString();
+  }
+  for (const char* uri : {"zk://", "zk://127.0.0.1/x", "zk://127.0.0.1:99999", "zk://h:1?bogus=1",
+                          "zk://h:1?session_timeout=soon"}) {
+    EXPECT_EQ(Client::Connect(uri).status().code(), StatusCode::kInvalidArgument) << uri;
+  }
+  // An unreachable ensemble and a server that is not ZooKeeper: kUnavailable
+  // within the caller's wait (plus one attempt's bound).
+  NotZooKeeper imposter;
+  for (const int port : {FreePort(), imposter.port()}) {
+    auto client = NewClient("zk://127.0.0.1:" + std::to_string(port) + "/dlock");
+    ASSERT_TRUE(client);
+    const TimePoint t0 = MonotonicClock::now();
+    auto r = client->Acquire("k", Opts(seconds(5), milliseconds(1500)));
+    const auto took = MonotonicClock::now() - t0;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("is the ensemble running"), std::string::npos)
+        << r.status().ToString();
+    EXPECT_LT(took, milliseconds(1500 + 1100)) << "port " << port;
+  }
+}
+
+}  // namespace
+}  // namespace dlock::zookeeper
