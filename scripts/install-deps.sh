@@ -17,6 +17,10 @@ packages=(
   libpq-dev postgresql
   # Redis backend: client library, and the server its tests start
   libhiredis-dev redis-server
+  # etcd backend: gRPC + protobuf (dlock compiles its own subset of etcd's
+  # API), and the server and etcdctl its tests start and interoperate with
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  etcd-server etcd-client
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # chaos harness: wall-clock steps for one process (libfaketime)

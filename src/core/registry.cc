@@ -8,6 +8,9 @@
 #ifdef DLOCK_HAVE_REDIS
 #include "backends/redis/redis_backend.h"
 #endif
+#ifdef DLOCK_HAVE_ETCD
+#include "backends/etcd/etcd_backend.h"
+#endif
 
 namespace dlock::internal {
 namespace {
@@ -42,6 +45,11 @@ constexpr Factory kRedis = nullptr;
 constexpr Factory kRedisSentinel = nullptr;
 constexpr Factory kRedlock = nullptr;
 #endif
+#ifdef DLOCK_HAVE_ETCD
+constexpr Factory kEtcd = &etcd::Open;
+#else
+constexpr Factory kEtcd = nullptr;
+#endif
 
 // Every scheme dlock knows, built or not, so that a user of a build without
 // one gets "not in this build" rather than "unknown".
@@ -55,6 +63,7 @@ constexpr Entry kEntries[] = {
      "TLS is not supported: Debian 12's hiredis 0.14 has no TLS; use redis:// through a TLS "
      "tunnel"},
     {"redlock", "redlock://h1:6379,h2:6379,h3:6379", kRedlock},
+    {"etcd", "etcd://h1:2379,h2:2379[/prefix]", kEtcd},
 };
 
 }  // namespace
