@@ -110,9 +110,13 @@ case "$verb" in
     ;;
   stop)
     [ -f "$dir/members" ] || exit 0
-    # All at once: a member stopping alone first hands its leadership over.
-    for ((n = 1; n <= $(members); n++)); do kill_pidfile "$(member_dir "$n")/pid" & done
-    wait
+    # SIGKILL: the data is thrown away, and a gracefully stopping member
+    # first tries (for seconds) to hand its leadership over.
+    for ((n = 1; n <= $(members); n++)); do
+      pid=$(cat "$(member_dir "$n")/pid" 2>/dev/null) || continue
+      kill -KILL "$pid" 2>/dev/null || true
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+    done
     rm -rf "$dir"
     ;;
   kill)

@@ -369,7 +369,11 @@ Result<std::optional<mvccpb::KeyValue>> EtcdBackendImpl::Head(const std::string&
 Result<std::optional<mvccpb::KeyValue>> EtcdBackendImpl::Predecessor(const std::string& prefix,
                                                                  std::int64_t revision,
                                                                  TimePoint deadline) {
-  auto got = conn_.Range(LastBefore(prefix, revision), deadline);
+  // Serializable is enough here too: a stale view of the keys ahead is a
+  // superset; watching one that is already gone returns at once.
+  pb::RangeRequest before = LastBefore(prefix, revision);
+  before.set_serializable(true);
+  auto got = conn_.Range(before, deadline);
   if (!got.ok()) return got.status();
   if (got->kvs_size() == 0) return std::optional<mvccpb::KeyValue>();
   if (IsQueueMember(prefix, got->kvs(0).key())) return std::optional(got->kvs(0));
@@ -468,12 +472,18 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     bool ahead_known = false;
     if (known_revision != 0) {
       // Already queued: one read (no Raft write) says whether it is our turn.
+      // A serializable read (served by the member alone, no quorum round) is
+      // enough: the keys ahead of ours were all created before ours, so that
+      // set only ever shrinks, and a stale view can only show more of them
+      // (we wait again), never fewer. The keep-alive below vouches for our
+      // own key still being there.
       pb::TxnRequest txn;
       *txn.add_success() = GetOp(key);
       *txn.add_success() = FirstInQueueOp(prefix);
       pb::RequestOp before;
       *before.mutable_request_range() = LastBefore(prefix, known_revision);
       *txn.add_success() = before;
+      for (auto& op : *txn.mutable_success()) op.mutable_request_range()->set_serializable(true);
       auto r = conn_.Txn(txn, deadline);
       if (!r.ok()) return r.status();
       const auto& mine = r->responses(0).response_range();
@@ -718,8 +728,14 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   for (const auto& c : checks) {
     if (!keep_alives.contains(c.session)) keep_alives[c.session] = conn_.SendKeepAlive(c.session->id);
   }
+  // Serializable: the keep-alive settles the session; this only catches a
+  // key deleted by hand, for which a few milliseconds of staleness are moot.
   pb::TxnRequest txn;
-  for (const auto& c : checks) *txn.add_success() = GetOp(c.key);
+  for (const auto& c : checks) {
+    pb::RequestOp op = GetOp(c.key);
+    op.mutable_request_range()->set_serializable(true);
+    *txn.add_success() = op;
+  }
   auto read = conn_.Txn(txn, deadline);
   std::map<std::shared_ptr<Session>, Result<std::int64_t>> ttls;
   for (auto& [s, call] : keep_alives) ttls.emplace(s, conn_.AwaitKeepAlive(call, deadline));
