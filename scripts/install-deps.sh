@@ -22,6 +22,10 @@ packages=(
   # (compiled with javac) and kazoo (for /usr/bin/python3)
   libzookeeper-mt-dev zookeeper default-jre-headless default-jdk-headless
   libcurator-framework-java libcurator-recipes-java python3-kazoo
+  # etcd backend: gRPC + protobuf (dlock compiles its own subset of etcd's
+  # API), and the server and etcdctl its tests start and interoperate with
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  etcd-server etcd-client
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # chaos harness: wall-clock steps for one process (libfaketime)

@@ -16,7 +16,9 @@
 //    place `owner` has in the key's wait queue (the core calls it when a
 //    waiting acquire gives up).
 //  - Renew extends each lease that `owner` still holds to a fresh ttl from
-//    the store's now; kNotOwner for one it no longer holds.
+//    the store's now; kNotOwner for one it no longer holds. (The ttl in each
+//    request is the granted one, Attempt::granted_ttl, when the store
+//    reported one.)
 //  - kUnavailable means "could not reach the store or the outcome is
 //    unknown"; the core retries or reconciles by owner.
 //
@@ -55,6 +57,12 @@ struct LeaseRequest {
   // in-flight writes can drain at resources that cannot check tokens. Only
   // sent to backends whose SupportsLockDelay() is true.
   std::chrono::milliseconds lock_delay{0};
+  // When the caller stops waiting for this answer (a waiting Acquire's
+  // deadline, on the client's clock); max(): no deadline of its own. A
+  // backend that may wait long on the network (retrying across members)
+  // bounds the attempt by it, after at least one short try, so that Acquire
+  // returns close to its deadline even when the store cannot answer.
+  TimePoint deadline = TimePoint::max();
 };
 
 // The answer to one grant attempt.
@@ -64,6 +72,13 @@ struct Attempt {
   // When not granted: the time left on the holder's lease by the store's
   // clock, so a poller need not wake before it (zero when unknown).
   std::chrono::milliseconds holder_ttl_remaining{0};
+  // When granted: the TTL the store actually applies, if it differs from the
+  // request's (etcd counts lease TTLs in whole seconds, with a minimum of
+  // its own); zero means the requested one. The core computes valid_until,
+  // the renewal period and later Renew requests from it, so the client's
+  // view of the lease follows the store's. A store applying a TTL counted
+  // from before the request was sent must not report it here.
+  std::chrono::milliseconds granted_ttl{0};
 };
 
 // For a store whose leases all live exactly as long as one client session

@@ -24,6 +24,7 @@
 #ifndef DLOCK_LEASE_H_
 #define DLOCK_LEASE_H_
 
+#include <chrono>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -53,6 +54,11 @@ class Lease {
   const std::string& key() const;
   const OwnerId& owner() const;
   FencingToken token() const;
+
+  // The TTL the store applies to this lease: the requested one, or what the
+  // store made of it (etcd: whole seconds, at least its minimum lease TTL).
+  // valid_until and the renewal period follow it.
+  std::chrono::milliseconds ttl() const;
 
   // Moves forward with each successful renewal.
   TimePoint valid_until() const;

@@ -73,6 +73,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
   LeaseRequest request{std::string(key), OwnerId(random_->Next(), random_->Next()),
                        options.ttl, wait ? kQueueTtl : milliseconds(0), options.lock_delay};
   const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
+  if (wait) request.deadline = deadline;
   Duration poll_interval = kFirstPollInterval;
   // Set once an attempt's outcome is unknown (its reply was lost): the store
   // may have granted the key to this owner. Later attempts with the same
@@ -91,17 +92,26 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
     const TimePoint sent = clock_->Now();
     Result<Attempt> attempt = backend_->TryAcquire(request);
     if (attempt.ok() && attempt->granted) {
+      // The store may apply another TTL than asked for (etcd rounds up to
+      // whole seconds and its minimum): believe the store, so that the
+      // client neither gives up a lease the store still holds for it nor
+      // renews more often than needed. An explicit drift margin stays (as
+      // long as it is below the TTL); the default one follows the TTL.
+      const milliseconds ttl =
+          attempt->granted_ttl > milliseconds(0) ? attempt->granted_ttl : options.ttl;
+      const Duration lease_drift =
+          options.drift_margin && drift < Duration(ttl) ? drift : DefaultDrift(ttl);
       auto state = std::make_shared<LeaseState>();
       state->key = request.key;
       state->owner = request.owner;
       state->token = attempt->token;
-      state->ttl = options.ttl;
-      state->effective_ttl = options.ttl;
-      state->drift = drift;
+      state->ttl = ttl;
+      state->effective_ttl = ttl;
+      state->drift = lease_drift;
       state->on_lost = options.on_lost;
       const std::optional<SessionLiveness> session = backend_->Liveness();
       if (session && session->timeout > milliseconds(0)) {
-        state->effective_ttl = std::min(options.ttl, session->timeout);
+        state->effective_ttl = std::min(ttl, session->timeout);
         // A session shorter than the ttl: the default margin follows it.
         if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
       }
@@ -407,6 +417,7 @@ Lease::~Lease() {
 const std::string& Lease::key() const { return state_->key; }
 const OwnerId& Lease::owner() const { return state_->owner; }
 FencingToken Lease::token() const { return state_->token; }
+std::chrono::milliseconds Lease::ttl() const { return state_->ttl; }
 TimePoint Lease::valid_until() const { return core_->ValidUntil(*state_); }
 std::stop_token Lease::stop_token() const { return state_->lost.get_token(); }
 

@@ -11,6 +11,9 @@
 #ifdef DLOCK_HAVE_ZOOKEEPER
 #include "backends/zookeeper/zookeeper_backend.h"
 #endif
+#ifdef DLOCK_HAVE_ETCD
+#include "backends/etcd/etcd_backend.h"
+#endif
 
 namespace dlock::internal {
 namespace {
@@ -45,6 +48,11 @@ constexpr Factory kRedis = nullptr;
 constexpr Factory kRedisSentinel = nullptr;
 constexpr Factory kRedlock = nullptr;
 #endif
+#ifdef DLOCK_HAVE_ETCD
+constexpr Factory kEtcd = &etcd::Open;
+#else
+constexpr Factory kEtcd = nullptr;
+#endif
 
 #ifdef DLOCK_HAVE_ZOOKEEPER
 constexpr Factory kZooKeeper = &zookeeper::Open;
@@ -65,6 +73,7 @@ constexpr Entry kEntries[] = {
      "tunnel"},
     {"redlock", "redlock://h1:6379,h2:6379,h3:6379", kRedlock},
     {"zk", "zk://h1:2181,h2:2181/chroot", kZooKeeper},
+    {"etcd", "etcd://h1:2379,h2:2379[/prefix]", kEtcd},
 };
 
 }  // namespace

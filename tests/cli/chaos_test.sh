@@ -3,6 +3,10 @@
 # fencing, pauses produce rejected stale writes and no violation; without
 # (the positive control), the checkers catch the damage.
 source "$(dirname "$0")/lib.sh"
+# A store whose leases come in coarse units (etcd: whole seconds) needs a
+# longer TTL, and a longer run to fit the faults in.
+TTL=${CHAOS_TTL:-200ms}
+DURATION=${CHAOS_DURATION:-4s}
 backend=()
 if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
   backend=(--backend "$(cat "$DLOCK_TEST_URI_FILE")")
@@ -19,7 +23,7 @@ PY
 }
 
 # Pauses only, so that every fault is a pause that can produce a stale write.
-out=$("$DLOCK" chaos "${backend[@]}" --faults pause --duration 4s --ttl 200ms --seed 7 --json --dir "$WORK")
+out=$("$DLOCK" chaos "${backend[@]}" --faults pause --duration "$DURATION" --ttl "$TTL" --seed 7 --json --dir "$WORK")
 rc=$?
 [ "$rc" = 0 ] || fail "fenced run exited $rc"
 check fenced "$out" '
@@ -28,14 +32,14 @@ assert r["faults_by_kind"].get("pause", 0) >= 1, r["faults_by_kind"]
 assert r["stale_writes_rejected"] >= 1, "no pause produced a stale write"
 assert r["operations"] > 50, r["operations"]'
 
-out=$("$DLOCK" chaos "${backend[@]}" --workload unfenced --faults pause --duration 4s --ttl 200ms --seed 7 --json --dir "$WORK")
+out=$("$DLOCK" chaos "${backend[@]}" --workload unfenced --faults pause --duration "$DURATION" --ttl "$TTL" --seed 7 --json --dir "$WORK")
 rc=$?
 [ "$rc" = 3 ] || fail "unfenced run exited $rc, want 3 (violations)"
 check unfenced "$out" '
 assert r["violations"] > 0, "the positive control found nothing"'
 
 # Every fault kind, with a report that names the checks.
-"$DLOCK" chaos "${backend[@]}" --faults pause,kill,clock-step --duration 4s --ttl 200ms --seed 11 \
+"$DLOCK" chaos "${backend[@]}" --faults pause,kill,clock-step --duration "$DURATION" --ttl "$TTL" --seed 11 \
   --report "$WORK/report.html" --dir "$WORK" >"$WORK/mixed.txt"
 rc=$?
 [ "$rc" = 0 ] || fail "mixed-fault run exited $rc: $(cat "$WORK/mixed.txt")"

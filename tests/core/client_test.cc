@@ -786,6 +786,148 @@ TEST_P(ClientTest, LockDelayOnAStoreThatCannotEnforceItIsRefused) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("lock-delay is not supported by nodelay://"),
             std::string::npos);
+// A store that applies its own TTL granularity, as etcd does (whole seconds,
+// at least 2 s): it grants and renews for the rounded TTL and says so.
+class RoundingBackend final : public Backend {
+ public:
+  explicit RoundingBackend(std::shared_ptr<InMemoryStore> store) : inner_(std::move(store)) {}
+  static milliseconds Round(milliseconds ttl) {
+    const auto secs = std::chrono::ceil<seconds>(ttl);
+    return std::max<milliseconds>(secs, seconds(2));
+  }
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override {
+    LeaseRequest rounded = request;
+    rounded.ttl = Round(request.ttl);
+    auto a = inner_.TryAcquire(rounded);
+    if (a.ok() && a->granted) a->granted_ttl = rounded.ttl;
+    return a;
+  }
+  Status Release(std::string_view key, const OwnerId& owner) override {
+    return inner_.Release(key, owner);
+  }
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override {
+    std::vector<LeaseRequest> rounded(leases.begin(), leases.end());
+    for (auto& r : rounded) {
+      // The core must ask for the granted TTL, not the original request.
+      EXPECT_EQ(r.ttl, Round(r.ttl)) << "renewal asked for an ungranted TTL";
+      r.ttl = Round(r.ttl);
+    }
+    ++renew_batches;
+    return inner_.Renew(rounded);
+  }
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  std::string Describe() const override { return "rounding://"; }
+
+  std::atomic<int> renew_batches{0};
+
+ private:
+  InMemoryBackend inner_;
+};
+
+TEST(GrantedTtlTest, TheStoresTtlDrivesValidUntilAndRenewal) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto store = std::make_shared<InMemoryStore>(clock);
+  auto backend = std::make_unique<RoundingBackend>(store);
+  RoundingBackend* raw = backend.get();
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::move(backend), o);
+
+  const TimePoint t0 = clock->Now();
+  AcquireOptions a;
+  a.ttl = milliseconds(300);  // below the store's minimum
+  auto lease = client->TryAcquire("k", a);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->ttl(), seconds(2));
+  // Default drift follows the granted TTL: 2 s / 100 + 2 ms.
+  EXPECT_EQ(lease->valid_until(), t0 + seconds(2) - milliseconds(22));
+
+  // Renewed at 2 s / 3, not at 100 ms: 15 calls in 10 s, and held throughout.
+  clock->Advance(seconds(10));
+  EXPECT_GE(raw->renew_batches.load(), 14);
+  EXPECT_LE(raw->renew_batches.load(), 16);
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_GT(lease->valid_until(), clock->Now() + seconds(1));
+}
+
+TEST(GrantedTtlTest, ExplicitDriftIsKeptWithAGrantedTtl) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto store = std::make_shared<InMemoryStore>(clock);
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::make_unique<RoundingBackend>(store), o);
+  const TimePoint t0 = clock->Now();
+  AcquireOptions a;
+  a.ttl = milliseconds(1500);
+  a.drift_margin = milliseconds(100);
+  auto lease = client->TryAcquire("k", a);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->ttl(), seconds(2));
+  EXPECT_EQ(lease->valid_until(), t0 + seconds(2) - milliseconds(100));
+}
+
+TEST(GrantedTtlTest, StoresThatReportNothingKeepTheRequestedTtl) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto store = std::make_shared<InMemoryStore>(clock);
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::make_unique<InMemoryBackend>(store), o);
+  AcquireOptions a;
+  a.ttl = milliseconds(300);
+  auto lease = client->TryAcquire("k", a);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->ttl(), milliseconds(300));
+}
+
+// Records what the core asks of the store.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(std::shared_ptr<InMemoryStore> store) : inner_(std::move(store)) {}
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override {
+    deadlines.push_back(request.deadline);
+    return inner_.TryAcquire(request);
+  }
+  Status Release(std::string_view key, const OwnerId& owner) override {
+    return inner_.Release(key, owner);
+  }
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override {
+    return inner_.Renew(leases);
+  }
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  std::string Describe() const override { return "recording://"; }
+
+  std::vector<TimePoint> deadlines;
+
+ private:
+  InMemoryBackend inner_;
+};
+
+TEST(RequestDeadlineTest, AWaitingAcquireTellsTheStoreItsDeadline) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto backend = std::make_unique<RecordingBackend>(std::make_shared<InMemoryStore>(clock));
+  RecordingBackend* raw = backend.get();
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::move(backend), o);
+  const TimePoint t0 = clock->Now();
+  AcquireOptions a;
+  a.ttl = seconds(3);
+  a.wait = seconds(7);
+  auto waited = client->Acquire("k1", a);
+  ASSERT_TRUE(waited.ok());
+  auto single = client->TryAcquire("k2", a);
+  ASSERT_TRUE(single.ok());
+  ASSERT_EQ(raw->deadlines.size(), 2u);
+  EXPECT_EQ(raw->deadlines[0], t0 + seconds(7));
+  EXPECT_EQ(raw->deadlines[1], TimePoint::max()) << "a single attempt has no deadline of its own";
 }
 
 }  // namespace

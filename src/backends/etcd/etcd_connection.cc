@@ -1,0 +1,615 @@
+#include "backends/etcd/etcd_connection.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "core/duration.h"
+
+namespace dlock::etcd {
+namespace {
+
+using std::chrono::milliseconds;
+
+// What to do after a failed call.
+enum class Retry {
+  kNo,           // the answer is final (bad request, lease gone, auth...)
+  kOtherMember,  // this member cannot serve it, ever: try the others only
+  kYes,          // transient: try again, on the next member
+};
+
+bool Contains(const grpc::Status& s, std::string_view text) {
+  return s.error_message().find(text) != std::string::npos;
+}
+
+Retry Classify(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      // A member that speaks HTTP/1 will not learn HTTP/2 by being asked again.
+      return Contains(s, "http1") ? Retry::kOtherMember : Retry::kYes;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+      return Retry::kYes;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return Contains(s, "too many requests") ? Retry::kYes : Retry::kNo;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return Contains(s, "not leader") ? Retry::kYes : Retry::kNo;
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+      return Retry::kOtherMember;
+    default:
+      return Retry::kNo;
+  }
+}
+
+// The one place gRPC and etcd errors become dlock Statuses. `what` says what
+// was being done ("acquire jobs/a"), `endpoint` which member answered.
+Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view endpoint) {
+  const std::string ep(endpoint);
+  const std::string msg = s.error_message();
+  const std::string doing(what);
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK:
+      return Status::Ok();
+    case grpc::StatusCode::NOT_FOUND:
+      if (Contains(s, "lease not found")) {
+        return NotOwnerError("etcd: " + doing + ": the session lease is gone (expired or revoked)");
+      }
+      return UnavailableError("etcd at " + ep + ": " + doing + ": " + msg);
+    case grpc::StatusCode::UNAVAILABLE:
+      if (Contains(s, "no leader")) {
+        return UnavailableError("etcd unavailable: " + doing + ": member " + ep +
+                                " has no leader: the cluster has lost its quorum or is electing "
+                                "a leader (" + msg + ")");
+      }
+      if (Contains(s, "http1")) {
+        return UnavailableError("the server at " + ep +
+                                " is not an etcd v3 server: it answers HTTP/1, not gRPC (" + msg +
+                                ")");
+      }
+      if (Contains(s, "request timed out") || Contains(s, "leader changed")) {
+        return UnavailableError("etcd unavailable: " + doing + ": " + msg +
+                                " (the cluster may have lost its quorum)");
+      }
+      return UnavailableError("etcd unavailable: " + doing + ": cannot reach " + ep + ": " + msg);
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return UnavailableError("etcd unavailable: " + doing + ": no answer from " + ep +
+                              " in time (member stopped, overloaded or cut off?)");
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+      return UnavailableError("the server at " + ep +
+                              " is not an etcd v3 server (it does not serve etcd's gRPC API: " +
+                              msg + ")");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return InvalidArgumentError("etcd refused " + doing + ": " + msg);
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return UnavailableError("etcd at " + ep +
+                              " requires authentication, which dlock does not support: " + msg);
+    default:
+      return UnavailableError("etcd at " + ep + ": " + doing + " failed: " + msg + " (gRPC code " +
+                              std::to_string(static_cast<int>(s.error_code())) + ")");
+  }
+}
+
+std::chrono::system_clock::time_point WallDeadline(Duration budget) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(budget);
+}
+
+}  // namespace
+
+// The lease keep-alive stream, on gRPC's callback API: keep-alives are sent
+// without blocking the caller, and answered in order (etcd serves one stream
+// sequentially), so each answer settles the oldest waiting ticket.
+//
+// Lifetime: the object owns itself (self_) until gRPC calls OnDone; callers
+// hold shared_ptrs while they use it. A "hold" keeps OnDone away while a
+// write may still be started from outside a reaction (Send); it is removed
+// once the stream is closed or broken and no such write is in progress.
+class KeepAliveStream final
+    : public grpc::ClientBidiReactor<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse> {
+ public:
+  struct Ticket {
+    std::int64_t lease = 0;
+    bool done = false;
+    std::int64_t ttl = 0;
+  };
+
+  static std::shared_ptr<KeepAliveStream> Start(pb::Lease::Stub* stub, std::string address) {
+    std::shared_ptr<KeepAliveStream> s(new KeepAliveStream(std::move(address)));
+    s->context_.AddMetadata("hasleader", "true");
+    {
+      // Publishes the fields above to gRPC's threads, which take mu_ first.
+      std::lock_guard l(s->mu_);
+      s->self_ = s;
+    }
+    stub->async()->LeaseKeepAlive(&s->context_, s.get());
+    s->AddHold();
+    s->StartRead(&s->response_);
+    s->StartCall();
+    return s;
+  }
+
+  const std::string& address() const { return address_; }
+
+  // Queues one keep-alive; nullptr if the stream is broken.
+  std::shared_ptr<Ticket> Send(std::int64_t lease) {
+    auto ticket = std::make_shared<Ticket>();
+    ticket->lease = lease;
+    {
+      std::lock_guard l(mu_);
+      if (broken_ || outside_closed_) return nullptr;
+      awaiting_.push_back(ticket);
+      if (writing_) {
+        queued_.push_back(lease);
+        return ticket;
+      }
+      writing_ = true;
+      request_.set_id(lease);
+      ++outside_writes_;
+    }
+    StartWrite(&request_);
+    bool remove;
+    {
+      std::lock_guard l(mu_);
+      --outside_writes_;
+      remove = TakeHoldLocked();
+    }
+    if (remove) RemoveHold();
+    return ticket;
+  }
+
+  // Waits for `ticket`'s answer until `deadline`: the TTL, or nullopt when
+  // the stream broke or stayed silent.
+  std::optional<std::int64_t> Wait(const std::shared_ptr<Ticket>& ticket, TimePoint deadline) {
+    std::unique_lock l(mu_);
+    const auto remaining = deadline - MonotonicClock::now();
+    cv_.wait_for(l, std::max(remaining, Duration::zero()),
+                 [&] { return ticket->done || broken_; });
+    if (ticket->done) return ticket->ttl;
+    return std::nullopt;
+  }
+
+  bool broken() {
+    std::lock_guard l(mu_);
+    return broken_;
+  }
+
+  std::string Error() {
+    std::lock_guard l(mu_);
+    return error_.empty() ? "the keep-alive stream to " + address_ + " broke" : error_;
+  }
+
+  // Ends the stream (idempotent). OnDone follows on a gRPC thread.
+  void Close() {
+    bool remove;
+    {
+      std::lock_guard l(mu_);
+      broken_ = true;
+      outside_closed_ = true;
+      remove = TakeHoldLocked();
+      cv_.notify_all();
+    }
+    context_.TryCancel();
+    if (remove) RemoveHold();
+  }
+
+  // Waits (bounded) until gRPC is done with the stream.
+  void AwaitDone(Duration limit) {
+    std::unique_lock l(mu_);
+    cv_.wait_for(l, limit, [&] { return done_; });
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool next = false;
+    {
+      std::lock_guard l(mu_);
+      if (!ok) {
+        broken_ = true;
+        writing_ = false;
+        cv_.notify_all();
+      } else if (!queued_.empty() && !broken_) {
+        request_.set_id(queued_.front());
+        queued_.pop_front();
+        next = true;
+      } else {
+        writing_ = false;
+      }
+    }
+    if (next) StartWrite(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    bool remove = false;
+    {
+      std::lock_guard l(mu_);
+      if (ok) {
+        while (!awaiting_.empty()) {
+          auto t = std::move(awaiting_.front());
+          awaiting_.pop_front();
+          if (t->lease == response_.id()) {
+            t->done = true;
+            t->ttl = response_.ttl();
+            break;
+          }
+        }
+      } else {
+        broken_ = true;
+        outside_closed_ = true;
+        remove = TakeHoldLocked();
+      }
+      cv_.notify_all();
+    }
+    if (ok) StartRead(&response_);
+    if (remove) RemoveHold();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<KeepAliveStream> self;
+    {
+      std::lock_guard l(mu_);
+      done_ = true;
+      broken_ = true;
+      if (!status.ok()) {
+        error_ = FromGrpc(status, "lease keep-alive", address_).message();
+      }
+      awaiting_.clear();
+      cv_.notify_all();
+      self = std::move(self_);
+    }
+    // `self` may be the last reference: this object ends here.
+  }
+
+ private:
+  explicit KeepAliveStream(std::string address) : address_(std::move(address)) {}
+
+  // True exactly once: when no more writes can start from outside.
+  bool TakeHoldLocked() {
+    if (outside_closed_ && outside_writes_ == 0 && !hold_removed_) {
+      hold_removed_ = true;
+      return true;
+    }
+    return false;
+  }
+
+  const std::string address_;
+  grpc::ClientContext context_;
+  pb::LeaseKeepAliveRequest request_;    // the write in flight
+  pb::LeaseKeepAliveResponse response_;  // the read in flight
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Ticket>> awaiting_;  // sent or queued, in order
+  std::deque<std::int64_t> queued_;               // not yet written
+  bool writing_ = false;
+  bool broken_ = false;
+  bool outside_closed_ = false;
+  int outside_writes_ = 0;
+  bool hold_removed_ = false;
+  bool done_ = false;
+  std::string error_;
+  std::shared_ptr<KeepAliveStream> self_;
+};
+
+struct Connection::Endpoint {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::KV::Stub> kv;
+  std::unique_ptr<pb::Lease::Stub> lease;
+  std::unique_ptr<pb::Watch::Stub> watch;
+};
+
+Connection::Connection(std::vector<std::string> endpoints, milliseconds request_timeout)
+    : addresses_(std::move(endpoints)),
+      request_timeout_(request_timeout),
+      attempt_timeout_(std::clamp<milliseconds>(request_timeout / 3, milliseconds(200),
+                                                milliseconds(2000))) {
+  endpoints_.resize(addresses_.size());
+}
+
+Connection::~Connection() {
+  std::shared_ptr<KeepAliveStream> stream;
+  {
+    std::lock_guard l(mu_);
+    stream = std::move(stream_);
+  }
+  if (stream) {
+    stream->Close();
+    stream->AwaitDone(std::chrono::seconds(2));
+  }
+}
+
+Connection::Endpoint& Connection::At(std::size_t index) {
+  std::lock_guard l(mu_);
+  auto& slot = endpoints_[index];
+  if (!slot) {
+    grpc::ChannelArguments args;
+    // A member that comes back is found again within a second.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // Dead connections under long streams are noticed. etcd refuses pings
+    // more often than every 5 s (GOAWAY too_many_pings).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    // One connection per client, as separate processes would have: a fault
+    // on one client's connection is not shared with others in the process.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // dlock retries itself, across members.
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    args.SetMaxReceiveMessageSize(64 << 20);
+    auto ep = std::make_unique<Endpoint>();
+    ep->address = addresses_[index];
+    ep->channel =
+        grpc::CreateCustomChannel(ep->address, grpc::InsecureChannelCredentials(), args);
+    ep->kv = pb::KV::NewStub(ep->channel);
+    ep->lease = pb::Lease::NewStub(ep->channel);
+    ep->watch = pb::Watch::NewStub(ep->channel);
+    slot = std::move(ep);
+  }
+  return *slot;
+}
+
+void Connection::Rotate(std::size_t from) {
+  // Only the first of several callers that saw `from` fail moves on.
+  current_.compare_exchange_strong(from, (from + 1) % addresses_.size());
+}
+
+std::string Connection::EndpointList() const {
+  std::string s;
+  for (const auto& a : addresses_) s += (s.empty() ? "" : ",") + a;
+  return s;
+}
+
+template <typename Resp, typename Fn>
+Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool require_leader,
+                              Fn fn) {
+  const std::size_t n = addresses_.size();
+  std::vector<char> skip(n, 0);
+  grpc::Status last;
+  std::string last_address;
+  // "No leader" says more than a silent member: report it if any said so.
+  grpc::Status no_leader;
+  std::string no_leader_address;
+  std::size_t tried_this_round = 0;
+  milliseconds backoff{0};
+  for (int attempt = 0;; ++attempt) {
+    const TimePoint now = MonotonicClock::now();
+    if (attempt > 0 && now >= deadline) break;
+    std::size_t index = current_.load() % n;
+    std::size_t skipped = 0;
+    while (skip[index] && skipped < n) {
+      index = (index + 1) % n;
+      ++skipped;
+    }
+    if (skipped == n) break;
+    Endpoint& ep = At(index);
+    grpc::ClientContext context;
+    // Even a call made at its deadline gets one short try.
+    const Duration budget =
+        std::clamp<Duration>(deadline - now, milliseconds(50), attempt_timeout_);
+    context.set_deadline(WallDeadline(budget));
+    if (require_leader) context.AddMetadata("hasleader", "true");
+    Resp response;
+    const grpc::Status status = fn(ep, &context, &response);
+    if (status.ok()) {
+      looks_down_.store(false);
+      return response;
+    }
+    last = status;
+    last_address = ep.address;
+    if (Contains(status, "no leader")) {
+      no_leader = status;
+      no_leader_address = ep.address;
+    }
+    const Retry retry = Classify(status);
+    if (retry == Retry::kNo) return FromGrpc(status, what, ep.address);
+    if (retry == Retry::kOtherMember) skip[index] = 1;
+    Rotate(index);
+    if (++tried_this_round >= n) {
+      // Every member failed once: give a leader election time to finish.
+      tried_this_round = 0;
+      backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
+      const Duration left = deadline - MonotonicClock::now();
+      if (left <= Duration::zero()) break;
+      std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+    }
+  }
+  looks_down_.store(true);
+  Status s = no_leader.ok() ? FromGrpc(last, what, last_address)
+                            : FromGrpc(no_leader, what, no_leader_address);
+  if (n > 1) {
+    s = Status(s.code(), s.message() + " [no member of " + EndpointList() + " could serve it]");
+  }
+  return s;
+}
+
+Status Connection::Probe(TimePoint deadline) {
+  pb::RangeRequest request;
+  request.set_key("dlock-probe");
+  request.set_count_only(true);
+  request.set_serializable(true);
+  auto r = Call<pb::RangeResponse>(
+      "connect", deadline, /*require_leader=*/false,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::RangeResponse* out) {
+        return ep.kv->Range(c, request, out);
+      });
+  return r.status();
+}
+
+Result<pb::RangeResponse> Connection::Range(const pb::RangeRequest& request, TimePoint deadline) {
+  return Call<pb::RangeResponse>(
+      "read", deadline, true, [&](Endpoint& ep, grpc::ClientContext* c, pb::RangeResponse* out) {
+        return ep.kv->Range(c, request, out);
+      });
+}
+
+Result<pb::TxnResponse> Connection::Txn(const pb::TxnRequest& request, TimePoint deadline) {
+  return Call<pb::TxnResponse>(
+      "transaction", deadline, true,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::TxnResponse* out) {
+        return ep.kv->Txn(c, request, out);
+      });
+}
+
+Result<pb::LeaseGrantResponse> Connection::LeaseGrant(std::int64_t ttl_seconds,
+                                                      TimePoint deadline) {
+  pb::LeaseGrantRequest request;
+  request.set_ttl(ttl_seconds);
+  return Call<pb::LeaseGrantResponse>(
+      "lease grant", deadline, true,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::LeaseGrantResponse* out) {
+        return ep.lease->LeaseGrant(c, request, out);
+      });
+}
+
+Status Connection::LeaseRevoke(std::int64_t lease, TimePoint deadline) {
+  pb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  auto r = Call<pb::LeaseRevokeResponse>(
+      "lease revoke", deadline, true,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::LeaseRevokeResponse* out) {
+        return ep.lease->LeaseRevoke(c, request, out);
+      });
+  return r.status();
+}
+
+Result<pb::LeaseTimeToLiveResponse> Connection::LeaseTimeToLive(std::int64_t lease,
+                                                                TimePoint deadline) {
+  pb::LeaseTimeToLiveRequest request;
+  request.set_id(lease);
+  return Call<pb::LeaseTimeToLiveResponse>(
+      "lease time-to-live", deadline, true,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::LeaseTimeToLiveResponse* out) {
+        return ep.lease->LeaseTimeToLive(c, request, out);
+      });
+}
+
+std::shared_ptr<KeepAliveStream> Connection::CurrentStream() {
+  const std::size_t index = current_.load() % addresses_.size();
+  Endpoint& ep = At(index);
+  std::shared_ptr<KeepAliveStream> old;
+  std::shared_ptr<KeepAliveStream> fresh;
+  {
+    std::lock_guard l(mu_);
+    if (stream_ && !stream_->broken()) return stream_;
+    old = std::move(stream_);
+    stream_ = fresh = KeepAliveStream::Start(ep.lease.get(), ep.address);
+  }
+  if (old) old->Close();
+  return fresh;
+}
+
+KeepAliveCall Connection::SendKeepAlive(std::int64_t lease) {
+  KeepAliveCall call;
+  call.lease = lease;
+  call.stream = CurrentStream();
+  call.ticket = call.stream->Send(lease);
+  return call;
+}
+
+Result<std::int64_t> Connection::AwaitKeepAlive(KeepAliveCall& call, TimePoint deadline) {
+  std::string error = "no member answered the keep-alive";
+  milliseconds backoff{0};
+  for (int attempt = 0;; ++attempt) {
+    if (call.ticket) {
+      auto ticket = std::static_pointer_cast<KeepAliveStream::Ticket>(call.ticket);
+      const TimePoint now = MonotonicClock::now();
+      const TimePoint until =
+          std::max(std::min(deadline, now + attempt_timeout_), now + milliseconds(50));
+      if (auto ttl = call.stream->Wait(ticket, until)) {
+        looks_down_.store(false);
+        return *ttl;
+      }
+      error = call.stream->broken()
+                  ? call.stream->Error()
+                  : "etcd unavailable: no keep-alive answer from " + call.stream->address() +
+                        " in time (member stopped, overloaded or cut off?)";
+      // Silent or broken: this stream is done; the next one goes elsewhere.
+      call.stream->Close();
+      for (std::size_t i = 0; i < addresses_.size(); ++i) {
+        if (addresses_[i] == call.stream->address()) Rotate(i);
+      }
+    }
+    const Duration left = deadline - MonotonicClock::now();
+    if (left <= Duration::zero()) break;
+    if (attempt > 0) {
+      backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
+      std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+    }
+    call = SendKeepAlive(call.lease);
+  }
+  looks_down_.store(true);
+  return UnavailableError(error);
+}
+
+bool Connection::WaitForDelete(const std::string& key, std::int64_t revision, TimePoint until,
+                               std::stop_token stop) {
+  const std::size_t index = current_.load() % addresses_.size();
+  Endpoint& ep = At(index);
+  const Duration budget = until - MonotonicClock::now();
+  if (budget <= Duration::zero() || stop.stop_requested()) return false;
+
+  grpc::ClientContext context;
+  context.set_deadline(WallDeadline(budget));
+  context.AddMetadata("hasleader", "true");
+  std::stop_callback cancel(stop, [&context] { context.TryCancel(); });
+  auto stream = ep.watch->Watch(&context);
+
+  pb::WatchRequest request;
+  pb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(key);
+  create->set_start_revision(0);  // the member's next revision: a synced watcher
+  create->add_filters(pb::WatchCreateRequest::NOPUT);
+  bool gone = false;
+  bool member_trouble = false;
+  if (stream->Write(request)) {
+    pb::WatchResponse response;
+    while (!gone && stream->Read(&response)) {
+      if (response.created()) {
+        if (response.canceled()) break;
+        // The watch exists from here on. Was the key deleted before? Ask the
+        // same member, serializably: it has applied at least up to the
+        // watch's start, so this read and the watch leave no gap.
+        pb::RangeRequest check;
+        check.set_key(key);
+        check.set_serializable(true);
+        grpc::ClientContext check_context;
+        check_context.set_deadline(
+            WallDeadline(std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1),
+                                              attempt_timeout_)));
+        pb::RangeResponse found;
+        if (!ep.kv->Range(&check_context, check, &found).ok()) {
+          member_trouble = true;
+          break;
+        }
+        if (found.kvs_size() == 0 || found.kvs(0).create_revision() != revision) gone = true;
+        continue;
+      }
+      if (response.canceled()) break;
+      for (const auto& event : response.events()) {
+        if (event.type() == mvccpb::Event::DELETE) gone = true;
+      }
+    }
+  }
+  context.TryCancel();
+  const grpc::Status status = stream->Finish();
+  if (!gone && !stop.stop_requested() && MonotonicClock::now() < until && !status.ok() &&
+      status.error_code() != grpc::StatusCode::CANCELLED) {
+    member_trouble = true;
+  }
+  // A member that cannot keep a watch open (stopped, lost its leader) is
+  // not the one to use next.
+  if (member_trouble) Rotate(index);
+  return gone;
+}
+
+}  // namespace dlock::etcd

@@ -1,0 +1,107 @@
+// Connection: the etcd backend's gRPC side. One channel per endpoint, one
+// shared lease keep-alive stream, and watches; every operation fails over to
+// the next member when the one in use cannot serve it.
+//
+// Failover: calls go to the "current" member. A transient error (member
+// unreachable or silent, no leader, leader changed, request timed out) moves
+// on to the next member and tries again, with a short backoff once every
+// member has been tried, until the operation's deadline. Every operation is
+// safe to repeat (the backend makes them so), so a call whose reply was lost
+// is simply sent again. Every request asks etcd to refuse it when the member
+// has no leader ("hasleader" metadata), so a member cut off from the quorum
+// answers at once instead of holding the request until its own timeout.
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_CONNECTION_H_
+#define DLOCK_SRC_BACKENDS_ETCD_ETCD_CONNECTION_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "dlock/clock.h"
+#include "dlock/status.h"
+#include "rpc.grpc.pb.h"
+
+namespace dlock::etcd {
+
+namespace pb = ::etcdserverpb;
+
+class KeepAliveStream;
+
+// One keep-alive sent and not yet answered.
+struct KeepAliveCall {
+  std::int64_t lease = 0;
+  std::shared_ptr<KeepAliveStream> stream;
+  std::shared_ptr<void> ticket;  // KeepAliveStream's, opaque here
+};
+
+class Connection {
+ public:
+  Connection(std::vector<std::string> endpoints, std::chrono::milliseconds request_timeout);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Checks that some member answers as an etcd v3 server (a serializable
+  // read, so it needs no quorum). kUnavailable naming every endpoint and
+  // the last error otherwise.
+  Status Probe(TimePoint deadline);
+
+  Result<pb::RangeResponse> Range(const pb::RangeRequest& request, TimePoint deadline);
+  Result<pb::TxnResponse> Txn(const pb::TxnRequest& request, TimePoint deadline);
+  Result<pb::LeaseGrantResponse> LeaseGrant(std::int64_t ttl_seconds, TimePoint deadline);
+  Status LeaseRevoke(std::int64_t lease, TimePoint deadline);
+  Result<pb::LeaseTimeToLiveResponse> LeaseTimeToLive(std::int64_t lease, TimePoint deadline);
+
+  // Sends one keep-alive for `lease` on the shared stream and returns at
+  // once, so that the caller can overlap it with another request.
+  KeepAliveCall SendKeepAlive(std::int64_t lease);
+  // Its answer: the lease's TTL in seconds, 0 when the lease is gone. Sends
+  // it again on another member if the stream broke or stayed silent.
+  Result<std::int64_t> AwaitKeepAlive(KeepAliveCall& call, TimePoint deadline);
+
+  // Watches `key` (whose create_revision was `revision`) from now on, and
+  // returns true once it is deleted, or found already gone or replaced;
+  // false when `until` passes, `stop` is requested or the watch breaks.
+  // The watch starts at the member's next revision, not at a past one:
+  // etcd 3.4 serves watchers that start in the past ("unsynced") only every
+  // 100 ms. A deletion between the caller's read and the watch's start is
+  // caught by reading the key again once the watch exists.
+  bool WaitForDelete(const std::string& key, std::int64_t revision, TimePoint until,
+                     std::stop_token stop);
+
+  // True after an operation gave up because no member could serve it, until
+  // one succeeds: callers with nothing urgent to say may then defer it.
+  bool LooksDown() const { return looks_down_.load(); }
+
+  // "127.0.0.1:2379,127.0.0.1:2380"
+  std::string EndpointList() const;
+
+ private:
+  struct Endpoint;
+  Endpoint& At(std::size_t index);
+  void Rotate(std::size_t from);
+  std::shared_ptr<KeepAliveStream> CurrentStream();
+  template <typename Resp, typename Fn>
+  Result<Resp> Call(std::string_view what, TimePoint deadline, bool require_leader, Fn fn);
+
+  const std::vector<std::string> addresses_;
+  const std::chrono::milliseconds request_timeout_;
+  const std::chrono::milliseconds attempt_timeout_;  // one try on one member
+  std::atomic<std::size_t> current_{0};
+  std::atomic<bool> looks_down_{false};
+
+  std::mutex mu_;  // guards endpoints_ (lazily filled) and stream_
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::shared_ptr<KeepAliveStream> stream_;
+};
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_SRC_BACKENDS_ETCD_ETCD_CONNECTION_H_

@@ -1,0 +1,210 @@
+#include "backends/etcd/etcd_keys.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "core/duration.h"
+
+namespace dlock::etcd {
+namespace {
+
+// Strict UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
+bool IsUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int len;
+    std::uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (int k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+std::string Escaped(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Result<std::string> ParseEndpoint(std::string_view host) {
+  const std::string form = "etcd://h1:2379,h2:2379[/prefix]";
+  if (host.empty()) {
+    return InvalidArgumentError("empty host in the etcd endpoint list; expected " + form);
+  }
+  std::string_view name = host;
+  std::string_view port;
+  if (host.front() == '[') {  // [v6]:port
+    const std::size_t close = host.find(']');
+    if (close == std::string_view::npos) {
+      return InvalidArgumentError("etcd endpoint '" + std::string(host) + "': unclosed '['");
+    }
+    name = host.substr(0, close + 1);
+    if (close + 1 < host.size()) {
+      if (host[close + 1] != ':') {
+        return InvalidArgumentError("etcd endpoint '" + std::string(host) +
+                                    "': expected ':' and a port after ']'");
+      }
+      port = host.substr(close + 2);
+    }
+  } else if (const std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    name = host.substr(0, colon);
+    port = host.substr(colon + 1);
+  }
+  if (name.empty() || name == "[]") {
+    return InvalidArgumentError("etcd endpoint '" + std::string(host) + "' has no host name");
+  }
+  if (port.empty()) return std::string(name) + ":" + std::to_string(kDefaultPort);
+  int value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9' || value > 65535) {
+      value = -1;
+      break;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (value < 1 || value > 65535) {
+    return InvalidArgumentError("etcd endpoint '" + std::string(host) + "': port '" +
+                                std::string(port) + "' is not a number from 1 to 65535");
+  }
+  return std::string(name) + ":" + std::to_string(value);
+}
+
+}  // namespace
+
+Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri) {
+  EtcdOptions o;
+  if (!uri.user.empty() || uri.has_password) {
+    return InvalidArgumentError(
+        "etcd URI " + uri.Redacted() +
+        " has user info: etcd authentication is not supported; use an etcd without auth "
+        "(or behind an authenticating proxy)");
+  }
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout"}));
+  if (uri.hosts.empty()) {
+    return InvalidArgumentError("etcd URI " + uri.Redacted() +
+                                " names no host: expected etcd://h1:2379,h2:2379[/prefix]");
+  }
+  std::string_view hosts = uri.hosts;
+  while (true) {
+    const std::size_t comma = hosts.find(',');
+    auto ep = ParseEndpoint(hosts.substr(0, comma));
+    if (!ep.ok()) return ep.status();
+    o.endpoints.push_back(*ep);
+    if (comma == std::string_view::npos) break;
+    hosts.remove_prefix(comma + 1);
+  }
+
+  std::string_view root = uri.path;
+  while (!root.empty() && root.front() == '/') root.remove_prefix(1);
+  for (unsigned char c : root) {
+    if (c < 0x20 || c == 0x7f) {
+      return InvalidArgumentError("etcd key prefix '" + Escaped(root) +
+                                  "' contains a NUL or control byte: use printable UTF-8");
+    }
+  }
+  if (!IsUtf8(root)) {
+    return InvalidArgumentError("etcd key prefix '" + Escaped(root) +
+                                "' is not valid UTF-8: use printable UTF-8");
+  }
+  if (!root.empty()) {
+    o.root = std::string(root);
+    if (o.root.back() != '/') o.root += '/';
+  }
+
+  if (const std::string* t = uri.Param("timeout")) {
+    auto d = internal::ParseDuration(*t);
+    if (!d.ok()) return InvalidArgumentError("etcd parameter timeout: " + d.status().message());
+    if (*d < std::chrono::milliseconds(100)) {
+      return InvalidArgumentError("etcd parameter timeout=" + *t + " is below 100ms");
+    }
+    o.request_timeout = *d;
+  }
+  return o;
+}
+
+std::string QueuePrefix(std::string_view root, std::string_view name) {
+  std::string p;
+  p.reserve(root.size() + name.size() + 1);
+  p += root;
+  p += name;
+  p += '/';
+  return p;
+}
+
+std::string LeaseHex(std::int64_t lease_id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%" PRIx64, static_cast<std::uint64_t>(lease_id));
+  return buf;
+}
+
+std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id) {
+  return std::string(queue_prefix) + LeaseHex(lease_id);
+}
+
+bool IsQueueMember(std::string_view queue_prefix, std::string_view key) {
+  if (key.size() <= queue_prefix.size() || key.substr(0, queue_prefix.size()) != queue_prefix) {
+    return false;
+  }
+  return key.find('/', queue_prefix.size()) == std::string_view::npos;
+}
+
+std::string PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    const auto last = static_cast<unsigned char>(end.back());
+    if (last != 0xff) {
+      end.back() = static_cast<char>(last + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+std::optional<std::string> LockNameOf(std::string_view root, std::string_view key) {
+  if (key.substr(0, root.size()) != root) return std::nullopt;
+  key.remove_prefix(root.size());
+  const std::size_t slash = key.rfind('/');
+  if (slash == std::string_view::npos || slash == 0) return std::nullopt;
+  const std::string_view leaf = key.substr(slash + 1);
+  if (leaf.empty() || leaf.size() > 16) return std::nullopt;
+  for (char c : leaf) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  }
+  return std::string(key.substr(0, slash));
+}
+
+}  // namespace dlock::etcd

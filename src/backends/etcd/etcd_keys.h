@@ -1,0 +1,67 @@
+// Where the etcd backend keeps things, and how its URI reads. Pure functions,
+// no network: the key layout is the contract with etcd's own lock, so it is
+// tested on its own (tests/backends/etcd/etcd_keys_test.cc).
+//
+// Layout (the same as etcd's concurrency.Mutex and `etcdctl lock`): the lock
+// named N under root R has one queue, the keys with prefix R + N + "/". Each
+// client session puts one key there, R + N + "/" + <its lease id in lowercase
+// hex>, attached to its lease; the key with the lowest create_revision holds
+// the lock, and that create_revision is the fencing token.
+//
+// Lock names that extend each other ("a" and "a/b") share key space: every
+// key of "a/b" also starts with "a/". etcd's Mutex counts them into "a"'s
+// queue; dlock counts only the direct members of a queue (no '/' after the
+// prefix), so that "a" and "a/b" are independent locks.
+#ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
+#define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/uri.h"
+#include "dlock/clock.h"
+#include "dlock/status.h"
+
+namespace dlock::etcd {
+
+inline constexpr int kDefaultPort = 2379;
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints;  // "host:port", tried in this order
+  std::string root;                    // "" or ends with '/'
+  // Bounds one store operation, retries on other members included.
+  std::chrono::milliseconds request_timeout{5000};
+  // Bounds the first contact in Open.
+  std::chrono::milliseconds connect_timeout{5000};
+  // The client's clock: the backend keeps its own view of which leases the
+  // client still believes in, on the same clock as the core.
+  std::shared_ptr<Clock> clock;
+};
+
+// etcd://h1:2379,h2:2379[/root][?timeout=5s]. The port defaults to 2379.
+// kInvalidArgument for no host, a bad port, user info (etcd authentication
+// is not supported), a root with NUL, control or non-UTF-8 bytes, or an
+// unknown parameter.
+Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri);
+
+// R + N + "/": the queue of lock `name`.
+std::string QueuePrefix(std::string_view root, std::string_view name);
+// The queue member key of a session: prefix + lease id as Go's %x prints it.
+std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id);
+std::string LeaseHex(std::int64_t lease_id);
+// True if `key` is a direct member of the queue (not of a longer name's).
+bool IsQueueMember(std::string_view queue_prefix, std::string_view key);
+// The range_end that makes a range cover every key starting with `prefix`
+// ("\0", meaning "to the end", when no such bound exists).
+std::string PrefixEnd(std::string_view prefix);
+// For a key R + N + "/" + <hex>, the lock name N; nullopt for any other key.
+std::optional<std::string> LockNameOf(std::string_view root, std::string_view key);
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_

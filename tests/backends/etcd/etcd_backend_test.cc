@@ -1,0 +1,370 @@
+// The etcd backend against a real (3-member) cluster, beyond the conformance
+// suite: FIFO hand-off, names that extend each other, one session per client,
+// etcd's TTL granularity, the Go Mutex's key layout, keys and sessions lost
+// behind the client's back, and bad input.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "etcd_test_util.h"
+
+namespace dlock::etcd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Ns = std::chrono::nanoseconds;
+
+AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
+  AcquireOptions o;
+  o.ttl = ttl;
+  o.wait = wait;
+  return o;
+}
+
+// Polls `done` every 5 ms for up to `limit`.
+template <typename F>
+bool Eventually(F done, milliseconds limit = milliseconds(5000)) {
+  const auto until = MonotonicClock::now() + limit;
+  while (MonotonicClock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return done();
+}
+
+TEST(EtcdBackendTest, WaitersAcquireInArrivalOrderWithPromptHandOff) {
+  const std::string name = UniqueName("fifo");
+  auto observer = NewBackend();
+  auto holder_client = NewClient();
+  auto holder = holder_client->TryAcquire(name, Opts(seconds(5)));
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+
+  constexpr int kWaiters = 5;
+  struct Grant {
+    int waiter;
+    FencingToken token;
+    TimePoint granted_at;
+    TimePoint release_started_at;
+  };
+  std::mutex mu;
+  std::vector<Grant> grants;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    clients.push_back(NewClient());
+    Client* c = clients.back().get();
+    threads.emplace_back([&, c, i] {
+      auto lease = c->Acquire(name, Opts(seconds(5), seconds(20)));
+      const TimePoint granted_at = MonotonicClock::now();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      std::this_thread::sleep_for(milliseconds(5));
+      const TimePoint release_at = MonotonicClock::now();
+      {
+        std::lock_guard l(mu);
+        grants.push_back({i, lease->token(), granted_at, release_at});
+      }
+      EXPECT_TRUE(lease->Release().ok());
+    });
+    // The next waiter starts only once this one has its place in the queue.
+    ASSERT_TRUE(Eventually([&] {
+      auto q = observer->Queue(name);
+      return q.ok() && q->size() == static_cast<std::size_t>(i + 2);
+    })) << "waiter " << i << " did not queue";
+  }
+  const TimePoint first_release = MonotonicClock::now();
+  ASSERT_TRUE(holder->Release().ok());
+  for (auto& t : threads) t.join();
+
+  ASSERT_EQ(grants.size(), static_cast<std::size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(grants[i].waiter, i) << "grant " << i << " went out of arrival order";
+    const TimePoint released = i == 0 ? first_release : grants[i - 1].release_started_at;
+    const auto gap = std::chrono::duration_cast<milliseconds>(grants[i].granted_at - released);
+    EXPECT_LT(gap, milliseconds(50)) << "hand-off " << i << " took " << gap.count() << " ms";
+    if (i > 0) EXPECT_GT(grants[i].token, grants[i - 1].token);
+  }
+  EXPECT_GT(grants[0].token, holder->token());
+}
+
+TEST(EtcdBackendTest, NamesThatExtendEachOtherNeitherAliasNorDeadlock) {
+  const std::string a = UniqueName("nest"), ab = a + "/b", a_ = a + "/";
+  auto one = NewClient();
+  auto other = NewClient();
+  // "a/b" held first: its keys sort before "a"'s, under "a/".
+  auto held_ab = one->TryAcquire(ab, Opts(seconds(5)));
+  ASSERT_TRUE(held_ab.ok()) << held_ab.status().ToString();
+  auto held_a = one->TryAcquire(a, Opts(seconds(5)));
+  ASSERT_TRUE(held_a.ok()) << "a/b's key aliased a: " << held_a.status().ToString();
+  auto held_a_ = other->TryAcquire(a_, Opts(seconds(5)));
+  ASSERT_TRUE(held_a_.ok()) << "'a/' aliased: " << held_a_.status().ToString();
+  EXPECT_EQ(other->TryAcquire(a, Opts(seconds(5))).status().code(), StatusCode::kLockHeld);
+
+  // A waiter on "a" waits for "a"'s holder only, not for "a/b"'s.
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(other->Acquire(a, Opts(seconds(5), seconds(10)))); });
+  auto observer = NewBackend();
+  ASSERT_TRUE(Eventually([&] {
+    auto q = observer->Queue(a);
+    return q.ok() && q->size() == 2;
+  }));
+  const TimePoint released = MonotonicClock::now();
+  ASSERT_TRUE(held_a->Release().ok());
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_LT(MonotonicClock::now() - released, milliseconds(500));
+  EXPECT_TRUE(held_ab->Check().ok());
+
+  // Each name lists once, with its own holder.
+  auto list = observer->List(a);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].key, a);
+  EXPECT_EQ((*list)[0].token, (*waited)->token());
+  EXPECT_EQ((*list)[1].key, a_);
+  EXPECT_EQ((*list)[2].key, ab);
+  EXPECT_EQ((*list)[2].owner, held_ab->owner());
+}
+
+TEST(EtcdBackendTest, OneSessionCarriesEveryLockOfAClient) {
+  auto backend = NewBackend();
+  const OwnerId owner(1, 2);
+  std::vector<std::string> names;
+  for (int i = 0; i < 5; ++i) {
+    names.push_back(UniqueName("session" + std::to_string(i)));
+    auto a = backend->TryAcquire({names.back(), OwnerId(1, 2 + i), seconds(5)});
+    ASSERT_TRUE(a.ok() && a->granted) << a.status().ToString();
+  }
+  const auto sessions = backend->SessionLeases();
+  ASSERT_EQ(sessions.size(), 1u);
+  for (const auto& n : names) {
+    auto q = backend->Queue(n);
+    ASSERT_TRUE(q.ok() && q->size() == 1);
+    EXPECT_EQ((*q)[0].lease, sessions[0]);
+    EXPECT_EQ((*q)[0].key, n + "/" + LeaseHex(sessions[0])) << "not the Mutex layout";
+  }
+  // One renewal call for all five is one keep-alive; all succeed.
+  std::vector<LeaseRequest> batch;
+  for (int i = 0; i < 5; ++i) batch.push_back({names[i], OwnerId(1, 2 + i), seconds(5)});
+  for (const Status& s : backend->Renew(batch)) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(backend->Release(names[i], OwnerId(1, 2 + i)).ok());
+}
+
+TEST(EtcdBackendTest, TtlIsWhatEtcdGrantsReportedAndUsed) {
+  auto client = NewClient();
+  auto backend = NewBackend();
+  RawEtcd raw;
+  // Below etcd's minimum (1 s on the test cluster, 2 s with etcd's default
+  // election timeout) and not whole seconds: etcd grants more.
+  for (const auto& [asked, min_granted] :
+       {std::pair{milliseconds(300), seconds(1)}, std::pair{milliseconds(1500), seconds(2)}}) {
+    const std::string name = UniqueName("ttl" + std::to_string(asked.count()));
+    const TimePoint sent = MonotonicClock::now();
+    auto lease = client->TryAcquire(name, Opts(asked));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_GE(lease->ttl(), min_granted);
+    EXPECT_EQ(lease->ttl() % seconds(1), milliseconds(0));
+    auto q = backend->Queue(name);
+    ASSERT_TRUE(q.ok() && q->size() == 1);
+    EXPECT_EQ(seconds(raw.GrantedTtl((*q)[0].lease)), lease->ttl()) << "not etcd's TTL";
+    EXPECT_GE(lease->valid_until(), sent + lease->ttl() - lease->ttl() / 50);
+    EXPECT_LE(lease->valid_until(), MonotonicClock::now() + lease->ttl());
+    if (asked < seconds(1)) {
+      // Renewed on the granted TTL: held past it, and far past the asked one.
+      std::this_thread::sleep_for(lease->ttl() * 3 / 2);
+      EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+    }
+    EXPECT_TRUE(lease->Release().ok());
+  }
+}
+
+TEST(EtcdBackendTest, GoMutexKeysTakePartInTheSameQueue) {
+  // What concurrency.Mutex (and `etcdctl lock`) writes: name/<lease hex>,
+  // empty value, attached to its session lease.
+  RawEtcd raw;
+  const std::string name = UniqueName("go");
+  const std::int64_t go_lease = raw.GrantLease(10);
+  const std::int64_t go_revision = raw.Put(name + "/" + LeaseHex(go_lease), "", go_lease);
+
+  auto client = NewClient();
+  EXPECT_EQ(client->TryAcquire(name, Opts(seconds(5))).status().code(), StatusCode::kLockHeld);
+  auto list = client->List(name);
+  ASSERT_TRUE(list.ok() && list->size() == 1);
+  EXPECT_EQ((*list)[0].token, static_cast<FencingToken>(go_revision));
+  EXPECT_TRUE((*list)[0].owner.empty()) << "a Go holder has no dlock owner id";
+  EXPECT_GT((*list)[0].ttl_remaining, seconds(5));
+
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(client->Acquire(name, Opts(seconds(5), seconds(10)))); });
+  auto observer = NewBackend();
+  ASSERT_TRUE(Eventually([&] {
+    auto q = observer->Queue(name);
+    return q.ok() && q->size() == 2;
+  }));
+  // A Go key put after ours queues behind it, as Go's Mutex would see it.
+  const std::int64_t late_lease = raw.GrantLease(10);
+  raw.Put(name + "/" + LeaseHex(late_lease), "", late_lease);
+  raw.RevokeLease(go_lease);  // the Go holder's session ends: its key goes
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_GT((*waited)->token(), static_cast<FencingToken>(go_revision));
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 2);
+  EXPECT_EQ((*q)[0].value, (*waited)->owner().ToString()) << "dlock's key is not first";
+  raw.RevokeLease(late_lease);
+}
+
+TEST(EtcdBackendTest, KeyDeletedBehindTheClientsBackIsLostAtTheNextRenewal) {
+  auto client = NewClient();
+  std::atomic<bool> lost{false};
+  AcquireOptions o = Opts(seconds(3));
+  o.on_lost = [&](const Status& why) {
+    EXPECT_EQ(why.code(), StatusCode::kLeaseLost);
+    lost = true;
+  };
+  const std::string name = UniqueName("deleted");
+  auto lease = client->TryAcquire(name, o);
+  ASSERT_TRUE(lease.ok());
+  auto q = NewBackend()->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 1);
+  RawEtcd().Delete((*q)[0].key);
+  // Renewed every second: the next renewal sees the key gone.
+  EXPECT_TRUE(Eventually([&] { return lost.load(); }, milliseconds(2500)));
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+}
+
+TEST(EtcdBackendTest, RevokedSessionLosesEveryLockOfTheClient) {
+  auto client = NewClient();
+  std::atomic<int> lost{0};
+  AcquireOptions o = Opts(seconds(3));
+  o.on_lost = [&](const Status&) { ++lost; };
+  std::vector<Lease> leases;
+  for (int i = 0; i < 3; ++i) {
+    auto l = client->TryAcquire(UniqueName("revoked" + std::to_string(i)), o);
+    ASSERT_TRUE(l.ok());
+    leases.push_back(std::move(*l));
+  }
+  auto q = NewBackend()->Queue(leases[0].key());
+  ASSERT_TRUE(q.ok() && q->size() == 1);
+  RawEtcd().RevokeLease((*q)[0].lease);
+  EXPECT_TRUE(Eventually([&] { return lost.load() == 3; }, milliseconds(2500)));
+  // The client starts a new session for the next acquire.
+  auto again = client->TryAcquire(leases[0].key(), Opts(seconds(3)));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_GT(again->token(), leases[0].token());
+}
+
+TEST(EtcdBackendTest, TwoAcquisitionsOfOneNameInOneClientExcludeEachOther) {
+  auto client = NewClient();
+  const std::string name = UniqueName("same-client");
+  auto first = client->TryAcquire(name, Opts(seconds(5)));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(client->TryAcquire(name, Opts(seconds(5))).status().code(), StatusCode::kLockHeld);
+  std::optional<Result<Lease>> second;
+  std::thread waiter([&] { second.emplace(client->Acquire(name, Opts(seconds(5), seconds(10)))); });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(second.has_value()) << "granted while the first was held";
+  ASSERT_TRUE(first->Release().ok());
+  waiter.join();
+  ASSERT_TRUE(second->ok()) << second->status().ToString();
+  EXPECT_GT((*second)->token(), first->token());
+}
+
+TEST(EtcdBackendTest, UnreachableEndpointsFailWithinTheConnectTimeout) {
+  ClientOptions o;
+  o.connect_timeout = milliseconds(1000);
+  const TimePoint start = MonotonicClock::now();
+  auto c = Client::Connect("etcd://127.0.0.1:1,127.0.0.1:2", o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(MonotonicClock::now() - start, milliseconds(3000));
+  EXPECT_NE(c.status().message().find("127.0.0.1:1,127.0.0.1:2"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(EtcdBackendTest, ADeadEndpointInTheListIsSkipped) {
+  // The dead one first: the client moves on to a live member.
+  const std::string live = ClusterUri().substr(std::string("etcd://").size());
+  auto c = NewClient("etcd://127.0.0.1:1," + live);
+  ASSERT_TRUE(c);
+  auto lease = c->TryAcquire(UniqueName("dead-first"), Opts(seconds(3)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+}
+
+// A TCP server that answers every connection with an HTTP/1 error, as a
+// web server on the wrong port would.
+class Http1Server {
+ public:
+  Http1Server() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    listen(fd_, 16);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        const int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[512];
+        (void)!read(c, buf, sizeof buf);
+        const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        (void)!write(c, reply, sizeof reply - 1);
+        close(c);
+      }
+    });
+  }
+  ~Http1Server() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(EtcdBackendTest, ANonEtcdServerIsNamedAsSuch) {
+  Http1Server server;
+  ClientOptions o;
+  o.connect_timeout = milliseconds(2000);
+  const TimePoint start = MonotonicClock::now();
+  auto c = Client::Connect("etcd://127.0.0.1:" + std::to_string(server.port()), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(c.status().message().find("not an etcd v3 server"), std::string::npos)
+      << c.status().message();
+  EXPECT_LT(MonotonicClock::now() - start, milliseconds(2500));
+}
+
+TEST(EtcdBackendTest, APrefixKeepsLocksApartAndMatchesEtcdctlNames) {
+  const std::string root = UniqueName("root");
+  auto prefixed = NewClient(ClusterUri() + "/" + root);
+  auto plain = NewClient();
+  auto a = prefixed->TryAcquire("job", Opts(seconds(3)));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(plain->TryAcquire("job", Opts(seconds(3))).ok()) << "the prefix did not apply";
+  // `etcdctl lock <root>/job` is the same lock.
+  EXPECT_EQ(plain->TryAcquire(root + "/job", Opts(seconds(3))).status().code(),
+            StatusCode::kLockHeld);
+  auto list = prefixed->List("");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].key, "job");
+  EXPECT_EQ(prefixed->Describe(), ClusterUri() + "/" + root);
+}
+
+}  // namespace
+}  // namespace dlock::etcd::testing

@@ -1,0 +1,158 @@
+// The etcd backend while the fixture cluster's members die, stop and come
+// back (scripts/servers/etcd.sh kill|pause|resume|restart). Each test leaves
+// the cluster whole and healthy again.
+#include <atomic>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "etcd_test_util.h"
+
+namespace dlock::etcd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
+  AcquireOptions o;
+  o.ttl = ttl;
+  o.wait = wait;
+  return o;
+}
+
+TEST(EtcdClusterTest, KillingTheLeaderWhileALockIsHeld) {
+  const std::string name = UniqueName("leader-kill");
+  auto holder_client = NewClient();
+  std::atomic<bool> lost{false};
+  AcquireOptions o = Opts(seconds(3));
+  o.on_lost = [&](const Status&) { lost = true; };
+  auto held = holder_client->TryAcquire(name, o);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+
+  // A contender tries all along; any grant while the holder still believes
+  // in its lease is a double grant.
+  std::atomic<bool> stop{false};
+  std::atomic<int> double_grants{0};
+  std::atomic<int> contender_attempts{0};
+  std::thread contender([&] {
+    auto c = NewClient();
+    while (!stop) {
+      auto r = c->TryAcquire(name, Opts(seconds(3)));
+      ++contender_attempts;
+      if (r.ok()) {
+        if (held->Check().ok()) ++double_grants;
+        (void)r->Release();
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  // A healthy client going about its business must not notice.
+  std::atomic<int> cycles{0};
+  std::mutex errors_mu;
+  std::vector<std::string> errors;
+  std::thread busy([&] {
+    auto c = NewClient();
+    const std::string other = UniqueName("leader-kill-busy");
+    while (!stop) {
+      auto r = c->Acquire(other, Opts(seconds(3), seconds(10)));
+      if (!r.ok()) {
+        std::lock_guard l(errors_mu);
+        errors.push_back(r.status().ToString());
+        continue;
+      }
+      ++cycles;
+      Status s = r->Release();
+      if (!s.ok()) {
+        std::lock_guard l(errors_mu);
+        errors.push_back(s.ToString());
+      }
+    }
+  });
+
+  std::this_thread::sleep_for(milliseconds(300));
+  const std::string leader = Cluster("leader");
+  ASSERT_FALSE(leader.empty());
+  Cluster("kill", leader);
+  const int cycles_at_kill = cycles.load();
+  std::this_thread::sleep_for(seconds(4));  // past the 3 s TTL, through the election
+  stop = true;
+  contender.join();
+  busy.join();
+
+  std::cout << "leader n" << leader << " killed; busy client: " << cycles.load() - cycles_at_kill
+            << " cycles since; contender: " << contender_attempts.load() << " attempts\n";
+  EXPECT_EQ(double_grants.load(), 0);
+  EXPECT_GT(contender_attempts.load(), 10);
+  EXPECT_FALSE(lost.load()) << "the holder lost its lease across a leader change";
+  EXPECT_TRUE(held->Check().ok()) << held->Check().ToString();
+  EXPECT_GT(cycles.load(), cycles_at_kill + 5) << "the busy client stalled";
+  for (const auto& e : errors) ADD_FAILURE() << "a healthy client saw: " << e;
+
+  const FencingToken before = held->token();
+  ASSERT_TRUE(held->Release().ok());
+  auto next = NewClient()->TryAcquire(name, Opts(seconds(3)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), before);
+
+  Cluster("restart", leader);
+  Cluster("health");
+}
+
+TEST(EtcdClusterTest, QuorumLossFailsAcquireByItsDeadlineAndServiceReturns) {
+  const std::string name = UniqueName("quorum");
+  // Short attempts so that stopped members are given up on quickly.
+  const std::string uri = ClusterUri() + "?timeout=1500ms";
+  auto holder_client = NewClient(uri);
+  std::atomic<std::int64_t> lost_at_ns{0};
+  AcquireOptions o = Opts(seconds(2));
+  o.on_lost = [&](const Status&) {
+    lost_at_ns = MonotonicClock::now().time_since_epoch().count();
+  };
+  auto held = holder_client->TryAcquire(name + "-held", o);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto client = NewClient(uri);
+  ASSERT_TRUE(client);
+
+  // Stop two of three members: the third can serve nothing that needs Raft.
+  Cluster("pause", "1");
+  Cluster("pause", "2");
+  const TimePoint start = MonotonicClock::now();
+  auto r = client->Acquire(name, Opts(seconds(3), seconds(2)));
+  const auto took = MonotonicClock::now() - start;
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  const std::string msg = r.status().message();
+  EXPECT_TRUE(msg.find("no leader") != std::string::npos ||
+              msg.find("no answer") != std::string::npos ||
+              msg.find("quorum") != std::string::npos)
+      << msg;
+  EXPECT_LT(took, milliseconds(2300)) << "the acquire overran its 2 s deadline";
+  std::cout << "acquire without quorum returned after "
+            << std::chrono::duration_cast<milliseconds>(took).count() << " ms: " << msg << "\n";
+
+  // The holder cannot renew: Check() says lost from valid_until on, and the
+  // callback follows within a renewal attempt (a quarter of the TTL).
+  const TimePoint valid_until = held->valid_until();
+  std::this_thread::sleep_until(valid_until + milliseconds(600));
+  EXPECT_EQ(held->Check().code(), StatusCode::kLeaseLost);
+  ASSERT_NE(lost_at_ns.load(), 0);
+  EXPECT_LE(lost_at_ns.load(),
+            (valid_until + milliseconds(550)).time_since_epoch().count());
+
+  Cluster("resume", "1");
+  Cluster("resume", "2");
+  const TimePoint back = MonotonicClock::now();
+  auto again = client->Acquire(name, Opts(seconds(3), seconds(15)));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_LT(MonotonicClock::now() - back, seconds(10));
+  std::cout << "service back "
+            << std::chrono::duration_cast<milliseconds>(MonotonicClock::now() - back).count()
+            << " ms after the members resumed\n";
+  EXPECT_GT(again->token(), held->token());
+  Cluster("health");
+}
+
+}  // namespace
+}  // namespace dlock::etcd::testing

@@ -1,0 +1,91 @@
+// The etcd key layout (shared with etcd's concurrency.Mutex and `etcdctl
+// lock`) and the etcd:// URI, without a server.
+#include "backends/etcd/etcd_keys.h"
+
+#include <gtest/gtest.h>
+
+namespace dlock::etcd {
+namespace {
+
+Result<EtcdOptions> Parse(std::string_view text) {
+  auto uri = internal::ParseUri(text);
+  if (!uri.ok()) return uri.status();
+  return OptionsFromUri(*uri);
+}
+
+TEST(EtcdKeysTest, LayoutMatchesEtcdsMutex) {
+  // concurrency.NewMutex(s, "jobs/a") puts "jobs/a/" + fmt.Sprintf("%x", lease).
+  EXPECT_EQ(QueuePrefix("", "jobs/a"), "jobs/a/");
+  EXPECT_EQ(QueuePrefix("app/", "jobs/a"), "app/jobs/a/");
+  EXPECT_EQ(MemberKey("jobs/a/", 0x694d7a1b2c3d4e5f), "jobs/a/694d7a1b2c3d4e5f");
+  EXPECT_EQ(LeaseHex(0x1f), "1f");
+}
+
+TEST(EtcdKeysTest, LongerNamesAreNotQueueMembers) {
+  EXPECT_TRUE(IsQueueMember("a/", "a/694d"));
+  EXPECT_FALSE(IsQueueMember("a/", "a/b/694d")) << "a member of lock a/b";
+  EXPECT_FALSE(IsQueueMember("a/", "a//694d")) << "a member of lock a/";
+  EXPECT_FALSE(IsQueueMember("a/", "a/"));
+  EXPECT_FALSE(IsQueueMember("a/", "ab/694d"));
+}
+
+TEST(EtcdKeysTest, PrefixEndCoversExactlyThePrefix) {
+  EXPECT_EQ(PrefixEnd("a/"), "a0");
+  EXPECT_EQ(PrefixEnd("a\xff"), "b");
+  EXPECT_EQ(PrefixEnd(""), std::string(1, '\0'));
+  EXPECT_EQ(PrefixEnd("\xff\xff"), std::string(1, '\0'));
+}
+
+TEST(EtcdKeysTest, LockNameOfKeys) {
+  EXPECT_EQ(LockNameOf("", "jobs/a/694d"), "jobs/a");
+  EXPECT_EQ(LockNameOf("app/", "app/jobs/a/694d"), "jobs/a");
+  EXPECT_EQ(LockNameOf("app/", "other/jobs/a/694d"), std::nullopt);
+  EXPECT_EQ(LockNameOf("", "jobs/a/not-hex"), std::nullopt);
+  EXPECT_EQ(LockNameOf("", "plainkey"), std::nullopt);
+  EXPECT_EQ(LockNameOf("", "/694d"), std::nullopt);
+}
+
+TEST(EtcdUriTest, EndpointsPrefixAndTimeout) {
+  auto o = Parse("etcd://h1:2379,h2,[::1]:2380/app/locks?timeout=2s");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->endpoints, (std::vector<std::string>{"h1:2379", "h2:2379", "[::1]:2380"}));
+  EXPECT_EQ(o->root, "app/locks/");
+  EXPECT_EQ(o->request_timeout, std::chrono::seconds(2));
+
+  auto bare = Parse("etcd://127.0.0.1:2379");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->root, "");
+  auto slash = Parse("etcd://127.0.0.1:2379/app/");
+  ASSERT_TRUE(slash.ok());
+  EXPECT_EQ(slash->root, "app/");
+}
+
+TEST(EtcdUriTest, BadInputIsRefusedWithAClearMessage) {
+  struct Case {
+    const char* uri;
+    const char* says;
+  };
+  for (const Case& c : {
+           Case{"etcd://", "names no host"},
+           Case{"etcd://h1:2379,,h2:2379", "empty host"},
+           Case{"etcd://h1:http", "port 'http'"},
+           Case{"etcd://h1:70000", "1 to 65535"},
+           Case{"etcd://user:pw@h1:2379", "authentication is not supported"},
+           Case{"etcd://h1:2379/bad%00prefix", "NUL or control byte"},
+           Case{"etcd://h1:2379/bad%0aprefix", "NUL or control byte"},
+           Case{"etcd://h1:2379/bad%ffprefix", "not valid UTF-8"},
+           Case{"etcd://h1:2379?tiemout=1s", "unknown parameter 'tiemout'"},
+           Case{"etcd://h1:2379?timeout=fast", "timeout"},
+           Case{"etcd://h1:2379?timeout=1ms", "below 100ms"},
+       }) {
+    auto o = Parse(c.uri);
+    ASSERT_FALSE(o.ok()) << c.uri;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << c.uri;
+    EXPECT_NE(o.status().message().find(c.says), std::string::npos)
+        << c.uri << ": " << o.status().message();
+    EXPECT_EQ(o.status().message().find("pw"), std::string::npos) << "password leaked";
+  }
+}
+
+}  // namespace
+}  // namespace dlock::etcd

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A holder stopped (SIGSTOP) past its TTL on etcd: its session lease expires
+# server-side, the next holder gets the lock with a larger token, and the
+# holder, resumed, learns at once that it lost: `dlock exec` kills its child
+# and exits 79. Needs the etcd fixture ($DLOCK_TEST_URI_FILE).
+source "$(dirname "$0")/lib.sh"
+export DLOCK_BACKEND=$(cat "${DLOCK_TEST_URI_FILE:?needs the etcd fixture}")
+name="pause-$$-$RANDOM"
+now_ms() { date +%s%3N; }
+
+"$DLOCK" exec "$name" --ttl 2s -- \
+  sh -c 'echo $$ >"$0.pid"; echo "$DLOCK_TOKEN" >"$0.tmp"; mv "$0.tmp" "$0"; exec sleep 60' "$WORK/first" \
+  2>"$WORK/first.err" &
+holder=$!
+for ((i = 0; i < 200; i++)); do [ -s "$WORK/first" ] && break; sleep 0.05; done
+[ -s "$WORK/first" ] || { fail "the first holder never started"; finish; }
+first=$(cat "$WORK/first")
+
+kill -STOP "$holder"
+sleep 3.5  # past the 2 s TTL, and etcd's half-second expiry sweep
+
+start=$(now_ms)
+second=$("$DLOCK" exec "$name" --ttl 2s --wait 5s -- sh -c 'echo "$DLOCK_TOKEN"')
+rc=$?
+[ "$rc" = 0 ] || fail "the second holder exited $rc"
+[ "$(($(now_ms) - start))" -lt 2000 ] || fail "the second holder waited $(($(now_ms) - start)) ms: the stopped holder's lease outlived its TTL"
+[ "${second:-0}" -gt "$first" ] || fail "token $second is not above the stopped holder's $first"
+
+resumed=$(now_ms)
+kill -CONT "$holder"
+wait "$holder"
+rc=$?
+took=$(($(now_ms) - resumed))
+[ "$rc" = 79 ] || fail "the resumed holder exited $rc, want 79 (lease lost): $(cat "$WORK/first.err")"
+[ "$took" -lt 1000 ] || fail "the resumed holder took $took ms to notice"
+grep -q "lost" "$WORK/first.err" || fail "no loss message: $(cat "$WORK/first.err")"
+child=$(cat "$WORK/first.pid")
+if kill -0 "$child" 2>/dev/null; then fail "the child $child survived the lost lease"; kill -9 "$child"; fi
+echo "tokens $first then $second; resumed holder exited 79 after ${took} ms"
+finish
