@@ -1,5 +1,160 @@
 #!/usr/bin/env bash
-# Starts and stops a redis server for the tests (being written).
+# Redis servers for the tests, on free loopback ports, persistence off.
+#
+#   redis.sh start DIR                one server; DIR/uri = redis://127.0.0.1:P/0
+#   redis.sh stop DIR                 stop everything started under DIR, remove DIR
+#   redis.sh start-auth DIR PASSWORD  one server with requirepass;
+#                                     DIR/uri = redis://:PASSWORD@127.0.0.1:P/0
+#   redis.sh start-nodes DIR N        N independent servers n1..nN;
+#                                     DIR/uri = redlock://127.0.0.1:P1,...
+#   redis.sh start-sentinel DIR       a primary (p), a replica (r) and three
+#                                     sentinels (s1..s3) monitoring it as
+#                                     "dlock-primary", ready to fail over;
+#                                     DIR/uri = redis+sentinel://.../dlock-primary
+#   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
+#   redis.sh port DIR NAME            print a member's port
+#
+# Each member NAME keeps DIR/NAME.port, DIR/NAME.pid and DIR/NAME.log.
 source "$(dirname "$0")/lib.sh"
-echo "scripts/servers/redis.sh: not written yet" >&2
-exit 1
+
+# start_member DIR NAME [redis-server args...]: starts it, waits for its port.
+start_member() {
+  local dir=$1 name=$2 port
+  shift 2
+  port=$(free_port)
+  mkdir -p "$dir/$name.data"
+  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+    --dir "$dir/$name.data" --daemonize yes --pidfile "$dir/$name.pid" \
+    --logfile "$dir/$name.log" --protected-mode no "$@" >/dev/null
+  wait_for_port "$port" 20
+  # The pid file is written just after the port opens.
+  for ((i = 0; i < 100; i++)); do [ -s "$dir/$name.pid" ] && break; sleep 0.02; done
+  echo "$port" >"$dir/$name.port"
+}
+
+member_pid() {
+  local file="$1/$2.pid"
+  [ -s "$file" ] || { echo "redis.sh: no member '$2' under $1" >&2; exit 64; }
+  cat "$file"
+}
+
+cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+
+# A redis process (not a zombie, not a recycled pid).
+is_redis() {
+  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q redis &&
+    ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null
+}
+
+# Persistence is off, so there is nothing to save: SIGKILL every member at
+# once (SIGTERM costs a server-cron tick, ~100 ms, per member) and wait
+# until each is gone.
+stop_all() {
+  local dir=$1 f pid pids=() i
+  for f in "$dir"/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    if [ -n "$pid" ] && is_redis "$pid"; then
+      kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+  done
+  for pid in "${pids[@]}"; do
+    for ((i = 0; i < 250; i++)); do is_redis "$pid" || break; sleep 0.02; done
+  done
+}
+
+start_sentinel_topology() {
+  local dir=$1 p r s port hosts="" ok i
+  start_member "$dir" p --repl-diskless-sync yes --repl-diskless-sync-delay 0
+  p=$(cat "$dir/p.port")
+  start_member "$dir" r --replicaof 127.0.0.1 "$p" --repl-diskless-load swapdb \
+    --replica-priority 100
+  r=$(cat "$dir/r.port")
+  for s in s1 s2 s3; do
+    port=$(free_port)
+    cat >"$dir/$s.conf" <<EOF
+port $port
+bind 127.0.0.1
+protected-mode no
+daemonize yes
+pidfile $dir/$s.pid
+logfile $dir/$s.log
+dir $dir
+sentinel monitor dlock-primary 127.0.0.1 $p 2
+sentinel down-after-milliseconds dlock-primary 500
+sentinel failover-timeout dlock-primary 3000
+sentinel parallel-syncs dlock-primary 1
+EOF
+    redis-server "$dir/$s.conf" --sentinel >/dev/null
+    wait_for_port "$port" 20
+    echo "$port" >"$dir/$s.port"
+    hosts+="${hosts:+,}127.0.0.1:$port"
+  done
+  # Ready when the replica is in sync and every sentinel knows the replica
+  # and both other sentinels (they find each other through hello messages
+  # every 2 s); before that a failover could not be agreed.
+  for ((i = 0; i < 300; i++)); do
+    ok=1
+    cli "$r" info replication | grep -q 'master_link_status:up' || ok=0
+    for s in s1 s2 s3; do
+      local info
+      info=$(cli "$(cat "$dir/$s.port")" sentinel master dlock-primary 2>/dev/null | tr -d '\r')
+      echo "$info" | grep -A1 -x 'num-slaves' | tail -1 | grep -qx 1 || ok=0
+      echo "$info" | grep -A1 -x 'num-other-sentinels' | tail -1 | grep -qx 2 || ok=0
+    done
+    [ "$ok" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$ok" = 1 ] || { echo "redis.sh: sentinel topology in $dir did not become ready" >&2; exit 1; }
+  echo "redis+sentinel://$hosts/dlock-primary" >"$dir/uri"
+}
+
+verb=${1:-}
+dir=${2:-}
+[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-nodes|start-sentinel|kill|pause|resume|port DIR [...]" >&2; exit 64; }
+
+case "$verb" in
+  start)
+    mkdir -p "$dir"
+    start_member "$dir" main
+    echo "redis://127.0.0.1:$(cat "$dir/main.port")/0" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  start-auth)
+    password=${3:?usage: $0 start-auth DIR PASSWORD}
+    mkdir -p "$dir"
+    start_member "$dir" main --requirepass "$password"
+    echo "redis://:$password@127.0.0.1:$(cat "$dir/main.port")/0" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  start-nodes)
+    n=${3:?usage: $0 start-nodes DIR N}
+    mkdir -p "$dir"
+    hosts=""
+    for ((k = 1; k <= n; k++)); do
+      start_member "$dir" "n$k"
+      hosts+="${hosts:+,}127.0.0.1:$(cat "$dir/n$k.port")"
+    done
+    echo "redlock://$hosts" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  start-sentinel)
+    mkdir -p "$dir"
+    start_sentinel_topology "$dir"
+    cat "$dir/uri"
+    ;;
+  stop)
+    [ -d "$dir" ] || exit 0
+    stop_all "$dir"
+    rm -rf "$dir"
+    ;;
+  kill) kill -KILL "$(member_pid "$dir" "${3:?member name}")" ;;
+  pause) kill -STOP "$(member_pid "$dir" "${3:?member name}")" ;;
+  resume) kill -CONT "$(member_pid "$dir" "${3:?member name}")" ;;
+  port) cat "$dir/${3:?member name}.port" ;;
+  *)
+    echo "redis.sh: unknown verb '$verb'" >&2
+    exit 64
+    ;;
+esac

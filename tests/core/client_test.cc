@@ -786,6 +786,8 @@ TEST_P(ClientTest, LockDelayOnAStoreThatCannotEnforceItIsRefused) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("lock-delay is not supported by nodelay://"),
             std::string::npos);
+}
+
 // A store that applies its own TTL granularity, as etcd does (whole seconds,
 // at least 2 s): it grants and renews for the rounded TTL and says so.
 class RoundingBackend final : public Backend {

@@ -128,6 +128,16 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
+  // The floor for `dlock bench`: one Raft-replicated write (a put of a key
+  // no lock uses), as a grant costs.
+  Status Ping() override {
+    pb::TxnRequest txn;
+    pb::RequestOp put;
+    put.mutable_request_put()->set_key(options_.root + ".dlock-ping");
+    put.mutable_request_put()->set_value("ping");
+    *txn.add_success() = put;
+    return conn_.Txn(txn, OpDeadline()).status();
+  }
 
   Result<std::vector<QueueMember>> Queue(std::string_view name) override {
     return ReadQueue(QueuePrefix(options_.root, name), OpDeadline());

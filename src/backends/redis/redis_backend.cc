@@ -1,19 +1,583 @@
 #include "backends/redis/redis_backend.h"
 
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_keys.h"
+#include "backends/redis/redis_scripts.h"
+#include "backends/redis/redis_subscriber.h"
+#include "backends/redis/redis_uri.h"
+#include "core/duration.h"
+
 namespace dlock::redis {
+namespace {
 
-Result<std::unique_ptr<Backend>> Open(const internal::Uri&, const internal::BackendParams&) {
-  return UnavailableError("the Redis backend is not implemented yet");
+using std::chrono::milliseconds;
+
+constexpr const char* kRedisForm = "redis://[user:password@]host[:6379][/db]";
+constexpr const char* kSentinelForm =
+    "redis+sentinel://[user:password@]host[:26379],host,.../master-name[?db=N]";
+constexpr std::size_t kMaxIdleConnections = 8;
+constexpr std::size_t kListBatch = 256;
+// A waiter's place in the queue lasts at most kPlaceTtl after its last
+// attempt (less if the core asks for less), and a waiting client attempts
+// again every kPlaceRefresh: a waiter that died or hangs at the head holds
+// the others up for at most kPlaceTtl. (The core's own queue_ttl, 3 s, would
+// let a dead head stall the queue that long.)
+constexpr milliseconds kPlaceTtl{1000};
+constexpr milliseconds kPlaceRefresh{300};
+
+struct RedisOptions {
+  ConnectOptions connect;
+  // The server for redis://; the sentinels for redis+sentinel://.
+  std::vector<Endpoint> endpoints;
+  bool sentinel = false;
+  std::string master_name;
+  milliseconds timeout{5000};  // one command's reply
+  int wait_replicas = 0;
+  milliseconds wait_timeout{1000};
+  std::string describe;
+};
+
+Status ParseCommon(const internal::Uri& uri, RedisOptions* o) {
+  auto timeout = DurationParam(uri, "timeout", milliseconds(5000), milliseconds(1), std::chrono::hours(1));
+  if (!timeout.ok()) return timeout.status();
+  o->timeout = *timeout;
+  auto wait_timeout = DurationParam(uri, "wait_timeout", milliseconds(1000), milliseconds(1),
+                                    std::chrono::minutes(10));
+  if (!wait_timeout.ok()) return wait_timeout.status();
+  o->wait_timeout = *wait_timeout;
+  if (const std::string* n = uri.Param("wait_replicas")) {
+    int v = -1;
+    auto [p, ec] = std::from_chars(n->data(), n->data() + n->size(), v);
+    if (n->empty() || ec != std::errc() || p != n->data() + n->size() || v < 0 || v > 1000) {
+      return InvalidArgumentError("bad wait_replicas '" + *n + "' in " + uri.Redacted() +
+                                  ": expected a number of replicas, 0 to 1000");
+    }
+    o->wait_replicas = v;
+  }
+  o->describe = uri.Redacted();
+  return Status::Ok();
 }
 
-Result<std::unique_ptr<Backend>> OpenSentinel(const internal::Uri&,
-                                              const internal::BackendParams&) {
-  return UnavailableError("the Redis backend is not implemented yet");
+Result<RedisOptions> RedisOptionsFromUri(const internal::Uri& uri,
+                                         const internal::BackendParams& params) {
+  RedisOptions o;
+  o.connect = BaseConnectOptions(uri, params);
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout", "wait_replicas", "wait_timeout"}));
+  if (uri.hosts.find(',') != std::string::npos) {
+    return BadUri(uri, "redis:// takes one server; for several use redis+sentinel:// (one "
+                       "primary found through Sentinel) or redlock:// (independent nodes)",
+                  kRedisForm);
+  }
+  auto endpoints = ParseEndpoints(uri.hosts, 6379, "redis URI " + uri.Redacted());
+  if (!endpoints.ok()) return endpoints.status();
+  o.endpoints = std::move(*endpoints);
+  std::string_view path = uri.path;
+  if (path.starts_with('/')) path.remove_prefix(1);
+  if (!path.empty()) {
+    auto db = ParseDb(path, uri);
+    if (!db.ok()) return db.status();
+    o.connect.db = *db;
+  }
+  DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
+  return o;
 }
 
-Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri&,
-                                             const internal::BackendParams&) {
-  return UnavailableError("the Redis backend is not implemented yet");
+Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
+                                            const internal::BackendParams& params) {
+  RedisOptions o;
+  o.sentinel = true;
+  o.connect = BaseConnectOptions(uri, params);
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"db", "timeout", "wait_replicas", "wait_timeout"}));
+  auto endpoints = ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted());
+  if (!endpoints.ok()) return endpoints.status();
+  o.endpoints = std::move(*endpoints);
+  std::string_view path = uri.path;
+  if (path.starts_with('/')) path.remove_prefix(1);
+  if (path.empty() || path.find('/') != std::string_view::npos) {
+    return BadUri(uri, "the path must be the master name Sentinel monitors", kSentinelForm);
+  }
+  o.master_name = std::string(path);
+  if (const std::string* db = uri.Param("db")) {
+    auto n = ParseDb(*db, uri);
+    if (!n.ok()) return n.status();
+    o.connect.db = *n;
+  }
+  DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
+  return o;
+}
+
+Result<FencingToken> ParseToken(const redisReply* r) {
+  long long v = 0;
+  if (!ReplyInt(r, &v) || v <= 0) return InternalError("token");
+  return static_cast<FencingToken>(v);
+}
+
+std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
+
+// The ticket a refused attempt took for the waiter's next WaitForRelease on
+// the same thread (the core calls TryAcquire, then WaitForRelease, on the
+// caller's thread; see backend.h).
+struct PendingWait {
+  std::uint64_t backend = 0;  // RedisBackend::id_ (never reused, unlike an address)
+  std::string channel;
+  std::string owner;
+  std::optional<Subscriber::Ticket> ticket;
+};
+thread_local PendingWait tls_pending;
+std::atomic<std::uint64_t> next_backend_id{1};
+
+class RedisBackend final : public Backend {
+ public:
+  RedisBackend(RedisOptions options, std::shared_ptr<Clock> clock)
+      : options_(std::move(options)), clock_(clock ? std::move(clock) : DefaultClock()) {}
+  ~RedisBackend() override { subscriber_.reset(); }
+
+  // Connects once, so that a wrong address, password or database is
+  // reported by Open.
+  Status Verify() {
+    auto conn = Connect("connect", /*verify=*/true);
+    if (!conn.ok()) return conn.status();
+    Give(std::move(*conn), generation());
+    return Status::Ok();
+  }
+
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  Status Release(std::string_view key, const OwnerId& owner) override;
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
+  std::string Describe() const override { return options_.describe; }
+  Status Ping() override;
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+
+ private:
+  // A pooled connection, returned on scope exit unless broken.
+  class Handle {
+   public:
+    Handle(RedisBackend* b, std::unique_ptr<Connection> c, std::uint64_t gen)
+        : b_(b), c_(std::move(c)), gen_(gen) {}
+    Handle(Handle&&) = default;
+    ~Handle() {
+      if (c_) b_->Give(std::move(c_), gen_);
+    }
+    Connection* operator->() { return c_.get(); }
+
+   private:
+    RedisBackend* b_;
+    std::unique_ptr<Connection> c_;
+    std::uint64_t gen_;
+  };
+
+  std::uint64_t generation() {
+    std::lock_guard lock(pool_mu_);
+    return generation_;
+  }
+  Result<std::unique_ptr<Connection>> Connect(std::string_view what, bool verify);
+  Result<std::unique_ptr<Connection>> ConnectViaSentinel(std::string_view what);
+  Result<Handle> Take(std::string_view what);
+  void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
+  Subscriber& EnsureSubscriber();
+
+  const RedisOptions options_;
+  const std::shared_ptr<Clock> clock_;
+  const std::uint64_t id_ = next_backend_id.fetch_add(1);
+
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by pool_mu_
+  // Bumped when a connection breaks: the idle ones may lead to a dead or
+  // demoted primary too, so they are dropped rather than reused.
+  std::uint64_t generation_ = 0;
+
+  std::mutex subscriber_mu_;
+  std::unique_ptr<Subscriber> subscriber_;  // made at the first wait
+};
+
+Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string_view what) {
+  ConnectOptions to_sentinel;
+  to_sentinel.connect_timeout = options_.connect.connect_timeout;
+  std::string errors;
+  int unknown = 0, answered = 0;
+  for (const Endpoint& s : options_.endpoints) {
+    auto sentinel = Connection::Open(s, to_sentinel, false, false, what);
+    if (!sentinel.ok()) {
+      errors += "; " + sentinel.status().message();
+      continue;
+    }
+    auto reply = (*sentinel)->Call({"SENTINEL", "get-master-addr-by-name", options_.master_name},
+                                   options_.connect.connect_timeout, what);
+    if (!reply.ok()) {
+      errors += "; " + reply.status().message();
+      continue;
+    }
+    const redisReply* r = reply->get();
+    if (r->type == REDIS_REPLY_ERROR) {
+      errors += "; " + ReplyError(r, s.Text(), "ask sentinel").message();
+      continue;
+    }
+    ++answered;
+    if (r->type == REDIS_REPLY_NIL) {
+      ++unknown;
+      continue;
+    }
+    long long port = 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !ReplyInt(r->element[1], &port)) {
+      errors += "; " + OddReply("a master address", s.Text(), what).message();
+      continue;
+    }
+    Endpoint primary{ReplyString(r->element[0]), static_cast<int>(port)};
+    auto conn = Connection::Open(primary, options_.connect, /*require_primary=*/true, false,
+                                 std::string(what) + " (primary named by sentinel " + s.Text() + ")");
+    if (conn.ok()) return conn;
+    // A wrong password or database is the same on every server.
+    if (conn.status().code() == StatusCode::kInvalidArgument) return conn.status();
+    errors += "; " + conn.status().message();
+  }
+  if (answered > 0 && unknown == answered) {
+    return InvalidArgumentError(std::string(what) + ": no sentinel of " + options_.describe +
+                                " monitors a master named '" + options_.master_name + "'");
+  }
+  return UnavailableError(std::string(what) + ": no sentinel of " + options_.describe +
+                          " led to a reachable primary for '" + options_.master_name + "'" +
+                          errors);
+}
+
+Result<std::unique_ptr<Connection>> RedisBackend::Connect(std::string_view what, bool verify) {
+  if (options_.sentinel) return ConnectViaSentinel(what);
+  return Connection::Open(options_.endpoints[0], options_.connect, false, verify, what);
+}
+
+Result<RedisBackend::Handle> RedisBackend::Take(std::string_view what) {
+  std::uint64_t gen;
+  {
+    std::lock_guard lock(pool_mu_);
+    gen = generation_;
+    while (!idle_.empty()) {
+      std::unique_ptr<Connection> c = std::move(idle_.back());
+      idle_.pop_back();
+      // Closed by the server while idle (restart, failover, CLIENT KILL, idle
+      // timeout): reconnect now rather than fail this call. The others in the
+      // pool probably lead to the same dead server.
+      if (c->PeerClosed(milliseconds(20))) {
+        idle_.clear();
+        ++generation_;
+        gen = generation_;
+        break;
+      }
+      return Handle(this, std::move(c), gen);
+    }
+  }
+  auto c = Connect(what, false);
+  if (!c.ok()) return c.status();
+  return Handle(this, std::move(*c), gen);
+}
+
+void RedisBackend::Give(std::unique_ptr<Connection> c, std::uint64_t gen) {
+  std::lock_guard lock(pool_mu_);
+  if (c->broken()) {
+    if (gen == generation_) {
+      ++generation_;
+      idle_.clear();
+    }
+    return;
+  }
+  if (gen == generation_ && idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
+}
+
+Subscriber& RedisBackend::EnsureSubscriber() {
+  std::lock_guard lock(subscriber_mu_);
+  if (!subscriber_) {
+    subscriber_ = std::make_unique<Subscriber>(
+        [this]() { return Connect("subscribe for wake-ups", false); });
+  }
+  return *subscriber_;
+}
+
+Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.queue_ttl < milliseconds(0)) {
+    return InvalidArgumentError("acquire: queue_ttl is negative");
+  }
+  const std::string what = "acquire " + Quoted(request.key);
+  const std::string channel = WakeChannel(options_.connect.db, request.key);
+  const std::string keys[] = {LockName(request.key), CounterName(request.key),
+                              QueueName(request.key), QueueExpiryName(request.key)};
+  const std::string args[] = {request.owner.ToString(), std::to_string(request.ttl.count()),
+                              std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()),
+                              channel};
+  std::vector<Command> extra;
+  milliseconds timeout = options_.timeout;
+  if (options_.wait_replicas > 0) {
+    extra.push_back({"WAIT", std::to_string(options_.wait_replicas),
+                     std::to_string(options_.wait_timeout.count())});
+    timeout += options_.wait_timeout;
+  }
+  // Taken before the attempt is sent: anything published after it wakes the
+  // waiter (redis_subscriber.h).
+  std::optional<Subscriber::Ticket> ticket;
+  if (request.queue_ttl > milliseconds(0)) {
+    std::lock_guard lock(subscriber_mu_);
+    if (subscriber_) ticket = subscriber_->Current(channel);
+  }
+
+  tls_pending = {};
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto replies = (*conn)->Eval(scripts::Acquire(), keys, args, extra, timeout, what);
+  if (!replies.ok()) return replies.status();
+  const redisReply* r = (*replies)[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  long long granted = 0, left = 0;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !ReplyInt(r->element[0], &granted) ||
+      !ReplyInt(r->element[2], &left)) {
+    return OddReply("the acquire script's {granted, token, ttl}", (*conn)->server(), what);
+  }
+  if (granted == 1) {
+    auto token = ParseToken(r->element[1]);
+    if (!token.ok()) return OddReply("a positive token", (*conn)->server(), what);
+    if (options_.wait_replicas > 0) {
+      long long confirmed = 0;
+      const redisReply* w = (*replies)[1].get();
+      if (w->type == REDIS_REPLY_ERROR) return ReplyError(w, (*conn)->server(), what);
+      if (!ReplyInt(w, &confirmed)) return OddReply("WAIT's replica count", (*conn)->server(), what);
+      if (confirmed < options_.wait_replicas) {
+        // The grant may not survive a failover: not granted as far as the
+        // caller knows. The core retries with the same owner (which gets the
+        // same token, and WAITs again) or releases when it gives up.
+        return UnavailableError(what + ": only " + std::to_string(confirmed) + " of " +
+                                std::to_string(options_.wait_replicas) +
+                                " replicas confirmed the grant within " +
+                                internal::FormatDuration(options_.wait_timeout) +
+                                " (wait_replicas); it could be lost in a failover");
+      }
+    }
+    return Attempt{true, *token, milliseconds(0)};
+  }
+  if (request.queue_ttl > milliseconds(0)) tls_pending = {id_, channel, args[0], ticket};
+  return Attempt{false, 0, milliseconds(std::max<long long>(0, left))};
+}
+
+bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
+  const std::string channel = WakeChannel(options_.connect.db, key);
+  std::optional<Subscriber::Ticket> ticket;
+  std::string owner;
+  if (tls_pending.backend == id_ && tls_pending.channel == channel) {
+    ticket = tls_pending.ticket;
+    owner = std::move(tls_pending.owner);
+  }
+  tls_pending = {};
+  Subscriber& subscriber = EnsureSubscriber();
+  // Back for another attempt by kPlaceRefresh at the latest: it keeps this
+  // waiter's place, and drops a dead head's once its place expired.
+  const auto left = std::clamp<Duration>(until - clock_->Now(), Duration::zero(), kPlaceRefresh);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
+  return subscriber.Wait(channel, ticket, owner, deadline, std::move(stop)) !=
+         Subscriber::Outcome::kDown;
+}
+
+Status RedisBackend::Ping() {
+  auto conn = Take("ping");
+  if (!conn.ok()) return conn.status();
+  auto replies = (*conn)->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping");
+  if (!replies.ok()) return replies.status();
+  const redisReply* r = (*replies)[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), "ping");
+  return Status::Ok();
+}
+
+Result<bool> RedisBackend::IsDone(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "read the run-once record of " + Quoted(key);
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto reply = (*conn)->Call({"EXISTS", DoneName(key)}, options_.timeout, what);
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_ERROR) return ReplyError(reply->get(), (*conn)->server(), what);
+  if ((*reply)->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", (*conn)->server(), what);
+  return (*reply)->integer > 0;
+}
+
+Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "mark " + Quoted(key) + " done";
+  const std::string keys[] = {LockName(key), CounterName(key), DoneName(key)};
+  const std::string args[] = {owner.ToString()};
+  std::vector<Command> extra;
+  milliseconds timeout = options_.timeout;
+  if (options_.wait_replicas > 0) {
+    extra.push_back({"WAIT", std::to_string(options_.wait_replicas),
+                     std::to_string(options_.wait_timeout.count())});
+    timeout += options_.wait_timeout;
+  }
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto replies = (*conn)->Eval(scripts::MarkDone(), keys, args, extra, timeout, what);
+  if (!replies.ok()) return replies.status();
+  const redisReply* r = (*replies)[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  long long marked = 0;
+  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", (*conn)->server(), what);
+  if (marked != 1) return NotOwnerError(what + ": the lock is no longer held by this owner");
+  if (options_.wait_replicas > 0) {
+    long long confirmed = 0;
+    if (!ReplyInt((*replies)[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
+      return UnavailableError(what + ": fewer than " + std::to_string(options_.wait_replicas) +
+                              " replicas confirmed the record (wait_replicas)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "release " + Quoted(key);
+  const std::string keys[] = {LockName(key), QueueName(key), QueueExpiryName(key)};
+  const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto replies = (*conn)->Eval(scripts::Release(), keys, args, {}, options_.timeout, what);
+  if (!replies.ok()) return replies.status();
+  const redisReply* r = (*replies)[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  long long result = 0;
+  if (!ReplyInt(r, &result)) return OddReply("the release script's result", (*conn)->server(), what);
+  if (result < 0) return NotOwnerError(what + ": the lock is held by another owner");
+  return Status::Ok();
+}
+
+std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
+  std::vector<Status> result(leases.size());
+  std::vector<std::size_t> index;  // leases[index[i]] is the script's KEYS[i+1]
+  std::vector<std::string> keys, args;
+  milliseconds shortest = options_.timeout * 3;
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    result[i] = ValidateKey(leases[i].key);
+    if (result[i].ok()) result[i] = ValidateTtl(leases[i].ttl);
+    if (!result[i].ok()) continue;
+    index.push_back(i);
+    keys.push_back(LockName(leases[i].key));
+    args.push_back(leases[i].owner.ToString());
+    args.push_back(std::to_string(leases[i].ttl.count()));
+    shortest = std::min(shortest, leases[i].ttl);
+  }
+  if (index.empty()) return result;
+  auto fail_all = [&](const Status& error) {
+    for (std::size_t i : index) result[i] = error;
+    return result;
+  };
+  // A renewal answered after a third of the TTL is of little use, and a
+  // renewal thread stuck longer would delay loss detection.
+  const milliseconds timeout = std::clamp(shortest / 3, milliseconds(1), options_.timeout);
+  auto conn = Take("renew");
+  if (!conn.ok()) return fail_all(conn.status());
+  auto replies = (*conn)->Eval(scripts::Renew(), keys, args, {}, timeout, "renew");
+  if (!replies.ok()) return fail_all(replies.status());
+  const redisReply* r = (*replies)[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, (*conn)->server(), "renew"));
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != index.size()) {
+    return fail_all(OddReply("one renewal result per lease", (*conn)->server(), "renew"));
+  }
+  for (std::size_t j = 0; j < index.size(); ++j) {
+    long long ok = 0;
+    ReplyInt(r->element[j], &ok);
+    if (ok != 1) {
+      result[index[j]] = NotOwnerError("lease on key " + Quoted(leases[index[j]].key) +
+                                       " is no longer held by this owner");
+    }
+  }
+  return result;
+}
+
+Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
+  const std::string what = "list " + Quoted(prefix);
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  std::vector<std::string> names;
+  std::string cursor = "0";
+  const std::string pattern = LockPattern(prefix);
+  do {
+    auto reply = (*conn)->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
+                               options_.timeout, what);
+    if (!reply.ok()) return reply.status();
+    const redisReply* r = reply->get();
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+      return OddReply("a SCAN reply", (*conn)->server(), what);
+    }
+    cursor = ReplyString(r->element[0]);
+    for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+      names.push_back(ReplyString(r->element[1]->element[i]));
+    }
+  } while (cursor != "0");
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+
+  std::vector<HolderInfo> holders;
+  for (std::size_t start = 0; start < names.size(); start += kListBatch) {
+    std::vector<std::string> batch;  // lock, counter, lock, counter, ...
+    for (std::size_t i = start; i < std::min(names.size(), start + kListBatch); ++i) {
+      batch.push_back(names[i]);
+      batch.push_back(CounterNameOfLock(names[i]));
+    }
+    auto replies = (*conn)->Eval(scripts::List(), batch, {}, {}, options_.timeout, what);
+    if (!replies.ok()) return replies.status();
+    const redisReply* r = (*replies)[0].get();
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 4 != 0) {
+      return OddReply("name, owner, pttl, token quadruples", (*conn)->server(), what);
+    }
+    for (std::size_t i = 0; i < r->elements; i += 4) {
+      auto key = KeyFromLockName(ReplyString(r->element[i]));
+      long long pttl = 0, token = 0;
+      ReplyInt(r->element[i + 2], &pttl);
+      if (!key || !key->starts_with(prefix) || pttl <= 0) continue;
+      auto owner = OwnerId::Parse(ReplyString(r->element[i + 1]));
+      if (!owner.ok() || !ReplyInt(r->element[i + 3], &token) || token <= 0) {
+        return InternalError(what + ": lock " + ReplyString(r->element[i]) + " on " +
+                             (*conn)->server() + " holds a malformed value (not written by dlock?)");
+      }
+      holders.push_back(HolderInfo{std::move(*key), *owner, static_cast<FencingToken>(token),
+                                   milliseconds(pttl)});
+    }
+  }
+  std::sort(holders.begin(), holders.end(),
+            [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
+  return holders;
+}
+
+template <typename MakeOptions>
+Result<std::unique_ptr<Backend>> OpenWith(const internal::Uri& uri,
+                                          const internal::BackendParams& params,
+                                          MakeOptions make) {
+  auto options = make(uri, params);
+  if (!options.ok()) return options.status();
+  auto backend = std::make_unique<RedisBackend>(std::move(*options), params.clock);
+  DLOCK_RETURN_IF_ERROR(backend->Verify());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
+                                      const internal::BackendParams& params) {
+  return OpenWith(uri, params, RedisOptionsFromUri);
+}
+
+Result<std::unique_ptr<Backend>> OpenSentinel(const internal::Uri& uri,
+                                              const internal::BackendParams& params) {
+  return OpenWith(uri, params, SentinelOptionsFromUri);
 }
 
 }  // namespace dlock::redis

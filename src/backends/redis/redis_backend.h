@@ -1,4 +1,26 @@
-// The Redis backend (being written).
+// The Redis backend: one primary (optionally found through Sentinel), or
+// opt-in Redlock over independent nodes. docs/backend-redis.md has the key
+// layout, the scripts, the FIFO queue and what survives a failover.
+//
+//   redis://[user:pass@]host[:6379][/db][?timeout=5s][&wait_replicas=N]
+//                                        [&wait_timeout=1s]
+//   redis+sentinel://[user:pass@]h1[:26379],h2,h3/master-name[?db=N]
+//                                        [&timeout=..][&wait_replicas=..][&wait_timeout=..]
+//   redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=100ms]
+//                                        [&drift_factor=0.01]
+//
+// user:pass authenticates to the Redis servers (not to Sentinel). TLS
+// (rediss://) is not available: Debian's hiredis 0.14 has none.
+//
+// Acquire is one EVALSHA; with wait_replicas=N it is pipelined with
+// `WAIT N wait_timeout`, and a grant fewer than N replicas confirmed is
+// reported as kUnavailable (the core retries with the same owner, or
+// releases). Waiters are served in arrival order and woken by pub/sub.
+//
+// Redlock has no ordered token across nodes: its grants carry token 0 (never
+// a real token; dlock's fences refuse it) and Describe() says "contested".
+//
+// Thread-safety: the backends are thread-safe (a pool of connections).
 #ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_BACKEND_H_
 #define DLOCK_SRC_BACKENDS_REDIS_REDIS_BACKEND_H_
 
@@ -19,6 +41,10 @@ Result<std::unique_ptr<Backend>> OpenSentinel(const internal::Uri& uri,
 // redlock://h1:6379,h2:6379,h3:6379 (opt-in; tokens are not ordered)
 Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
                                              const internal::BackendParams& params);
+
+// What Describe() of a Redlock backend starts with after the URI.
+inline constexpr const char* kRedlockLabel =
+    " (Redlock: contested; no ordered fencing token across nodes, token() is 0)";
 
 }  // namespace dlock::redis
 

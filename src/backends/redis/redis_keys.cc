@@ -1,0 +1,97 @@
+#include "backends/redis/redis_keys.h"
+
+namespace dlock::redis {
+namespace {
+
+constexpr std::string_view kLockSuffix = "}:lock";
+constexpr std::string_view kNamePrefix = "dlock:{";
+
+std::string Name(std::string_view key, std::string_view role) {
+  std::string name(kNamePrefix);
+  name += EscapeKey(key);
+  name += "}:";
+  name += role;
+  return name;
+}
+
+// SCAN MATCH is a glob: these bytes must be matched literally.
+std::string GlobEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string EscapeKey(std::string_view key) {
+  std::string out;
+  out.reserve(key.size());
+  for (char c : key) {
+    switch (c) {
+      case '%': out += "%25"; break;
+      case '{': out += "%7B"; break;
+      case '}': out += "%7D"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> UnescapeKey(std::string_view escaped) {
+  std::string out;
+  out.reserve(escaped.size());
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    const char c = escaped[i];
+    if (c == '{' || c == '}') return std::nullopt;
+    if (c != '%') {
+      out += c;
+      continue;
+    }
+    const std::string_view code = escaped.substr(i + 1, 2);
+    if (code == "25") {
+      out += '%';
+    } else if (code == "7B") {
+      out += '{';
+    } else if (code == "7D") {
+      out += '}';
+    } else {
+      return std::nullopt;
+    }
+    i += 2;
+  }
+  return out;
+}
+
+std::string LockName(std::string_view key) { return Name(key, "lock"); }
+std::string CounterName(std::string_view key) { return Name(key, "token"); }
+std::string QueueName(std::string_view key) { return Name(key, "queue"); }
+std::string QueueExpiryName(std::string_view key) { return Name(key, "qexp"); }
+std::string FenceName(std::string_view key) { return Name(key, "fence"); }
+std::string DoneName(std::string_view key) { return Name(key, "done"); }
+
+std::string WakeChannel(int db, std::string_view key) {
+  return "dlock:" + std::to_string(db) + ":{" + EscapeKey(key) + "}:wake";
+}
+
+std::string LockPattern(std::string_view prefix) {
+  return std::string(kNamePrefix) + GlobEscape(EscapeKey(prefix)) + "*" +
+         GlobEscape(kLockSuffix);
+}
+
+std::string CounterNameOfLock(std::string_view lock_name) {
+  std::string name(lock_name.substr(0, lock_name.size() - 4));  // drop "lock"
+  return name + "token";
+}
+
+std::optional<std::string> KeyFromLockName(std::string_view name) {
+  if (!name.starts_with(kNamePrefix) || !name.ends_with(kLockSuffix)) return std::nullopt;
+  name.remove_prefix(kNamePrefix.size());
+  name.remove_suffix(kLockSuffix.size());
+  if (name.empty()) return std::nullopt;
+  return UnescapeKey(name);
+}
+
+}  // namespace dlock::redis

@@ -1,0 +1,52 @@
+// How dlock names things in Redis (docs/backend-redis.md, "Key layout").
+//
+// A lock key K (1..1024 bytes, anything but NUL) lives under
+//
+//   dlock:{E}:lock    string: the owner (32 hex digits), PX = the lease
+//   dlock:{E}:token   INCR counter of grants, never expires, never deleted;
+//                     while the lock exists, its value is the holder's token
+//   dlock:{E}:queue   list of waiting owners, in arrival order
+//   dlock:{E}:qexp    hash owner -> expiry of that waiter's place (server ms)
+//   dlock:{E}:fence   highest token admitted by fence::Redis (a string)
+//   dlock:{E}:done    run-once record (Backend::MarkDone): the token of the
+//                     lease that set it; never expires
+//
+// and wake-ups are published on the channel dlock:<db>:{E}:wake (pub/sub
+// channels are not per database, so the database number is part of it).
+//
+// E is K with '%', '{' and '}' percent-escaped ("%25", "%7B", "%7D"). That
+// makes the braces around E a Redis Cluster hash tag that always covers the
+// whole of E (so one key's lock, counter, queue and fence share a slot), and
+// keeps names distinct for distinct keys. The escape maps byte by byte, so a
+// key prefix escapes to a prefix of the escaped key: List() scans by it.
+#ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_KEYS_H_
+#define DLOCK_SRC_BACKENDS_REDIS_REDIS_KEYS_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dlock::redis {
+
+std::string EscapeKey(std::string_view key);
+// nullopt when `escaped` is not something EscapeKey produced.
+std::optional<std::string> UnescapeKey(std::string_view escaped);
+
+std::string LockName(std::string_view key);
+std::string CounterName(std::string_view key);
+std::string QueueName(std::string_view key);
+std::string QueueExpiryName(std::string_view key);
+std::string FenceName(std::string_view key);
+std::string DoneName(std::string_view key);
+std::string WakeChannel(int db, std::string_view key);
+
+// For SCAN MATCH: every lock whose key starts with `prefix`.
+std::string LockPattern(std::string_view prefix);
+// CounterName(K) from LockName(K).
+std::string CounterNameOfLock(std::string_view lock_name);
+// The lock key K back from a name LockName(K); nullopt for other names.
+std::optional<std::string> KeyFromLockName(std::string_view name);
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_SRC_BACKENDS_REDIS_REDIS_KEYS_H_

@@ -1,0 +1,278 @@
+#include "backends/redis/redis_subscriber.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace dlock::redis {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kPollInterval{1000};
+constexpr milliseconds kFirstRetry{50};
+constexpr milliseconds kMaxRetry{1000};
+
+bool SendAll(redisContext* c, const std::vector<Command>& commands) {
+  for (const Command& command : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> len;
+    for (const std::string& a : command) {
+      argv.push_back(a.data());
+      len.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), len.data()) !=
+        REDIS_OK) {
+      return false;
+    }
+  }
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Subscriber::Subscriber(Connect connect) : connect_(std::move(connect)) {
+  event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  reader_ = std::thread([this] { Run(); });
+}
+
+Subscriber::~Subscriber() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  bg_cv_.notify_all();
+  WakeReader();
+  reader_.join();
+  if (event_fd_ >= 0) close(event_fd_);
+}
+
+void Subscriber::WakeReader() {
+  if (event_fd_ < 0) return;
+  const std::uint64_t one = 1;
+  // EAGAIN (counter full) still leaves it readable: nothing to do.
+  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
+}
+
+void Subscriber::Changed() {
+  ++changes_;
+  cv_.notify_all();
+  if (BackgroundMustAct()) bg_cv_.notify_one();
+}
+
+bool Subscriber::BackgroundMustAct() const {
+  return stopping_ || (!reading_ && (!conn_ || active_waiters_ == 0));
+}
+
+std::optional<Subscriber::Ticket> Subscriber::Current(const std::string& channel) {
+  std::lock_guard lock(mu_);
+  Channel& ch = channels_[channel];
+  ch.last_used = std::chrono::steady_clock::now();
+  if (!ch.wanted || ch.state == State::kNone) {
+    ch.wanted = true;
+    WakeReader();
+  }
+  if (ch.state != State::kSubscribed) return std::nullopt;
+  return Ticket{ch.epoch, ch.messages};
+}
+
+Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<Ticket> ticket,
+                                     const std::string& target, SteadyTime deadline,
+                                     std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  if (down_ || stopping_) return Outcome::kDown;
+  Channel& ch = channels_[channel];
+  ch.waiters++;
+  active_waiters_++;
+  ch.last_used = std::chrono::steady_clock::now();
+  if (!ch.wanted || ch.state == State::kNone) {
+    ch.wanted = true;
+    WakeReader();
+  }
+  auto ready = [&] {
+    if (!ticket) return ch.state == State::kSubscribed;
+    if (ch.epoch != ticket->epoch) return true;
+    if (ch.messages - ticket->messages > kRecent) return true;  // some forgotten
+    for (std::uint64_t m = ticket->messages + 1; m <= ch.messages; ++m) {
+      if (target.empty() || ch.recent[m % kRecent] == target) return true;
+    }
+    return false;
+  };
+  // A stop request must interrupt a poll() this thread may be in.
+  std::stop_callback on_stop(stop, [this] { WakeReader(); });
+  Outcome outcome;
+  for (;;) {
+    if (down_ || stopping_) {
+      outcome = Outcome::kDown;
+      break;
+    }
+    if (ready()) {
+      outcome = Outcome::kWoken;
+      break;
+    }
+    if (stop.stop_requested()) {
+      outcome = Outcome::kStopped;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      outcome = Outcome::kTimedOut;
+      break;
+    }
+    if (!reading_ && conn_) {
+      ReadTurn(lock, deadline, /*background=*/false);
+      continue;
+    }
+    // The background thread reads: ask it to hand over. Otherwise another
+    // waiter leads, or the connection is being made: wait for a change.
+    if (reading_ && bg_reading_) WakeReader();
+    const std::uint64_t seen = changes_;
+    cv_.wait_until(lock, stop, deadline, [&] { return changes_ != seen; });
+  }
+  ch.waiters--;
+  ch.last_used = std::chrono::steady_clock::now();
+  if (--active_waiters_ == 0) Changed();  // the background thread may read again
+  return outcome;
+}
+
+void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
+  Command subscribe{"SUBSCRIBE"};
+  Command unsubscribe{"UNSUBSCRIBE"};
+  for (auto& [name, ch] : channels_) {
+    if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
+    if (ch.wanted && ch.state == State::kNone) {
+      subscribe.push_back(name);
+      ch.state = State::kSubscribing;
+    } else if (!ch.wanted && ch.state == State::kSubscribed) {
+      unsubscribe.push_back(name);
+      ch.state = State::kUnsubscribing;
+    }
+  }
+  std::erase_if(channels_, [](const auto& item) {
+    const Channel& ch = item.second;
+    return !ch.wanted && ch.waiters == 0 && ch.state == State::kNone;
+  });
+  if (subscribe.size() > 1) out->push_back(std::move(subscribe));
+  if (unsubscribe.size() > 1) out->push_back(std::move(unsubscribe));
+}
+
+void Subscriber::HandleReply(const redisReply* r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+  const std::string kind = ReplyString(r->element[0]);
+  const std::string name = ReplyString(r->element[1]);
+  auto it = channels_.find(name);
+  if (it == channels_.end()) return;
+  Channel& ch = it->second;
+  if (kind == "message") {
+    ch.messages++;
+    ch.recent[ch.messages % kRecent] = ReplyString(r->element[2]);
+  } else if (kind == "subscribe") {
+    ch.state = State::kSubscribed;
+    ch.epoch = next_epoch_++;
+  } else if (kind == "unsubscribe") {
+    ch.state = State::kNone;  // PlanCommands subscribes again if wanted
+    ch.epoch = 0;
+  }
+}
+
+void Subscriber::ConnectionLostLocked() {
+  conn_.reset();
+  for (auto& [name, ch] : channels_) {
+    // Messages may have been missed: every waiter retries.
+    ch.state = State::kNone;
+    ch.epoch = 0;
+    ch.messages++;
+    ch.recent[ch.messages % kRecent].clear();
+  }
+}
+
+void Subscriber::ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, bool background) {
+  reading_ = true;
+  bg_reading_ = background;
+  std::vector<Command> commands;
+  const auto now = std::chrono::steady_clock::now();
+  PlanCommands(&commands, now);
+  redisContext* c = conn_->context();
+  lock.unlock();
+
+  bool lost = !commands.empty() && !SendAll(c, commands);
+  std::vector<ReplyPtr> replies;
+  if (!lost) {
+    const auto left = std::chrono::ceil<milliseconds>(until - now);
+    const int timeout_ms =
+        static_cast<int>(std::clamp(left, milliseconds(0), kPollInterval).count());
+    pollfd fds[2] = {{c->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+    const int n = poll(fds, 2, timeout_ms);
+    if (n < 0 && errno != EINTR) lost = true;
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      std::uint64_t drained;
+      [[maybe_unused]] ssize_t r = read(event_fd_, &drained, sizeof drained);
+    }
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+      if (redisBufferRead(c) != REDIS_OK) {
+        lost = true;
+      } else {
+        for (;;) {
+          void* raw = nullptr;
+          if (redisGetReplyFromReader(c, &raw) != REDIS_OK) {
+            lost = true;
+            break;
+          }
+          if (raw == nullptr) break;
+          replies.emplace_back(static_cast<redisReply*>(raw));
+        }
+      }
+    }
+  }
+
+  lock.lock();
+  for (const ReplyPtr& r : replies) HandleReply(r.get());
+  if (lost) ConnectionLostLocked();
+  reading_ = false;
+  bg_reading_ = false;
+  Changed();
+}
+
+void Subscriber::Run() {
+  milliseconds retry = kFirstRetry;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (!BackgroundMustAct()) {  // a waiter leads, or will
+      bg_cv_.wait(lock, [&] { return BackgroundMustAct(); });
+      continue;
+    }
+    if (!conn_) {
+      reading_ = true;  // nobody reads while we connect
+      lock.unlock();
+      auto conn = connect_();
+      lock.lock();
+      reading_ = false;
+      if (stopping_) break;
+      if (!conn.ok()) {
+        down_ = true;
+        Changed();
+        // Waiters poll meanwhile; try again with backoff.
+        bg_cv_.wait_for(lock, retry, [&] { return stopping_; });
+        retry = std::min(retry * 2, kMaxRetry);
+        continue;
+      }
+      conn_ = std::move(*conn);
+      retry = kFirstRetry;
+      down_ = false;
+      for (auto& [name, ch] : channels_) ch.state = State::kNone;
+      Changed();
+      continue;
+    }
+    ReadTurn(lock, std::chrono::steady_clock::now() + kPollInterval, /*background=*/true);
+  }
+}
+
+}  // namespace dlock::redis

@@ -1,0 +1,132 @@
+// Subscriber: one pub/sub connection per backend, shared by all its waits.
+//
+// One thread at a time holds the reader role: it sends SUBSCRIBE and
+// UNSUBSCRIBE for the channels wanted, polls the socket, and counts and
+// dispatches the messages to the waiters of each channel. While somebody
+// waits, a waiting thread holds the role itself (leader/follower), so that
+// the message that ends its wait wakes it straight from poll(), with no hop
+// through another thread; the other waiters sleep on a condition variable
+// and take the role when it is released. While nobody waits, a background
+// thread holds it (keeping subscriptions read and dropping unused ones), and
+// it also makes the connection and remakes it after a failure. An eventfd
+// interrupts the holder's poll() when a new channel is wanted or a waiter
+// wants the role.
+//
+// Wake-ups are targeted: a message's payload is the owner id of the waiter
+// whose turn it is, and only that waiter wakes (no thundering herd).
+//
+// No lost wake-ups: a message only counts for an attempt that was sent
+// after the subscription was confirmed. The backend takes a Ticket (the
+// channel's subscription epoch and message count) just before it sends a
+// refused attempt; Wait(ticket) returns as soon as anything was published
+// after that, or the subscription was lost (reconnect: messages may have
+// been missed, so everybody retries). Without a ticket, Wait returns once
+// the channel is subscribed, and the caller's next attempt is covered.
+//
+// A channel nobody waited on for a while is unsubscribed. When the
+// connection cannot be made, Wait reports kDown and the caller polls.
+//
+// Thread-safety: all public methods may be called from any thread.
+#ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_SUBSCRIBER_H_
+#define DLOCK_SRC_BACKENDS_REDIS_REDIS_SUBSCRIBER_H_
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "backends/redis/redis_conn.h"
+
+namespace dlock::redis {
+
+class Subscriber {
+ public:
+  using Connect = std::function<Result<std::unique_ptr<Connection>>()>;
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
+  struct Ticket {
+    std::uint64_t epoch = 0;
+    std::uint64_t messages = 0;
+  };
+  enum class Outcome { kWoken, kTimedOut, kStopped, kDown };
+
+  explicit Subscriber(Connect connect);
+  ~Subscriber();
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // The channel's state now if the server has confirmed the subscription;
+  // asks for the subscription (and keeps it alive) either way.
+  std::optional<Ticket> Current(const std::string& channel);
+
+  // Messages name the waiter (owner id) they are for; with a non-empty
+  // `target` only those, and a lost subscription, wake this wait.
+  Outcome Wait(const std::string& channel, std::optional<Ticket> ticket,
+               const std::string& target, SteadyTime deadline, std::stop_token stop);
+
+  // How long an unused channel stays subscribed.
+  static constexpr std::chrono::seconds kLinger{10};
+
+ private:
+  enum class State { kNone, kSubscribing, kSubscribed, kUnsubscribing };
+  struct Channel {
+    bool wanted = true;
+    State state = State::kNone;
+    std::uint64_t epoch = 0;
+    std::uint64_t messages = 0;
+    int waiters = 0;
+    SteadyTime last_used;
+    // The payloads of the last kRecent messages, by message number.
+    std::array<std::string, 32> recent;
+  };
+  static constexpr std::uint64_t kRecent = 32;
+
+  void Run();
+  void WakeReader();
+  // Holds the reader role for one poll, up to `until`: sends what
+  // PlanCommands says, reads and dispatches what arrived. Called and
+  // returns with `lock` held.
+  void ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, bool background);
+  void Changed();  // under mu_: something a waiter may be waiting for changed
+  bool BackgroundMustAct() const;  // under mu_
+  // Under mu_: what the reader must send now.
+  void PlanCommands(std::vector<Command>* out, SteadyTime now);
+  void HandleReply(const redisReply* r);
+  void ConnectionLostLocked();
+
+  const Connect connect_;
+  int event_fd_ = -1;
+
+  std::mutex mu_;
+  std::condition_variable_any cv_;  // waiters: a message, the role released, ...
+  // The background thread: only when it may have to act (nobody waits any
+  // more, the connection is lost, stop), so that it is not woken on the
+  // hand-off path while a waiter leads.
+  std::condition_variable bg_cv_;
+  std::map<std::string, Channel> channels_;
+  std::uint64_t next_epoch_ = 1;
+  bool down_ = false;
+  bool stopping_ = false;
+  bool reading_ = false;     // the reader role is held
+  bool bg_reading_ = false;  // ... by the background thread
+  int active_waiters_ = 0;
+  std::uint64_t changes_ = 0;  // bumped by Changed()
+
+  // Replaced or reset only by the holder of the reader role (or the
+  // background thread while it connects, holding the role); read by it
+  // outside mu_.
+  std::unique_ptr<Connection> conn_;
+  std::thread reader_;
+};
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_SRC_BACKENDS_REDIS_REDIS_SUBSCRIBER_H_

@@ -1,0 +1,172 @@
+#include <hiredis/hiredis.h>
+
+#include <cerrno>
+#include <charconv>
+#include <mutex>
+#include <unordered_map>
+
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_keys.h"
+#include "dlock/fence.h"
+#include "dlock/fence_redis.h"
+
+namespace dlock::fence {
+namespace {
+
+using redis::Script;
+
+constexpr FencingToken kMaxToken = FencingToken{1} << 53;
+constexpr std::string_view kStale = "DLOCK_STALE ";
+
+// KEYS[1] the record; ARGV[1] the token. The caller's KEYS/ARGV follow.
+// On a stale token: an error reply "DLOCK_STALE <highest>".
+constexpr const char* kPrelude = R"lua(
+local dlock_highest = redis.call('GET', KEYS[1])
+if dlock_highest and tonumber(ARGV[1]) < tonumber(dlock_highest) then
+  return redis.error_reply('DLOCK_STALE ' .. dlock_highest)
+end
+)lua";
+
+const Script& SetScript() {
+  static const Script s(std::string(kPrelude) + R"lua(
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+)lua");
+  return s;
+}
+
+const Script& HSetScript() {
+  static const Script s(std::string(kPrelude) + R"lua(
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+)lua");
+  return s;
+}
+
+// The caller's body runs as a function of its own KEYS and ARGV.
+std::string UserScriptText(std::string_view lua) {
+  return std::string(kPrelude) + R"lua(
+local dlock_keys, dlock_argv = {}, {}
+for i = 2, #KEYS do dlock_keys[i - 1] = KEYS[i] end
+for i = 2, #ARGV do dlock_argv[i - 1] = ARGV[i] end
+local dlock_result = (function(KEYS, ARGV)
+)lua" + std::string(lua) + R"lua(
+end)(dlock_keys, dlock_argv)
+redis.call('SET', KEYS[1], ARGV[1])
+return dlock_result
+)lua";
+}
+
+// The composed scripts by body, so that a repeated Eval goes by EVALSHA.
+const Script& UserScript(std::string_view lua) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::unique_ptr<Script>> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(std::string(lua));
+  if (it == cache.end()) {
+    if (cache.size() > 256) cache.clear();  // bound it; a miss costs one hash
+    it = cache.emplace(std::string(lua), std::make_unique<Script>(UserScriptText(lua))).first;
+  }
+  return *it->second;
+}
+
+Status CheckToken(FencingToken token) {
+  if (token == 0) {
+    return InvalidArgumentError("fencing token 0 is not a token (Redlock grants have none): "
+                                "the Redis fence needs an ordered token from 1 to 2^53");
+  }
+  if (token > kMaxToken) {
+    return InvalidArgumentError("fencing token " + std::to_string(token) +
+                                " is out of range for the Redis fence: 1 to 2^53");
+  }
+  return Status::Ok();
+}
+
+std::string Server(redisContext* c) {
+  if (c != nullptr && c->tcp.host != nullptr) return redis::Endpoint{c->tcp.host, c->tcp.port}.Text();
+  return "(caller's connection)";
+}
+
+// Runs a fence script; kStaleToken from the prelude's error.
+Result<redis::ReplyPtr> Run(redisContext* c, const Script& script, std::string_view lock_key,
+                            FencingToken token, std::span<const std::string> keys,
+                            std::span<const std::string> args, bool user_script) {
+  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
+  std::vector<std::string> all_keys{Redis::RecordKey(lock_key)};
+  all_keys.insert(all_keys.end(), keys.begin(), keys.end());
+  std::vector<std::string> all_args{std::to_string(token)};
+  all_args.insert(all_args.end(), args.begin(), args.end());
+  const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
+  auto replies = redis::EvalOnContext(c, script, all_keys, all_args, what);
+  if (!replies.ok()) return replies.status();
+  redis::ReplyPtr reply = std::move((*replies)[0]);
+  if (reply->type == REDIS_REPLY_ERROR) {
+    const std::string text = redis::ReplyString(reply.get());
+    if (text.starts_with(kStale)) {
+      const std::string highest = text.substr(kStale.size());
+      FencingToken h = 0;
+      std::from_chars(highest.data(), highest.data() + highest.size(), h);
+      return StaleToken(token, h, lock_key);
+    }
+    if (user_script && text.find("user_script") != std::string::npos) {
+      return FailedPreconditionError(what + ": the caller's script failed: " + text);
+    }
+    return redis::ReplyError(reply.get(), Server(c), what);
+  }
+  return reply;
+}
+
+}  // namespace
+
+void RedisReplyFree::operator()(redisReply* r) const {
+  if (r != nullptr) freeReplyObject(r);
+}
+
+std::string Redis::RecordKey(std::string_view lock_key) { return redis::FenceName(lock_key); }
+
+Status Redis::Set(redisContext* context, std::string_view lock_key, FencingToken token,
+                  std::string_view key, std::string_view value) {
+  const std::string keys[] = {std::string(key)};
+  const std::string args[] = {std::string(value)};
+  auto r = Run(context, SetScript(), lock_key, token, keys, args, false);
+  return r.status();
+}
+
+Status Redis::HSet(redisContext* context, std::string_view lock_key, FencingToken token,
+                   std::string_view key, std::string_view field, std::string_view value) {
+  const std::string keys[] = {std::string(key)};
+  const std::string args[] = {std::string(field), std::string(value)};
+  auto r = Run(context, HSetScript(), lock_key, token, keys, args, false);
+  return r.status();
+}
+
+Result<RedisReplyPtr> Redis::Eval(redisContext* context, std::string_view lock_key,
+                                  FencingToken token, std::string_view lua,
+                                  std::span<const std::string> keys,
+                                  std::span<const std::string> args) {
+  auto r = Run(context, UserScript(lua), lock_key, token, keys, args, true);
+  if (!r.ok()) return r.status();
+  return RedisReplyPtr(r->release());
+}
+
+Result<FencingToken> Redis::Highest(redisContext* context, std::string_view lock_key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
+  const std::string key = RecordKey(lock_key);
+  const char* argv[] = {"GET", key.c_str()};
+  const std::size_t len[] = {3, key.size()};
+  if (context == nullptr) return InvalidArgumentError("fence: null redisContext");
+  redis::ReplyPtr reply(static_cast<redisReply*>(redisCommandArgv(context, 2, argv, len)));
+  if (!reply) return redis::ContextError(context, errno, std::chrono::milliseconds(0), Server(context), "read fence");
+  if (reply->type == REDIS_REPLY_NIL) return FencingToken{0};
+  long long v = 0;
+  if (!redis::ReplyInt(reply.get(), &v) || v < 0) {
+    if (reply->type == REDIS_REPLY_ERROR) return redis::ReplyError(reply.get(), Server(context), "read fence");
+    return redis::OddReply("a token", Server(context), "read fence");
+  }
+  return static_cast<FencingToken>(v);
+}
+
+}  // namespace dlock::fence

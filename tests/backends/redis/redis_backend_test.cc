@@ -1,0 +1,483 @@
+// The Redis backend through the Backend interface and Client: key escaping
+// and URI checks (no server), odd servers (a fake one in this process), and
+// behaviour against the fixture's real redis-server (RedisServer.*).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "backends/redis/redis_keys.h"
+#include "dlock/fence.h"
+#include "dlock/fence_redis.h"
+#include "redis_test_util.h"
+
+namespace dlock::redis {
+namespace {
+
+using std::chrono::milliseconds;
+using namespace dlock::redis::testing;
+
+// ---------------------------------------------------------------- no server
+
+TEST(RedisKeys, EscapingIsReversibleAndKeepsPrefixes) {
+  for (std::string key : {"a", "{x}", "}a{", "%7B", "p%_ *\xff", "a:b}:lock"}) {
+    EXPECT_EQ(UnescapeKey(EscapeKey(key)), key);
+    EXPECT_EQ(KeyFromLockName(LockName(key)), key);
+    const std::string e = EscapeKey(key);
+    EXPECT_EQ(e.find('{'), std::string::npos);
+    EXPECT_EQ(e.find('}'), std::string::npos);
+  }
+  // The hash tag covers the whole key, for every role.
+  EXPECT_EQ(LockName("a}b"), "dlock:{a%7Db}:lock");
+  EXPECT_EQ(CounterName("a}b"), "dlock:{a%7Db}:token");
+  EXPECT_EQ(QueueName("{"), "dlock:{%7B}:queue");
+  EXPECT_TRUE(EscapeKey("ab%").starts_with(EscapeKey("ab")));
+  EXPECT_EQ(LockPattern("a*[?"), "dlock:{a\\*\\[\\?*}:lock");
+  EXPECT_FALSE(KeyFromLockName("dlock:{a}:token").has_value());
+  EXPECT_FALSE(UnescapeKey("%zz").has_value());
+}
+
+TEST(RedisKeys, ScriptShaMatchesRedis) {
+  // sha1("return 1"), as SCRIPT LOAD reports it.
+  EXPECT_EQ(Sha1Hex("return 1"), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+  EXPECT_EQ(Sha1Hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+}
+
+TEST(RedisUri, BadUrisAreRefusedBeforeConnecting) {
+  struct Case {
+    std::string uri;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"redis://127.0.0.1:6379/x", "bad database index 'x'"},
+      {"redis://127.0.0.1:6379/-1", "bad database index"},
+      {"redis://h1:6379,h2:6379/0", "redis:// takes one server"},
+      {"redis://127.0.0.1:99999/0", "port must be a number"},
+      {"redis://127.0.0.1:6379/0?bogus=1", "unknown parameter 'bogus'"},
+      {"redis://127.0.0.1:6379/0?wait_replicas=x", "bad wait_replicas"},
+      {"redis://127.0.0.1:6379/0?wait_timeout=soon", "wait_timeout"},
+      {"redis://::1:6379/0", "IPv6 address needs brackets"},
+      {"redis+sentinel://127.0.0.1:26379", "master name"},
+      {"redis+sentinel://127.0.0.1:26379/m?db=z", "bad database index"},
+      {"redlock://127.0.0.1:1,127.0.0.1:2", "at least 3"},
+      {"redlock://a:1,b:2,c:3?drift_factor=2", "drift_factor"},
+      {"rediss://127.0.0.1:6380/0", "TLS is not supported"},
+  };
+  for (const Case& c : cases) {
+    Status error;
+    EXPECT_EQ(OpenRaw(c.uri, &error), nullptr) << c.uri;
+    EXPECT_EQ(error.code(), StatusCode::kInvalidArgument) << c.uri << ": " << error.ToString();
+    EXPECT_NE(error.message().find(c.says), std::string::npos) << c.uri << ": " << error.ToString();
+  }
+}
+
+TEST(RedisUri, PasswordIsNeverPrinted) {
+  Status error;
+  // Nothing listens on port 1.
+  EXPECT_EQ(OpenRaw("redis://user:s3cr3t-pw@127.0.0.1:1/0", &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("connection refused"), std::string::npos) << error.ToString();
+  EXPECT_EQ(error.message().find("s3cr3t-pw"), std::string::npos) << error.ToString();
+  EXPECT_EQ(OpenRaw("redis://127.0.0.1:1/0?password=s3cr3t-pw", &error), nullptr);
+  EXPECT_EQ(error.message().find("s3cr3t-pw"), std::string::npos) << error.ToString();
+}
+
+// A TCP server on a free loopback port that runs `serve(fd)` for each
+// connection, one at a time, in its own thread.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<void(int fd)> serve) : serve_(std::move(serve)) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(listen_fd_, 8);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int fd = accept(listen_fd_, nullptr, nullptr);
+        if (fd < 0) return;
+        if (stopping_) {
+          close(fd);
+          return;
+        }
+        serve_(fd);
+        close(fd);
+      }
+    });
+  }
+  ~FakeServer() {
+    stopping_ = true;
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    thread_.join();
+  }
+  std::string Uri(const std::string& query = "") const {
+    return "redis://127.0.0.1:" + std::to_string(port_) + "/0" + query;
+  }
+
+  static std::string ReadSome(int fd) {
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  }
+  static void Write(int fd, std::string_view s) {
+    [[maybe_unused]] ssize_t n = write(fd, s.data(), s.size());
+  }
+
+ private:
+  std::function<void(int)> serve_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+TEST(RedisOddServers, NonRedisServerIsNamedAsSuch) {
+  FakeServer http([](int fd) {
+    FakeServer::ReadSome(fd);
+    FakeServer::Write(fd, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+  });
+  Status error;
+  EXPECT_EQ(OpenRaw(http.Uri(), &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("does not speak the Redis protocol"), std::string::npos)
+      << error.ToString();
+}
+
+TEST(RedisOddServers, SilentServerTimesOut) {
+  FakeServer silent([](int fd) {
+    FakeServer::ReadSome(fd);
+    std::this_thread::sleep_for(milliseconds(600));
+  });
+  Status error;
+  EXPECT_EQ(OpenRaw(silent.Uri(), &error, milliseconds(200)), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("did not answer within 200ms"), std::string::npos)
+      << error.ToString();
+}
+
+TEST(RedisOddServers, ReplyCutOffMidwayIsUnavailable) {
+  // Answers the connect-time PING, then starts the script's reply and hangs
+  // up in the middle of it.
+  FakeServer cut([](int fd) {
+    FakeServer::ReadSome(fd);
+    FakeServer::Write(fd, "+PONG\r\n");
+    FakeServer::ReadSome(fd);
+    FakeServer::Write(fd, "*3\r\n:1\r\n$2\r\n4");
+  });
+  auto backend = OpenRaw(cut.Uri());
+  ASSERT_NE(backend, nullptr);
+  auto attempt = backend->TryAcquire({"k", OwnerId(1, 1), milliseconds(1000)});
+  EXPECT_EQ(attempt.status().code(), StatusCode::kUnavailable) << attempt.status().ToString();
+  EXPECT_NE(attempt.status().message().find("closed the connection in the middle of a reply"),
+            std::string::npos)
+      << attempt.status().ToString();
+}
+
+// ------------------------------------------------------- the fixture server
+
+class RedisServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    uri_ = FixtureUri();
+    if (uri_.empty()) GTEST_SKIP() << "no Redis fixture (run through ctest)";
+    admin_ = Admin(PortOf(uri_));
+    ASSERT_TRUE(admin_ && admin_->err == 0);
+  }
+  long long CommandCalls(const std::string& name) {
+    ReplyPtr r = Cmd(admin_.get(), {"INFO", "commandstats"});
+    const std::string text = ReplyString(r.get());
+    const std::string tag = "cmdstat_" + name + ":calls=";
+    const std::size_t at = text.find(tag);
+    return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + tag.size());
+  }
+  std::string uri_;
+  ContextPtr admin_;
+};
+
+TEST_F(RedisServer, HandOffByNotificationWithin50ms) {
+  auto a = NewClient(uri_);
+  auto b = NewClient(uri_);
+  ASSERT_TRUE(a && b);
+  const std::string key = UniqueKey("handoff");
+  for (int round = 0; round < 5; ++round) {
+    auto held = a->TryAcquire(key, Opts(milliseconds(10'000)));
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    std::atomic<std::int64_t> granted_ns{0};
+    std::optional<Result<Lease>> waited;
+    std::thread waiter([&] {
+      waited.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000))));
+      granted_ns = NowNs();
+    });
+    // Long enough for the waiter to be asleep on its subscription; the
+    // holder's lease (10 s) and the queue refresh (1 s) are far longer than
+    // the gap asserted below, so only the notification can explain it.
+    std::this_thread::sleep_for(milliseconds(200));
+    const std::int64_t released_ns = NowNs();
+    ASSERT_TRUE(held->Release().ok());
+    waiter.join();
+    ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+    const double gap_ms = static_cast<double>(granted_ns - released_ns) / 1e6;
+    EXPECT_LT(gap_ms, 50.0) << "round " << round;
+    EXPECT_GT((*waited)->token(), held->token());
+    ASSERT_TRUE((*waited)->Release().ok());
+  }
+}
+
+TEST_F(RedisServer, WaitersAreServedInArrivalOrderAndALoopingReleaserCannotStarve) {
+  const std::string key = UniqueKey("fifo");
+  auto holder = NewClient(uri_);
+  auto first = holder->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(first.ok());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> waiters;
+  for (int i = 1; i <= 3; ++i) {
+    waiters.emplace_back([&, i] {
+      auto client = NewClient(uri_);
+      auto lease = client->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)));
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      {
+        std::lock_guard l(mu);
+        order.push_back(i);
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+      ASSERT_TRUE(lease->Release().ok());
+    });
+    std::this_thread::sleep_for(milliseconds(150));  // arrival order 1, 2, 3
+  }
+  // The holder releases and at once wants the key back: it must queue
+  // behind the three that were waiting.
+  ASSERT_TRUE(first->Release().ok());
+  auto again = holder->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  {
+    std::lock_guard l(mu);
+    order.push_back(0);
+  }
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 0}));
+}
+
+TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
+  auto b = OpenRaw(uri_);
+  ASSERT_NE(b, nullptr);
+  const std::string key = UniqueKey("dead-waiter");
+  const OwnerId holder(1, 1), dead(2, 2), live(3, 3);
+  ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
+  // `dead` queues for 300 ms and never comes back; `live` queues behind it.
+  EXPECT_FALSE(b->TryAcquire({key, dead, milliseconds(10'000), milliseconds(300)})->granted);
+  EXPECT_FALSE(b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)})->granted);
+  ASSERT_TRUE(b->Release(key, holder).ok());
+  // Free, but `dead` is still the head: `live` waits, told how long.
+  auto refused = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->granted);
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(300));
+  // A single attempt (no queue place) does not jump the queue either.
+  EXPECT_FALSE(b->TryAcquire({key, OwnerId(4, 4), milliseconds(10'000)})->granted);
+  std::this_thread::sleep_for(refused->holder_ttl_remaining + milliseconds(20));
+  auto granted = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(granted.ok());
+  EXPECT_TRUE(granted->granted);
+  ASSERT_TRUE(b->Release(key, live).ok());
+  // The queue is empty again: a single attempt gets the key.
+  EXPECT_TRUE(b->TryAcquire({key, OwnerId(5, 5), milliseconds(10'000)})->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(5, 5)).ok());
+}
+
+TEST_F(RedisServer, GivingUpLeavesTheQueueAndWakesTheNext) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("give-up");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  EXPECT_FALSE(b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(3000)})->granted);
+  EXPECT_FALSE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000), milliseconds(3000)})->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  // The head gives up (the core's Release on give-up): the next one is head.
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  EXPECT_TRUE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000), milliseconds(3000)})->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
+}
+
+TEST_F(RedisServer, NoScriptAfterScriptFlushFallsBackToEval) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("noscript");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  ReplyPtr flushed = Cmd(admin_.get(), {"SCRIPT", "FLUSH"});
+  ASSERT_EQ(ReplyString(flushed.get()), "OK");
+  const long long evals = CommandCalls("eval");
+  auto again = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->granted);
+  EXPECT_EQ(CommandCalls("eval"), evals + 1) << "one EVAL after NOSCRIPT";
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());  // also flushed: EVAL
+  // Cached again: no further EVAL.
+  const long long after = CommandCalls("eval");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000)})->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  EXPECT_EQ(CommandCalls("eval"), after);
+}
+
+TEST_F(RedisServer, RunOnceRecordIsSetOnlyByTheHolder) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("once");
+  EXPECT_FALSE(b->IsDone(key).value());
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "nobody holds it";
+  auto grant = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_TRUE(grant.ok() && grant->granted);
+  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2)).code(), StatusCode::kNotOwner);
+  EXPECT_FALSE(b->IsDone(key).value());
+  ASSERT_TRUE(b->MarkDone(key, OwnerId(1, 1)).ok());
+  EXPECT_TRUE(b->IsDone(key).value());
+  EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", DoneName(key)}).get()), std::to_string(grant->token));
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  EXPECT_TRUE(b->IsDone(key).value()) << "the record outlives the lease";
+}
+
+TEST_F(RedisServer, PingIsOneScriptCall) {
+  auto b = OpenRaw(uri_);
+  ASSERT_TRUE(b->Ping().ok());  // may load the script (EVAL) first
+  const long long before = CommandCalls("evalsha");
+  ASSERT_TRUE(b->Ping().ok());
+  EXPECT_EQ(CommandCalls("evalsha"), before + 1);
+}
+
+TEST_F(RedisServer, RenewalOfAllLeasesIsOneScriptCall) {
+  auto b = OpenRaw(uri_);
+  std::vector<LeaseRequest> leases;
+  for (int i = 0; i < 5; ++i) {
+    leases.push_back({UniqueKey("renew" + std::to_string(i)), OwnerId(9, 9), milliseconds(10'000)});
+    ASSERT_TRUE(b->TryAcquire(leases.back())->granted);
+  }
+  const long long before = CommandCalls("evalsha");
+  auto results = b->Renew(leases);
+  EXPECT_EQ(CommandCalls("evalsha"), before + 1);
+  ASSERT_EQ(results.size(), 5u);
+  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (const auto& l : leases) ASSERT_TRUE(b->Release(l.key, l.owner).ok());
+}
+
+TEST_F(RedisServer, ClosedIdleConnectionIsReplacedQuietly) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("reconnect");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  ReplyPtr killed = Cmd(admin_.get(), {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  ASSERT_TRUE(killed && killed->type == REDIS_REPLY_INTEGER);
+  std::this_thread::sleep_for(milliseconds(50));  // the FIN reaches us; idle long enough to be checked
+  auto again = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(RedisServer, CallThatTimesOutIsUnavailableThenTheNextReconnects) {
+  auto b = OpenRaw(uri_ + "?timeout=100ms");
+  const std::string key = UniqueKey("timeout");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  ReplyPtr paused = Cmd(admin_.get(), {"CLIENT", "PAUSE", "400", "ALL"});
+  ASSERT_EQ(ReplyString(paused.get()), "OK");
+  auto stuck = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  EXPECT_EQ(stuck.status().code(), StatusCode::kUnavailable) << stuck.status().ToString();
+  EXPECT_NE(stuck.status().message().find("did not answer within 100ms"), std::string::npos)
+      << stuck.status().ToString();
+  std::this_thread::sleep_for(milliseconds(400));
+  // The outcome was unknown; the retry with the same owner gets the grant.
+  auto again = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(RedisServer, WrongDatabaseIndexIsNamed) {
+  Status error;
+  std::string uri = uri_.substr(0, uri_.rfind('/')) + "/99999";
+  EXPECT_EQ(OpenRaw(uri, &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument) << error.ToString();
+  EXPECT_NE(error.message().find("no such database"), std::string::npos) << error.ToString();
+  // Databases are separate stores: the same key in db 1 is independent.
+  const std::string key = UniqueKey("db");
+  auto db0 = OpenRaw(uri_);
+  auto db1 = OpenRaw(uri_.substr(0, uri_.rfind('/')) + "/1");
+  ASSERT_TRUE(db0 && db1);
+  ASSERT_TRUE(db0->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  EXPECT_TRUE(db1->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000)})->granted);
+  ASSERT_TRUE(db0->Release(key, OwnerId(1, 1)).ok());
+  ASSERT_TRUE(db1->Release(key, OwnerId(2, 2)).ok());
+}
+
+TEST_F(RedisServer, WaitReplicasRefusesAGrantNoReplicaConfirmed) {
+  // The fixture has no replica: WAIT 1 confirms nothing.
+  auto client = NewClient(uri_ + "?wait_replicas=1&wait_timeout=50ms");
+  ASSERT_TRUE(client);
+  const std::string key = UniqueKey("wait");
+  auto lease = client->TryAcquire(key, Opts(milliseconds(10'000)));
+  EXPECT_EQ(lease.status().code(), StatusCode::kUnavailable) << lease.status().ToString();
+  EXPECT_NE(lease.status().message().find("only 0 of 1 replicas confirmed"), std::string::npos)
+      << lease.status().ToString();
+  // The unconfirmed grant was released when the client gave up.
+  auto other = NewClient(uri_)->TryAcquire(key, Opts(milliseconds(1000)));
+  EXPECT_TRUE(other.ok()) << other.status().ToString();
+}
+
+TEST_F(RedisServer, KeysWithBracesAndGlobCharactersStayApart) {
+  auto client = NewClient(uri_);
+  const std::string base = UniqueKey("glob");
+  std::vector<std::string> keys = {base + "{a}", base + "}", base + "*", base + "[x]",
+                                   base + "%7D", base + "\\"};
+  std::vector<Lease> leases;
+  for (const auto& k : keys) {
+    auto l = client->TryAcquire(k, Opts(milliseconds(10'000)));
+    ASSERT_TRUE(l.ok()) << k << ": " << l.status().ToString();
+    leases.push_back(std::move(*l));
+  }
+  auto all = client->List(base);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->size(), keys.size());
+  auto star = client->List(base + "*");
+  ASSERT_TRUE(star.ok());
+  ASSERT_EQ(star->size(), 1u) << "'*' in a prefix is literal";
+  EXPECT_EQ((*star)[0].key, base + "*");
+  EXPECT_EQ((*star)[0].token, leases[2].token());
+}
+
+TEST_F(RedisServer, FenceAdmitsNewerTokensAndRejectsOlderOnes) {
+  redisContext* c = admin_.get();
+  const std::string lock = UniqueKey("fenced");
+  const std::string data = "data:" + lock;
+  EXPECT_EQ(fence::Redis::Highest(c, lock).value(), 0u);
+  EXPECT_TRUE(fence::Redis::Set(c, lock, 5, data, "five").ok());
+  EXPECT_TRUE(fence::Redis::Set(c, lock, 5, data, "five again").ok()) << "equal is admitted";
+  Status stale = fence::Redis::Set(c, lock, 4, data, "four");
+  EXPECT_EQ(stale, fence::StaleToken(4, 5, lock));
+  EXPECT_EQ(ReplyString(Cmd(c, {"GET", data}).get()), "five again");
+  EXPECT_TRUE(fence::Redis::HSet(c, lock, 6, data + ":h", "f", "six").ok());
+  EXPECT_EQ(fence::Redis::HSet(c, lock, 5, data + ":h", "f", "x").code(), StatusCode::kStaleToken);
+  EXPECT_EQ(ReplyString(Cmd(c, {"HGET", data + ":h", "f"}).get()), "six");
+  // A caller's script, with its own KEYS and ARGV.
+  const std::string keys[] = {data + ":n"};
+  const std::string args[] = {"7"};
+  auto r = fence::Redis::Eval(c, lock, 7, "return redis.call('INCRBY', KEYS[1], ARGV[1])", keys, args);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->integer, 7);
+  auto old = fence::Redis::Eval(c, lock, 6, "return redis.call('INCRBY', KEYS[1], ARGV[1])", keys, args);
+  EXPECT_EQ(old.status(), fence::StaleToken(6, 7, lock));
+  auto broken = fence::Redis::Eval(c, lock, 8, "return nosuchfunction()", keys, args);
+  EXPECT_EQ(broken.status().code(), StatusCode::kFailedPrecondition) << broken.status().ToString();
+  EXPECT_EQ(fence::Redis::Highest(c, lock).value(), 7u) << "a failed script records nothing";
+  EXPECT_EQ(fence::Redis::Set(c, lock, 0, data, "x").code(), StatusCode::kInvalidArgument);
+  // The record sits beside the lock, in its hash slot.
+  EXPECT_EQ(fence::Redis::RecordKey(lock), FenceName(lock));
+}
+
+}  // namespace
+}  // namespace dlock::redis
