@@ -1,5 +1,130 @@
 #!/usr/bin/env bash
-# Starts and stops a postgres server for the tests (being written).
+# A private PostgreSQL cluster for tests and benchmarks (Debian's postgresql
+# package; scripts/install-deps.sh installs it). Loopback only, no systemd.
+#
+#   postgres.sh start DIR     initdb a fresh cluster on a free 127.0.0.1 port, start
+#                             it, create role and database `dlock` (password auth)
+#                             and write DIR/uri: postgres://dlock:PASSWORD@127.0.0.1:PORT/dlock
+#   postgres.sh stop DIR      stop it (fast shutdown) and remove DIR and the cluster
+#   postgres.sh restart DIR   clean restart (fast shutdown, start) on the same port
+#   postgres.sh crash DIR     immediate shutdown (no checkpoint: crash recovery on
+#                             start), then start again on the same port
+#   postgres.sh down DIR      stop the server, keep the cluster (`up` starts it again)
+#   postgres.sh up DIR
+#   postgres.sh psql DIR ARGS...  psql as the superuser over the Unix socket
+#
+# The cluster lives in a fresh directory under /tmp (its path is in DIR/root),
+# owned by the user that runs the server: as root that is the `postgres` user
+# the Debian package creates (initdb refuses to run as root); otherwise the
+# caller. The superuser connects only over the Unix socket in that directory;
+# TCP connections need the password (scram-sha-256), so a wrong password is
+# refused. Durability settings are PostgreSQL's defaults (fsync and
+# synchronous_commit on).
 source "$(dirname "$0")/lib.sh"
-echo "scripts/servers/postgres.sh: not written yet" >&2
-exit 1
+
+pg_bin() {
+  if [ -n "${PG_BIN:-}" ]; then echo "$PG_BIN"; return; fi
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$d" ] || [ ! -x "$d/initdb" ]; then
+    echo "postgres.sh: PostgreSQL server binaries not found under /usr/lib/postgresql;" \
+         "install them with scripts/install-deps.sh (Debian package postgresql)" >&2
+    return 1
+  fi
+  echo "$d"
+}
+
+# as_owner CMD...: runs CMD as the cluster's owner.
+as_owner() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+usage() {
+  echo "usage: postgres.sh start|stop|restart|crash|down|up|psql DIR [ARGS...]" >&2
+  exit 64
+}
+
+[ $# -ge 2 ] || usage
+verb=$1
+dir=$2
+shift 2
+BIN=$(pg_bin)
+
+server_start() {
+  local root port
+  root=$(cat "$dir/root")
+  port=$(cat "$dir/port")
+  as_owner "$BIN/pg_ctl" -D "$root/data" -w -t 60 -l "$root/log" \
+    -o "-p $port -k $root -c listen_addresses=127.0.0.1 -c max_connections=200" \
+    start >/dev/null
+  wait_for_port "$port" 30
+}
+
+server_stop() {  # server_stop MODE
+  local root
+  root=$(cat "$dir/root")
+  if as_owner "$BIN/pg_ctl" -D "$root/data" status >/dev/null 2>&1; then
+    as_owner "$BIN/pg_ctl" -D "$root/data" -w -t 60 -m "$1" stop >/dev/null
+  fi
+}
+
+case $verb in
+  start)
+    if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+      echo "postgres.sh: running as root needs the 'postgres' user (Debian package postgresql)" >&2
+      exit 1
+    fi
+    mkdir -p "$dir"
+    if [ -f "$dir/root" ]; then "$0" stop "$dir" || true; mkdir -p "$dir"; fi
+    root=$(mktemp -d /tmp/dlock-pg.XXXXXX)
+    echo "$root" >"$dir/root"
+    [ "$(id -u)" -eq 0 ] && chown postgres: "$root"
+    chmod 700 "$root"
+    port=$(free_port)
+    echo "$port" >"$dir/port"
+    password=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    as_owner "$BIN/initdb" -D "$root/data" -U postgres -E UTF8 --locale=C --no-sync \
+      --auth-local=trust --auth-host=scram-sha-256 --no-instructions >"$dir/initdb.log" 2>&1 ||
+      { cat "$dir/initdb.log" >&2; exit 1; }
+    server_start || { cat "$root/log" >&2; exit 1; }
+    "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$root" -p "$port" -U postgres -d postgres \
+      -c "CREATE ROLE dlock LOGIN PASSWORD '$password'" \
+      -c "CREATE DATABASE dlock OWNER dlock" >/dev/null
+    uri="postgres://dlock:$password@127.0.0.1:$port/dlock"
+    echo "$uri" >"$dir/uri"
+    echo "$uri"
+    ;;
+  stop)
+    if [ -f "$dir/root" ]; then
+      root=$(cat "$dir/root")
+      server_stop fast || server_stop immediate || true
+      case $root in /tmp/dlock-pg.*) rm -rf "$root" ;; esac
+    fi
+    rm -rf "$dir"
+    ;;
+  restart)
+    server_stop fast
+    server_start
+    ;;
+  crash)
+    server_stop immediate
+    server_start
+    ;;
+  down)
+    server_stop fast
+    ;;
+  up)
+    server_start
+    ;;
+  psql)
+    "$BIN/psql" -X -v ON_ERROR_STOP=1 -h "$(cat "$dir/root")" -p "$(cat "$dir/port")" \
+      -U postgres -d dlock "$@"
+    ;;
+  *)
+    usage
+    ;;
+esac

@@ -1,9 +1,828 @@
 #include "backends/postgres/postgres_backend.h"
 
-namespace dlock::postgres {
+#include <libpq-fe.h>
 
-Result<std::unique_ptr<Backend>> Open(const internal::Uri&, const internal::BackendParams&) {
-  return UnavailableError("the PostgreSQL backend is not implemented yet");
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "backends/postgres/pg_listener.h"
+#include "backends/postgres/pg_util.h"
+#include "core/duration.h"
+
+namespace dlock::postgres {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+// Bumped when the tables change shape; kept in the tables' comments.
+constexpr const char* kLocksComment = "dlock locks, schema 1";
+constexpr const char* kQueueComment = "dlock wait queue, schema 1";
+
+// A renewal waits at most this fraction of its shortest TTL (and at least
+// kMinRenewBudget): a renewal answered later is useless anyway (the core
+// retries at ttl/10), and one stuck for long would hold up loss detection.
+constexpr int kRenewBudgetDivisor = 10;
+constexpr milliseconds kMinRenewBudget{20};
+
+// {t} is the locks table, {q} the queue table, both quoted identifiers.
+//
+// Session set-up, one round trip: do the tables exist and are they dlock's;
+// and a session that would commit asynchronously (synchronous_commit=off
+// could lose the last grants, and so reissue a token, in a server crash)
+// commits durably instead.
+constexpr const char* kCheckSql = R"sql(
+SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class'),
+       to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
+       CASE WHEN current_setting('synchronous_commit') = 'off'
+            THEN set_config('synchronous_commit', 'on', false) END
+)sql";
+
+// Many clients may start at once against an empty database: the advisory
+// lock makes them create the tables one after the other, and the second
+// finds them there (CREATE TABLE IF NOT EXISTS alone can fail on a race in
+// the catalogs).
+constexpr const char* kCreateSql = R"sql(
+BEGIN;
+SELECT pg_advisory_xact_lock({lock_id});
+DO $dlock$
+BEGIN
+  IF to_regclass('{t}') IS NULL THEN
+    CREATE TABLE {t} (
+      key         bytea PRIMARY KEY,
+      owner       text,
+      token       bigint NOT NULL CHECK (token > 0),
+      expires_at  timestamptz,
+      acquired_at timestamptz
+    ) WITH (fillfactor = 90);
+    COMMENT ON TABLE {t} IS '{locks_comment}';
+  END IF;
+  IF to_regclass('{q}') IS NULL THEN
+    CREATE TABLE {q} (
+      key         bytea NOT NULL,
+      owner       text NOT NULL,
+      enqueued_at timestamptz NOT NULL,
+      expires_at  timestamptz NOT NULL,
+      PRIMARY KEY (key, owner)
+    );
+    COMMENT ON TABLE {q} IS '{queue_comment}';
+  END IF;
+END
+$dlock$;
+COMMIT;
+)sql";
+
+// Acquire, one statement: $1 key, $2 owner, $3 ttl_ms, $4 queue_ttl_ms,
+// $5 channel, $6 key hash text.
+//  - held:   the live holder, if any (expiry by the server's clock).
+//  - mine:   this owner's live place in the queue.
+//  - ahead:  a live waiter that goes before us: any live waiter for a single
+//            attempt ($4 = 0) or a first-time waiter, else those that came
+//            first (enqueued_at, owner as the tie-break).
+//  - granted: the upsert, attempted only when we already hold the key (a
+//            retried request gets the same token back) or when nobody holds
+//            it and nobody is ahead. Its WHERE is evaluated on the latest row
+//            version under the row lock, so two grants can never overlap: a
+//            free, expired, or our own row is taken, a live holder's is not.
+//            token + 1 for a new grant, the same token for our own row.
+//  - enqueued: a refused waiter takes (or keeps, while live) its place.
+//  - dequeued: a granted owner leaves the queue, with any expired entries.
+//  - told:   a grant tells the next waiter in line (NOTIFY, payload
+//            "<key hash> <its owner> <ttl_ms>") when this lease will expire:
+//            it may have been refused while the key was free but it was not
+//            yet first, and so knows no holder's expiry to wake at.
+//  - nudged: a waiter refused while the key is free (someone else is first)
+//            wakes the first. Places are ordered by enqueued_at, taken before
+//            their commit: an entry can become visible *ahead* of one a
+//            releaser already chose to notify, and would then sleep out its
+//            queue refresh; the one notified instead finds it first and
+//            passes the wake-up on.
+// The queue statements run only when needed, so an uncontended single
+// attempt writes one row, and a refused one writes nothing.
+constexpr const char* kAcquireSql = R"sql(
+WITH
+held AS (
+  SELECT owner, expires_at FROM {t}
+  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
+mine AS (
+  SELECT enqueued_at FROM {q}
+  WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()),
+ahead AS (
+  SELECT 1 FROM {q} AS w
+  WHERE w.key = $1 AND w.owner <> $2 AND w.expires_at > clock_timestamp()
+    AND ($4 = 0 OR NOT EXISTS (SELECT 1 FROM mine)
+         OR (w.enqueued_at, w.owner) < ((SELECT enqueued_at FROM mine), $2))
+  LIMIT 1),
+granted AS (
+  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
+  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
+  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
+     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead))
+  ON CONFLICT (key) DO UPDATE SET
+    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
+                       ELSE excluded.acquired_at END,
+    owner       = excluded.owner,
+    expires_at  = excluded.expires_at
+  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+  RETURNING l.token),
+enqueued AS (
+  INSERT INTO {q} AS w (key, owner, enqueued_at, expires_at)
+  SELECT $1, $2, clock_timestamp(), clock_timestamp() + $4 * interval '1 millisecond'
+  WHERE $4 > 0 AND NOT EXISTS (SELECT 1 FROM granted)
+  ON CONFLICT (key, owner) DO UPDATE SET
+    enqueued_at = CASE WHEN w.expires_at > clock_timestamp() THEN w.enqueued_at
+                       ELSE excluded.enqueued_at END,
+    expires_at  = excluded.expires_at
+  RETURNING 1),
+dequeued AS (
+  DELETE FROM {q}
+  WHERE key = $1 AND (owner = $2 OR expires_at <= clock_timestamp())
+    AND EXISTS (SELECT 1 FROM granted)
+  RETURNING 1),
+successor AS (
+  SELECT owner FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  ORDER BY enqueued_at, owner
+  LIMIT 1),
+told AS (
+  SELECT pg_notify($5, $6 || ' ' || owner || ' ' || $3) FROM successor
+  WHERE EXISTS (SELECT 1 FROM granted)),
+nudged AS (
+  SELECT pg_notify($5, $6 || ' ' || owner) FROM successor
+  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held))
+SELECT (SELECT token FROM granted),
+       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
+        FROM held WHERE owner <> $2),
+       (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
+       (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged)
+)sql";
+
+// A single attempt ($4 = 0 above), the uncontended fast path: the same
+// decision without the queue writes. $1 key, $2 owner, $3 ttl_ms.
+constexpr const char* kAcquireOnceSql = R"sql(
+WITH
+held AS (
+  SELECT owner, expires_at FROM {t}
+  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
+queued AS (
+  SELECT 1 FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  LIMIT 1),
+granted AS (
+  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
+  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
+  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
+     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM queued))
+  ON CONFLICT (key) DO UPDATE SET
+    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
+                       ELSE excluded.acquired_at END,
+    owner       = excluded.owner,
+    expires_at  = excluded.expires_at
+  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+  RETURNING l.token)
+SELECT (SELECT token FROM granted),
+       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
+        FROM held WHERE owner <> $2)
+)sql";
+
+// Release of a held lease by an owner that has no place in the queue (it
+// was granted, which removed its place): free the row and NOTIFY, one row
+// back. No row back (nothing released): kReleaseSql decides why.
+// $1 key, $2 owner, $3 channel, $4 key hash text.
+constexpr const char* kReleaseHeldSql = R"sql(
+WITH
+released AS (
+  UPDATE {t} SET owner = NULL, expires_at = NULL
+  WHERE key = $1 AND owner = $2
+  RETURNING 1),
+head AS (
+  SELECT owner FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  ORDER BY enqueued_at, owner
+  LIMIT 1)
+SELECT pg_notify($3, $4 || ' ' || coalesce((SELECT owner FROM head), '')) FROM released
+)sql";
+
+// Release, one statement: $1 key, $2 owner, $3 channel, $4 key hash text.
+// Frees our row (keeping its token counter), drops our place in the queue,
+// and NOTIFYs, in the same transaction, the head of the queue (or everybody
+// on the key when nobody queues): after a release of the key, or after a
+// waiter that gave up left a free key's queue. `other` tells kNotOwner from
+// "nobody holds it" (OK: release is idempotent).
+constexpr const char* kReleaseSql = R"sql(
+WITH
+released AS (
+  UPDATE {t} SET owner = NULL, expires_at = NULL
+  WHERE key = $1 AND owner = $2
+  RETURNING 1),
+left_queue AS (
+  DELETE FROM {q} WHERE key = $1 AND owner = $2
+  RETURNING 1),
+other AS (
+  SELECT 1 FROM {t}
+  WHERE key = $1 AND owner IS NOT NULL AND owner <> $2 AND expires_at > clock_timestamp()),
+head AS (
+  SELECT owner FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  ORDER BY enqueued_at, owner
+  LIMIT 1),
+notified AS (
+  SELECT pg_notify($3, $4 || ' ' || coalesce((SELECT owner FROM head), ''))
+  WHERE EXISTS (SELECT 1 FROM released)
+     OR (EXISTS (SELECT 1 FROM left_queue) AND NOT EXISTS (SELECT 1 FROM other)))
+SELECT (SELECT count(*) FROM released), EXISTS (SELECT 1 FROM other),
+       (SELECT count(*) FROM notified)
+)sql";
+
+// Renew every due lease of a client, one statement: $1 keys (hex), $2
+// owners, $3 ttl_ms, as arrays. Only a live lease of the same owner is
+// extended (an expired one may be taken over at any moment: it is lost).
+constexpr const char* kRenewSql = R"sql(
+UPDATE {t} AS l
+SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms)
+WHERE l.key = decode(r.key_hex, 'hex') AND l.owner = r.owner
+  AND l.expires_at > clock_timestamp()
+RETURNING encode(l.key, 'hex'), l.owner
+)sql";
+
+// Ping (`dlock bench`'s floor): one durable single-row write of the kind a
+// grant is, on a row no lock can use (its key starts with a NUL byte, which
+// lock keys never hold, and it never has an owner).
+constexpr const char* kPingSql = R"sql(
+INSERT INTO {t} AS l (key, owner, token) VALUES ('\x00646c6f636b2070696e67'::bytea, NULL, 1)
+ON CONFLICT (key) DO UPDATE SET token = l.token % 1000000000 + 1
+)sql";
+
+// A key range rather than LIKE: keys may hold '%', '_' and any byte.
+constexpr const char* kListSql = R"sql(
+SELECT encode(key, 'hex'), owner, token,
+       GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
+FROM {t}
+WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+  AND owner IS NOT NULL AND expires_at > clock_timestamp()
+ORDER BY key
+)sql";
+
+std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
+  for (const auto& [name, value] : values) {
+    const std::string pattern = "{" + name + "}";
+    for (std::size_t pos = text.find(pattern); pos != std::string::npos;
+         pos = text.find(pattern, pos + value.size())) {
+      text.replace(pos, pattern.size(), value);
+    }
+  }
+  return text;
+}
+
+std::string Quoted(std::string_view identifier) { return "\"" + std::string(identifier) + "\""; }
+
+// The smallest string greater than every string that starts with `prefix`,
+// or nullopt when there is none (empty prefix, or all 0xff bytes).
+std::optional<std::string> PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    const auto last = static_cast<unsigned char>(end.back());
+    if (last != 0xff) {
+      end.back() = static_cast<char>(last + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::nullopt;
+}
+
+// Parameters of one statement: bytea in binary (any bytes, no escaping),
+// everything else as text.
+class Params {
+ public:
+  Params& Bytes(std::string_view value) {
+    Add(std::string(value), 1);
+    return *this;
+  }
+  Params& Text(std::string value) {
+    Add(std::move(value), 0);
+    return *this;
+  }
+  Params& Int(std::int64_t value) { return Text(std::to_string(value)); }
+  Params& Null() {
+    values_.emplace_back();
+    null_.push_back(true);
+    formats_.push_back(0);
+    return *this;
+  }
+
+  int size() const { return static_cast<int>(values_.size()); }
+  // Valid while this object lives and is not changed.
+  void Fill(std::vector<const char*>* values, std::vector<int>* lengths) const {
+    values->clear();
+    lengths->clear();
+    for (std::size_t i = 0; i < values_.size(); ++i) {
+      values->push_back(null_[i] ? nullptr : values_[i].data());
+      lengths->push_back(static_cast<int>(values_[i].size()));
+    }
+  }
+  const int* formats() const { return formats_.data(); }
+
+ private:
+  void Add(std::string value, int format) {
+    values_.push_back(std::move(value));
+    null_.push_back(false);
+    formats_.push_back(format);
+  }
+  std::vector<std::string> values_;
+  std::vector<bool> null_;
+  std::vector<int> formats_;
+};
+
+std::string ArrayLiteral(const std::vector<std::string>& items) {
+  // Only hex digits and decimal numbers go in here: nothing to quote.
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ',';
+    out += items[i];
+  }
+  return out + "}";
+}
+
+bool IsNull(const PGresult* r, int row, int col) { return PQgetisnull(r, row, col) != 0; }
+std::string Value(const PGresult* r, int row, int col) {
+  return std::string(PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col)));
+}
+std::int64_t IntValue(const PGresult* r, int row, int col) {
+  return std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
+}
+
+class PostgresBackend final : public Backend {
+ public:
+  explicit PostgresBackend(PostgresOptions options)
+      : options_(std::move(options)),
+        clock_(options_.clock ? options_.clock : DefaultClock()),
+        locks_(Quoted(options_.table)),
+        queue_(Quoted(options_.table + "_queue")),
+        listener_(options_.conninfo, options_.table, options_.connect_timeout,
+                  options_.describe) {}
+
+  Status Init() {
+    std::unique_lock lock(mu_);
+    return EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
+                                 "open the lock store");
+  }
+
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  Status Release(std::string_view key, const OwnerId& owner) override;
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
+  std::string Describe() const override { return options_.describe; }
+  Status Ping() override {
+    auto r = Run("dlock_ping", Params(), CallDeadline(), "ping");
+    return r.ok() ? Status::Ok() : r.status();
+  }
+
+ private:
+  SteadyTime CallDeadline() const { return SteadyClock::now() + options_.connect_timeout; }
+
+  // Runs prepared statement `name` on the operations connection, connecting
+  // first if needed; all of it before `deadline`.
+  Result<PgResultHandle> Run(const char* name, const Params& params, SteadyTime deadline,
+                             const std::string& what);
+  Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
+  Status SetUpSessionLocked(PGconn* conn, SteadyTime deadline);
+
+  const PostgresOptions options_;
+  const std::shared_ptr<Clock> clock_;
+  const std::string locks_;  // quoted
+  const std::string queue_;  // quoted
+
+  // Owners (with their keys) that may have a place in the wait queue: a
+  // waiting attempt was sent and no grant answered it. Their release takes
+  // the statement that also deletes the place; others the shorter one.
+  void MarkQueued(std::string_view key, const std::string& owner, bool queued) {
+    std::lock_guard lock(queued_mu_);
+    std::string id = owner + std::string(key);
+    if (queued) {
+      queued_.insert(std::move(id));
+    } else {
+      queued_.erase(id);
+    }
+  }
+  bool IsMarkedQueued(std::string_view key, const std::string& owner) {
+    std::lock_guard lock(queued_mu_);
+    return queued_.count(owner + std::string(key)) > 0;
+  }
+  std::mutex queued_mu_;
+  std::set<std::string> queued_;
+
+  TimedMutex mu_;  // guards conn_ and the two below
+  PgConnHandle conn_;
+  bool awaiting_stale_reply_ = false;  // a timed-out statement's reply is due
+  SteadyTime stale_since_{};
+
+  Listener listener_;
+};
+
+Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
+  const std::string& where = options_.describe;
+  auto run = [&](const std::string& sql, const std::vector<std::string>& args,
+                 const char* what) -> Result<PgResultHandle> {
+    std::vector<const char*> values;
+    for (const std::string& a : args) values.push_back(a.c_str());
+    const int sent =
+        args.empty() ? PQsendQuery(conn, sql.c_str())
+                     : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()),
+                                         nullptr, values.data(), nullptr, nullptr, 0);
+    if (sent == 0) return FromPg(conn, nullptr, what, where);
+    return Await(conn, deadline, what, where);
+  };
+
+  auto check = run(kCheckSql, {locks_, queue_}, "check the lock tables");
+  if (!check.ok()) return check.status();
+  const PGresult* r = check->get();
+  const bool have_locks = Value(r, 0, 0) == "t";
+  const bool have_queue = Value(r, 0, 2) == "t";
+  auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
+    if (exists && Value(r, 0, col) != comment) {
+      return FailedPreconditionError(
+          "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
+          "' expected as its comment, found '" + Value(r, 0, col) +
+          "'); choose another with ?table=NAME");
+    }
+    return Status::Ok();
+  };
+  DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, locks_));
+  DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, queue_));
+  if (!have_locks || !have_queue) {
+    const std::uint64_t lock_id = KeyHash("dlock schema " + options_.table) >> 1;
+    const std::string sql =
+        Substitute(kCreateSql, {{"t", locks_},
+                                {"q", queue_},
+                                {"lock_id", std::to_string(lock_id)},
+                                {"locks_comment", kLocksComment},
+                                {"queue_comment", kQueueComment}});
+    auto created = run(sql, {}, ("create the lock tables " + locks_).c_str());
+    if (!created.ok()) {
+      // A failed statement inside BEGIN leaves the transaction open.
+      (void)run("ROLLBACK", {}, "roll back");
+      return created.status();
+    }
+  }
+  std::string prepare;
+  auto add = [&](const char* name, const char* types, const char* sql) {
+    prepare += "PREPARE " + std::string(name) + types + " AS " +
+               Substitute(sql, {{"t", locks_}, {"q", queue_}}) + ";\n";
+  };
+  add("dlock_acquire", "(bytea, text, bigint, bigint, text, text)", kAcquireSql);
+  add("dlock_acquire_once", "(bytea, text, bigint)", kAcquireOnceSql);
+  add("dlock_release", "(bytea, text, text, text)", kReleaseSql);
+  add("dlock_release_held", "(bytea, text, text, text)", kReleaseHeldSql);
+  add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
+  add("dlock_list", "(bytea, bytea)", kListSql);
+  add("dlock_ping", "", kPingSql);
+  auto prepared = run(prepare, {}, "prepare statements");
+  if (!prepared.ok()) return prepared.status();
+  return Status::Ok();
+}
+
+Status PostgresBackend::EnsureConnectedLocked(SteadyTime deadline, const std::string& what) {
+  // A session the server ended while idle (pg_terminate_backend, restart)
+  // has left its FATAL message and EOF on the socket: notice it now and
+  // reconnect, rather than fail the next statement.
+  if (conn_ && !DrainIdle(conn_.get())) conn_.reset();
+  if (conn_) return Status::Ok();
+  auto conn = Connect(options_.conninfo, deadline, options_.describe);
+  if (!conn.ok()) return conn.status().WithContext(what);  // "acquire k: connect (uri): ..."
+  DLOCK_RETURN_IF_ERROR(SetUpSessionLocked(conn->get(), deadline).WithContext(what));
+  conn_ = std::move(*conn);
+  return Status::Ok();
+}
+
+Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& params,
+                                            SteadyTime deadline, const std::string& what) {
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return UnavailableError(what + " (" + options_.describe + ")" +
+                            ": the connection stayed busy with another call past the time limit");
+  }
+  if (conn_ && awaiting_stale_reply_) {
+    // An earlier call gave up waiting for its reply; the statement may still
+    // be running (a slow fsync, a lock wait). Collect and discard that reply
+    // first instead of paying for a new connection, unless it is overdue.
+    bool timed_out = false;
+    (void)Await(conn_.get(), deadline, what, options_.describe, &timed_out);
+    if (timed_out) {
+      if (SteadyClock::now() - stale_since_ >= options_.connect_timeout) {
+        conn_.reset();
+        awaiting_stale_reply_ = false;
+      }
+      return UnavailableError(what + " (" + options_.describe + ")" +
+                              ": the server has not yet answered an earlier call");
+    }
+    awaiting_stale_reply_ = false;
+  }
+  DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  params.Fill(&values, &lengths);
+  if (PQsendQueryPrepared(conn_.get(), name, params.size(), values.data(), lengths.data(),
+                          params.formats(), 0) == 0) {
+    Status s = FromPg(conn_.get(), nullptr, what, options_.describe);
+    conn_.reset();
+    return s;
+  }
+  bool timed_out = false;
+  auto result = Await(conn_.get(), deadline, what, options_.describe, &timed_out);
+  if (PQstatus(conn_.get()) != CONNECTION_OK) {
+    conn_.reset();
+  } else if (timed_out) {
+    // The outcome is unknown (kUnavailable; the core reconciles by owner).
+    // The reply may still come: the next call collects it.
+    awaiting_stale_reply_ = true;
+    stale_since_ = SteadyClock::now();
+  }
+  return result;
+}
+
+Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.queue_ttl < milliseconds(0)) {
+    return InvalidArgumentError("acquire: queue_ttl is negative");
+  }
+  const std::string owner = request.owner.ToString();
+  const std::uint64_t hash = KeyHash(request.key);
+  const bool waiting = request.queue_ttl > milliseconds(0);
+  if (waiting) {
+    listener_.BeforeAttempt(hash, owner);
+    // Before sending: if the reply is lost, the place may exist.
+    MarkQueued(request.key, owner, true);
+  }
+
+  Params params;
+  params.Bytes(request.key).Text(owner).Int(request.ttl.count());
+  if (waiting) {
+    params.Int(request.queue_ttl.count())
+        .Text(ChannelName(options_.table, hash))
+        .Text(KeyHashText(hash));
+  }
+  auto result = Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, CallDeadline(),
+                    "acquire " + request.key);
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  Attempt attempt;
+  if (!IsNull(r, 0, 0)) {
+    attempt.granted = true;
+    attempt.token = static_cast<FencingToken>(IntValue(r, 0, 0));
+    if (waiting) {
+      listener_.Forget(hash, owner);
+      MarkQueued(request.key, owner, false);  // the grant removed the place
+    }
+    return attempt;
+  }
+  if (!IsNull(r, 0, 1)) attempt.holder_ttl_remaining = milliseconds(IntValue(r, 0, 1));
+  if (waiting) listener_.AfterRefused(hash, owner);
+  return attempt;
+}
+
+Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string owner_text = owner.ToString();
+  const std::uint64_t hash = KeyHash(key);
+  listener_.Forget(hash, owner_text);
+  Params params;
+  params.Bytes(key)
+      .Text(owner_text)
+      .Text(ChannelName(options_.table, hash))
+      .Text(KeyHashText(hash));
+  const std::string what = "release " + std::string(key);
+  const SteadyTime deadline = CallDeadline();
+  if (!IsMarkedQueued(key, owner_text)) {
+    auto held = Run("dlock_release_held", params, deadline, what);
+    if (!held.ok()) return held.status();
+    if (PQntuples(held->get()) == 1) return Status::Ok();
+    // Nothing released: was it somebody else's, or nobody's?
+  }
+  auto result = Run("dlock_release", params, deadline, what);
+  if (!result.ok()) return result.status();
+  MarkQueued(key, owner_text, false);
+  const PGresult* r = result->get();
+  if (IntValue(r, 0, 0) > 0) return Status::Ok();
+  if (Value(r, 0, 1) == "t") {
+    return NotOwnerError(what + ": the lock is held by another owner");
+  }
+  return Status::Ok();  // free or expired: releasing again is not an error
+}
+
+std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases) {
+  std::vector<Status> result(leases.size());
+  std::vector<std::string> keys, owners, ttls;
+  milliseconds shortest = options_.connect_timeout * kRenewBudgetDivisor;
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    result[i] = ValidateKey(leases[i].key);
+    if (result[i].ok()) result[i] = ValidateTtl(leases[i].ttl);
+    if (!result[i].ok()) continue;
+    keys.push_back(HexEncode(leases[i].key));
+    owners.push_back(leases[i].owner.ToString());
+    ttls.push_back(std::to_string(leases[i].ttl.count()));
+    shortest = std::min(shortest, leases[i].ttl);
+  }
+  if (keys.empty()) return result;
+  const milliseconds budget = std::clamp(shortest / kRenewBudgetDivisor, kMinRenewBudget,
+                                         std::max(kMinRenewBudget, options_.connect_timeout));
+  Params params;
+  params.Text(ArrayLiteral(keys)).Text(ArrayLiteral(owners)).Text(ArrayLiteral(ttls));
+  auto renewed = Run("dlock_renew", params, SteadyClock::now() + budget, "renew");
+  if (!renewed.ok()) {
+    // One statement: when it failed, none of its renewals happened.
+    for (Status& s : result) {
+      if (s.ok()) s = renewed.status();
+    }
+    return result;
+  }
+  std::set<std::pair<std::string, std::string>> done;
+  const PGresult* r = renewed->get();
+  for (int row = 0; row < PQntuples(r); ++row) done.emplace(Value(r, row, 0), Value(r, row, 1));
+  for (std::size_t i = 0; i < leases.size(); ++i) {
+    if (!result[i].ok()) continue;
+    if (done.count({HexEncode(leases[i].key), leases[i].owner.ToString()}) == 0) {
+      result[i] = NotOwnerError("lease on key " + leases[i].key +
+                                " is no longer held by this owner");
+    }
+  }
+  return result;
+}
+
+Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
+  const std::string what = "list '" + std::string(prefix) + "'";
+  const std::optional<std::string> end = PrefixEnd(prefix);
+  Params params;
+  params.Bytes(prefix);
+  if (end) {
+    params.Bytes(*end);
+  } else {
+    params.Null();
+  }
+  auto result = Run("dlock_list", params, CallDeadline(), what);
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  std::vector<HolderInfo> holders;
+  for (int row = 0; row < PQntuples(r); ++row) {
+    HolderInfo info;
+    if (!HexDecode(Value(r, row, 0), &info.key)) {
+      return InternalError(what + ": the server returned a malformed key");
+    }
+    Result<OwnerId> owner = OwnerId::Parse(Value(r, row, 1));
+    if (!owner.ok()) {
+      return InternalError(what + ": row for key " + info.key + " in " + locks_ +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    info.owner = *owner;
+    info.token = static_cast<FencingToken>(IntValue(r, row, 2));
+    info.ttl_remaining = milliseconds(IntValue(r, row, 3));
+    holders.push_back(std::move(info));
+  }
+  return holders;
+}
+
+bool PostgresBackend::WaitForRelease(std::string_view key, TimePoint until,
+                                     std::stop_token stop) {
+  const auto left = until - clock_->Now();
+  return listener_.Wait(KeyHash(key), SteadyClock::now() + left, std::move(stop));
+}
+
+// [a-z_][a-z0-9_]{0,56}: a plain identifier that needs no quoting rules
+// beyond double quotes, and leaves room for the "_queue" suffix.
+bool IsTableName(std::string_view name) {
+  if (name.empty() || name.size() > 57) return false;
+  auto lower = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
+  if (!lower(name.front())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return lower(c) || (c >= '0' && c <= '9'); });
+}
+
+// The libpq connection keywords this libpq knows.
+std::set<std::string> LibpqKeywords() {
+  std::set<std::string> out;
+  PQconninfoOption* options = PQconndefaults();
+  if (options == nullptr) return out;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) out.insert(o->keyword);
+  PQconninfoFree(options);
+  return out;
+}
+
+}  // namespace
+
+Result<PostgresOptions> OptionsFromUri(const internal::Uri& uri) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("bad PostgreSQL URI '" + uri.Redacted() + "': " + why);
+  };
+  if (uri.scheme != "postgres" && uri.scheme != "postgresql") {
+    return bad("the scheme is not postgres or postgresql");
+  }
+  PostgresOptions options;
+  options.describe = uri.Redacted();
+  ConnInfo& info = options.conninfo;
+  if (!uri.user.empty()) info.emplace_back("user", uri.user);
+  if (uri.has_password) info.emplace_back("password", uri.password);
+  if (!uri.hosts.empty()) {
+    // "h1:5432,[::1]:5433,h3" -> host "h1,::1,h3", port "5432,5433,".
+    std::string hosts, ports;
+    bool any_port = false;
+    std::size_t start = 0;
+    while (start <= uri.hosts.size()) {
+      std::size_t comma = uri.hosts.find(',', start);
+      if (comma == std::string::npos) comma = uri.hosts.size();
+      std::string_view item(uri.hosts.data() + start, comma - start);
+      std::string_view host = item, port;
+      if (!item.empty() && item.front() == '[') {
+        const std::size_t close = item.find(']');
+        if (close == std::string_view::npos) return bad("unclosed '[' in host '" + std::string(item) + "'");
+        host = item.substr(1, close - 1);
+        if (close + 1 < item.size()) {
+          if (item[close + 1] != ':') return bad("junk after ']' in host '" + std::string(item) + "'");
+          port = item.substr(close + 2);
+        }
+      } else if (const std::size_t colon = item.rfind(':'); colon != std::string_view::npos) {
+        host = item.substr(0, colon);
+        port = item.substr(colon + 1);
+      }
+      if (!port.empty() && !std::all_of(port.begin(), port.end(), ::isdigit)) {
+        return bad("port '" + std::string(port) + "' is not a number");
+      }
+      if (start > 0) {
+        hosts += ',';
+        ports += ',';
+      }
+      hosts += host;
+      ports += port;
+      any_port = any_port || !port.empty();
+      start = comma + 1;
+    }
+    info.emplace_back("host", hosts);
+    if (any_port) info.emplace_back("port", ports);
+  }
+  if (uri.path.size() > 1) info.emplace_back("dbname", uri.path.substr(1));
+
+  static const std::set<std::string> keywords = LibpqKeywords();
+  bool have_application_name = false, have_keepalives_idle = false;
+  for (const auto& [k, v] : uri.query) {
+    if (k == "table") {
+      if (!IsTableName(v)) {
+        return bad("table name '" + v +
+                   "' is not accepted: use a lower-case identifier, a letter or '_' and "
+                   "then up to 56 letters, digits or '_' (dlock adds '_queue' to it for the "
+                   "wait queue)");
+      }
+      options.table = v;
+      continue;
+    }
+    if (keywords.count(k) == 0 || k == "dbname" || k == "replication") {
+      return bad("unknown parameter '" + k +
+                 "': accepted: table, and libpq's connection parameters (sslmode, "
+                 "application_name, options, target_session_attrs, ...)");
+    }
+    have_application_name = have_application_name || k == "application_name";
+    have_keepalives_idle = have_keepalives_idle || k == "keepalives_idle";
+    info.emplace_back(k, v);
+  }
+  if (!have_application_name) info.emplace_back("application_name", "dlock");
+  // The LISTEN connection is idle for long stretches: find out within about
+  // half a minute that its server went away without a word.
+  if (!have_keepalives_idle) {
+    info.emplace_back("keepalives_idle", "15");
+    info.emplace_back("keepalives_interval", "5");
+    info.emplace_back("keepalives_count", "3");
+  }
+  return options;
+}
+
+Result<std::unique_ptr<Backend>> Open(const PostgresOptions& options) {
+  if (!IsTableName(options.table)) {
+    return InvalidArgumentError("table name '" + options.table + "' is not accepted");
+  }
+  if (options.connect_timeout <= milliseconds(0)) {
+    return InvalidArgumentError("connect timeout must be positive, got " +
+                                internal::FormatDuration(options.connect_timeout));
+  }
+  auto backend = std::make_unique<PostgresBackend>(options);
+  DLOCK_RETURN_IF_ERROR(backend->Init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
+                                      const internal::BackendParams& params) {
+  auto options = OptionsFromUri(uri);
+  if (!options.ok()) return options.status();
+  options->connect_timeout = params.connect_timeout;
+  options->clock = params.clock;
+  return Open(*options);
 }
 
 }  // namespace dlock::postgres

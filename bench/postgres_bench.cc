@@ -1,0 +1,453 @@
+// dlock_bench_postgres: what a lock on PostgreSQL costs, next to what any
+// lock on that server must pay. One run, one server (its own, started with
+// scripts/servers/postgres.sh, unless --uri names one):
+//
+//  (a) cycle    Client::TryAcquire(key, ttl 30s) then Lease::Release(),
+//               uncontended, one Client (its renewal thread running), timed
+//               per iteration; the acquire and release halves too.
+//  (b) floor    two single-row write round trips per iteration on one libpq
+//               connection to the same server with the same durability
+//               (autocommit, the server's synchronous_commit, which dlock
+//               also uses): a prepared `INSERT ... ON CONFLICT DO UPDATE` of
+//               one row, twice. "write RT" is one of them.
+//  (c) hand-off 4 contender processes (this binary again, --contender) loop
+//               Acquire(key, wait) / Release on one key for --seconds. The
+//               hand-off latency of grant i+1 is its Acquire's return minus
+//               the moment grant i's Release returned (the key was free from
+//               then on; measured on CLOCK_MONOTONIC, which all processes
+//               share); grants are ordered by token. Also shown from the
+//               Release call, which adds the release's own round trip; and
+//               the number of grants per process.
+//
+// Why (b) is the floor: a grant must be durable before TryAcquire returns (or
+// a crash could reissue its token), and a release must be a committed write
+// (or the key stays held until its TTL): two single-row write round trips
+// on the same connection is the least any lock on this server does.
+//
+// (a) and (b) alternate in blocks of 100 iterations so that drift on a noisy
+// machine hits both alike. Targets: cycle p50 <= 1.3 x floor p50; hand-off
+// p50 <= 3 x write RT p50; every process's grant count within +-15% of the
+// mean. Exit status: 0 when everything was measured (MISS included), 64 for a
+// bad flag, 1 when something could not be measured.
+#include <libpq-fe.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/uri.h"
+#include "dlock/client.h"
+
+#ifndef DLOCK_SOURCE_DIR
+#define DLOCK_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for all processes
+constexpr int kExitUsage = 64;
+constexpr int kBlock = 100;
+constexpr int kHandoffWarmUp = 20;  // grants left out at the start of (c)
+constexpr const char* kUsage =
+    "usage: dlock_bench_postgres [--uri URI] [--iterations N] [--seconds S] "
+    "[--contenders K] [--json FILE]";
+
+struct Flags {
+  std::string uri;  // empty: start a server of our own
+  int iterations = 2000;
+  int seconds = 5;
+  int contenders = 4;
+  std::string json_path;
+};
+
+[[noreturn]] void Die(const std::string& message, int code = 1) {
+  std::cerr << "dlock_bench_postgres: " << message << '\n';
+  std::exit(code);
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage << '\n';
+      std::exit(0);
+    }
+    int* count = arg == "--iterations"    ? &flags.iterations
+                 : arg == "--seconds"     ? &flags.seconds
+                 : arg == "--contenders"  ? &flags.contenders
+                                          : nullptr;
+    std::string* text = arg == "--uri" ? &flags.uri : arg == "--json" ? &flags.json_path : nullptr;
+    if (count == nullptr && text == nullptr) {
+      Die("unknown argument '" + std::string(arg) + "'; " + kUsage, kExitUsage);
+    }
+    if (i + 1 >= argc) Die(std::string(arg) + " needs a value; " + kUsage, kExitUsage);
+    const std::string value = argv[++i];
+    if (text != nullptr) {
+      *text = value;
+      continue;
+    }
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *count);
+    if (ec != std::errc() || end != value.data() + value.size() || *count < 1) {
+      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
+    }
+  }
+  if (flags.contenders < 2) Die("--contenders wants at least 2", kExitUsage);
+  return flags;
+}
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+double MicrosBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+nlohmann::json Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto rank = [&](std::size_t p) {
+    return us.empty() ? 0.0 : us[std::max<std::size_t>((p * us.size() + 99) / 100, 1) - 1];
+  };
+  const double sum = std::accumulate(us.begin(), us.end(), 0.0);
+  return {{"p50_us", rank(50)},
+          {"p99_us", rank(99)},
+          {"mean_us", us.empty() ? 0.0 : sum / us.size()},
+          {"n", us.size()}};
+}
+
+// ------------------------------------------------------------ the server
+
+// Our own server, stopped at exit (std::exit included).
+std::string StartServer() {
+  char tmpl[] = "/tmp/dlock-bench-pg.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
+  static std::string dir;
+  dir = std::string(tmpl) + "/server";
+  static const std::string script = DLOCK_SOURCE_DIR "/scripts/servers/postgres.sh";
+  const std::string start = "bash '" + script + "' start '" + dir + "' >/dev/null";
+  if (std::system(start.c_str()) != 0) Die("could not start a server with " + script);
+  std::atexit([] {
+    const std::string stop = "bash '" + script + "' stop '" + dir + "' >/dev/null 2>&1";
+    (void)std::system(stop.c_str());
+    std::error_code ignored;
+    std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ignored);
+  });
+  std::ifstream in(dir + "/uri");
+  std::string uri;
+  std::getline(in, uri);
+  if (uri.empty()) Die("the server script wrote no URI to " + dir + "/uri");
+  return uri;
+}
+
+// ------------------------------------------------------------ (b) floor
+
+class Floor {
+ public:
+  explicit Floor(const std::string& uri) : conn_(PQconnectdb(uri.c_str())) {
+    if (PQstatus(conn_) != CONNECTION_OK) Die(std::string("floor: connect: ") + PQerrorMessage(conn_));
+    PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
+    Exec("CREATE TABLE IF NOT EXISTS dlock_bench_floor (k int PRIMARY KEY, v bigint NOT NULL)");
+    PGresult* r = PQprepare(conn_, "floor",
+                            "INSERT INTO dlock_bench_floor (k, v) VALUES (1, $1) "
+                            "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                            1, nullptr);
+    Check(r, "prepare");
+  }
+  ~Floor() { PQfinish(conn_); }
+  Floor(const Floor&) = delete;
+  Floor& operator=(const Floor&) = delete;
+
+  // One single-row write, committed (autocommit) before it returns.
+  void Write() {
+    const std::string value = std::to_string(++value_);
+    const char* values[1] = {value.c_str()};
+    Check(PQexecPrepared(conn_, "floor", 1, values, nullptr, nullptr, 0), "write");
+  }
+  std::string Setting(const char* name) {
+    PGresult* r = PQexec(conn_, (std::string("SHOW ") + name).c_str());
+    std::string v = PQresultStatus(r) == PGRES_TUPLES_OK ? PQgetvalue(r, 0, 0) : "?";
+    PQclear(r);
+    return v;
+  }
+  void Exec(const char* sql) { Check(PQexec(conn_, sql), sql); }
+
+ private:
+  void Check(PGresult* r, const std::string& what) {
+    const ExecStatusType s = PQresultStatus(r);
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+      const std::string m = PQresultErrorMessage(r);
+      PQclear(r);
+      Die("floor: " + what + ": " + m);
+    }
+    PQclear(r);
+  }
+  PGconn* conn_;
+  std::int64_t value_ = 0;
+};
+
+struct Samples {
+  std::vector<double> cycle, acquire, release, floor, write;
+};
+
+void RunCyclesAndFloor(dlock::Client& client, Floor& floor, int n, Samples* out) {
+  dlock::AcquireOptions options;
+  options.ttl = std::chrono::seconds(30);
+  for (int i = 0; i < n; ++i) {
+    const auto start = Clock::now();
+    auto lease = client.TryAcquire("bench/cycle", options);
+    const auto acquired = Clock::now();
+    if (!lease.ok()) Die("cycle: TryAcquire: " + lease.status().message());
+    if (auto s = lease->Release(); !s.ok()) Die("cycle: Release: " + s.message());
+    const auto released = Clock::now();
+    if (out == nullptr) continue;
+    out->cycle.push_back(MicrosBetween(start, released));
+    out->acquire.push_back(MicrosBetween(start, acquired));
+    out->release.push_back(MicrosBetween(acquired, released));
+  }
+  for (int i = 0; i < n; ++i) {
+    const auto start = Clock::now();
+    floor.Write();  // as a grant
+    const auto mid = Clock::now();
+    floor.Write();  // as a release
+    const auto end = Clock::now();
+    if (out == nullptr) continue;
+    out->floor.push_back(MicrosBetween(start, end));
+    out->write.push_back(MicrosBetween(start, mid));
+    out->write.push_back(MicrosBetween(mid, end));
+  }
+}
+
+// ------------------------------------------------------------ (c) hand-off
+
+// One grant as a contender saw it.
+struct Grant {
+  std::uint64_t token;
+  int process;
+  std::int64_t acquired_ns, release_start_ns, release_end_ns;
+};
+
+// --contender URI KEY START_NS END_NS OUTFILE: loops Acquire/Release from
+// START_NS (so all begin together) until END_NS; writes one line per grant.
+int Contender(int argc, char** argv) {
+  if (argc != 7) Die("--contender URI KEY START_NS END_NS OUTFILE", kExitUsage);
+  const std::string uri = argv[2], key = argv[3], out_path = argv[6];
+  const std::int64_t start_ns = std::atoll(argv[4]), end_ns = std::atoll(argv[5]);
+  auto client = dlock::Client::Connect(uri);
+  if (!client.ok()) Die("contender: " + client.status().message());
+  dlock::AcquireOptions options;
+  options.ttl = std::chrono::seconds(10);
+  options.wait = std::chrono::seconds(20);
+  // Warm the connection (and the LISTEN one) before the start.
+  {
+    auto lease = (*client)->Acquire(key + "/warm/" + std::to_string(getpid()), options);
+    if (lease.ok()) (void)lease->Release();
+  }
+  while (NowNs() < start_ns) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  std::vector<Grant> grants;
+  while (NowNs() < end_ns) {
+    auto lease = (*client)->Acquire(key, options);
+    if (!lease.ok()) Die("contender: Acquire: " + lease.status().message());
+    Grant g{lease->token(), 0, NowNs(), 0, 0};
+    g.release_start_ns = NowNs();
+    if (auto s = lease->Release(); !s.ok()) Die("contender: Release: " + s.message());
+    g.release_end_ns = NowNs();
+    grants.push_back(g);
+  }
+  std::ofstream out(out_path);
+  for (const Grant& g : grants) {
+    out << g.token << ' ' << g.acquired_ns << ' ' << g.release_start_ns << ' ' << g.release_end_ns
+        << '\n';
+  }
+  return out.flush() ? 0 : 1;
+}
+
+struct Handoff {
+  std::vector<double> from_call_us, from_return_us;
+  std::vector<int> counts;
+};
+
+Handoff RunHandoff(const std::string& uri, const Flags& flags) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) Die("cannot read /proc/self/exe: " + ec.message());
+  char tmpl[] = "/tmp/dlock-bench-handoff.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
+  const std::string dir = tmpl;
+  const std::string key = "bench/handoff/" + std::to_string(getpid()) + "/" + std::to_string(NowNs());
+  const std::int64_t start_ns = NowNs() + 1'500'000'000;  // time to connect
+  const std::int64_t end_ns = start_ns + static_cast<std::int64_t>(flags.seconds) * 1'000'000'000;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < flags.contenders; ++i) {
+    const std::string out = dir + "/" + std::to_string(i);
+    const std::vector<std::string> args = {self.string(), "--contender", uri, key,
+                                           std::to_string(start_ns), std::to_string(end_ns), out};
+    const pid_t pid = fork();
+    if (pid < 0) Die(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a contender failed");
+  }
+  std::vector<Grant> grants;
+  Handoff result;
+  for (int i = 0; i < flags.contenders; ++i) {
+    std::ifstream in(dir + "/" + std::to_string(i));
+    Grant g{};
+    int n = 0;
+    while (in >> g.token >> g.acquired_ns >> g.release_start_ns >> g.release_end_ns) {
+      g.process = i;
+      grants.push_back(g);
+      if (g.acquired_ns < end_ns) ++n;
+    }
+    result.counts.push_back(n);
+  }
+  std::filesystem::remove_all(dir, ec);
+  std::sort(grants.begin(), grants.end(),
+            [](const Grant& a, const Grant& b) { return a.token < b.token; });
+  for (std::size_t i = kHandoffWarmUp; i + 1 < grants.size(); ++i) {
+    const Grant& prev = grants[i];
+    const Grant& next = grants[i + 1];
+    // Consecutive grants only (each grant bumps the key's token by one), and
+    // only while everybody was still contending.
+    if (next.token != prev.token + 1 || next.acquired_ns >= end_ns) continue;
+    result.from_call_us.push_back((next.acquired_ns - prev.release_start_ns) / 1000.0);
+    result.from_return_us.push_back((next.acquired_ns - prev.release_end_ns) / 1000.0);
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--contender") return Contender(argc, argv);
+  const Flags flags = ParseFlags(argc, argv);
+  const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
+  auto parsed = dlock::internal::ParseUri(uri);
+  if (!parsed.ok()) Die(parsed.status().message(), kExitUsage);
+
+  nlohmann::json report;
+  report["command"] = std::vector<std::string>(argv, argv + argc);
+  report["server"] = parsed->Redacted();
+  report["iterations"] = flags.iterations;
+  report["handoff_seconds"] = flags.seconds;
+  report["contenders"] = flags.contenders;
+
+  Samples samples;
+  Handoff handoff;
+  {
+    Floor floor(uri);
+    utsname uts{};
+    uname(&uts);
+    report["machine"] = {{"cpus", std::thread::hardware_concurrency()}, {"kernel", uts.release}};
+    report["postgres"] = {{"version", floor.Setting("server_version")},
+                          {"fsync", floor.Setting("fsync")},
+                          {"synchronous_commit", floor.Setting("synchronous_commit")},
+                          {"wal_sync_method", floor.Setting("wal_sync_method")}};
+    std::cout << "dlock PostgreSQL benchmark\n  machine:  " << report["machine"]["cpus"]
+              << " vCPU, Linux " << uts.release << "\n  server:   " << parsed->Redacted()
+              << " (PostgreSQL " << floor.Setting("server_version")
+              << ", fsync=" << floor.Setting("fsync")
+              << ", synchronous_commit=" << floor.Setting("synchronous_commit")
+              << ")\n  runs:     " << flags.iterations << " cycles after " << kBlock
+              << " warm-up; hand-off " << flags.contenders << " processes x " << flags.seconds
+              << " s\n\n"
+              << std::flush;
+    auto client = dlock::Client::Connect(uri);
+    if (!client.ok()) Die("cannot open " + parsed->Redacted() + ": " + client.status().message());
+    RunCyclesAndFloor(**client, floor, kBlock, nullptr);
+    for (int done = 0; done < flags.iterations; done += kBlock) {
+      RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
+    }
+    floor.Exec("DROP TABLE dlock_bench_floor");
+  }
+  handoff = RunHandoff(uri, flags);
+
+  const struct {
+    const char *key, *label;
+    const std::vector<double>& us;
+  } rows[] = {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
+              {"cycle_acquire", "  acquire half", samples.acquire},
+              {"cycle_release", "  release half", samples.release},
+              {"floor", "floor: 2 raw single-row writes", samples.floor},
+              {"write_rt", "  one write round trip", samples.write},
+              {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
+              {"handoff_from_call", "  from the Release call", handoff.from_call_us}};
+  auto& results = report["results"];
+  char line[200];
+  std::snprintf(line, sizeof line, "%-32s %10s %10s %10s %6s\n", "", "p50 µs", "p99 µs", "mean µs",
+                "n");
+  std::cout << line;
+  for (const auto& row : rows) {
+    const auto& r = results[row.key] = Summarize(row.us);
+    std::snprintf(line, sizeof line, "%-32s %10.1f %10.1f %10.1f %6zu\n", row.label,
+                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
+                  r["n"].get<std::size_t>());
+    std::cout << line;
+  }
+  const double mean_count =
+      std::accumulate(handoff.counts.begin(), handoff.counts.end(), 0.0) / handoff.counts.size();
+  double worst = 0;
+  std::string counts;
+  for (int c : handoff.counts) {
+    worst = std::max(worst, std::abs(c - mean_count) / mean_count);
+    counts += (counts.empty() ? "" : " ") + std::to_string(c);
+  }
+  results["grants_per_process"] = handoff.counts;
+  std::cout << "grants per process: " << counts << " (mean " << mean_count << ")\n\n";
+
+  const double cycle_ratio =
+      results["cycle"]["p50_us"].get<double>() / results["floor"]["p50_us"].get<double>();
+  const double handoff_ratio =
+      results["handoff"]["p50_us"].get<double>() / results["write_rt"]["p50_us"].get<double>();
+  const struct {
+    const char *key, *label;
+    double value, target;
+    const char* unit;
+  } ratios[] = {
+      {"cycle_over_floor_p50", "cycle p50 / floor p50", cycle_ratio, 1.3, "x"},
+      {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50", handoff_ratio, 3.0, "x"},
+      {"grant_count_spread", "max |count - mean| / mean", worst * 100, 15.0, "%"},
+  };
+  for (const auto& r : ratios) {
+    const bool pass = r.value <= r.target;
+    report["ratios"][r.key] = {{"value", r.value}, {"target", r.target}, {"pass", pass}};
+    std::snprintf(line, sizeof line, "%-32s %6.2f%s  target <= %.1f%s  %s\n", r.label, r.value,
+                  r.unit, r.target, r.unit, pass ? "PASS" : "MISS");
+    std::cout << line;
+  }
+  if (!flags.json_path.empty()) {
+    std::ofstream out(flags.json_path);
+    out << report.dump(2) << '\n';
+    if (!out.flush()) Die("cannot write " + flags.json_path);
+  }
+  return 0;
+}

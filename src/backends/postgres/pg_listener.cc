@@ -1,0 +1,407 @@
+#include "backends/postgres/pg_listener.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+namespace dlock::postgres {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr milliseconds kFirstBackoff{100};
+constexpr milliseconds kMaxBackoff{2000};
+// A channel nobody waited on for this long is UNLISTENed (re-LISTENing costs
+// a round trip, so a key contended now and then keeps its channel).
+constexpr std::chrono::seconds kIdleUnlisten{30};
+// How often the thread wakes with nothing to do (housekeeping only).
+constexpr std::chrono::seconds kIdleTick{1};
+
+int ChannelOf(std::uint64_t key_hash) { return static_cast<int>(key_hash % kChannels); }
+
+}  // namespace
+
+std::uint64_t KeyHash(std::string_view key) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string ChannelName(std::string_view table, std::uint64_t key_hash) {
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "_%02x", ChannelOf(key_hash));
+  return std::string(table) + suffix;
+}
+
+std::string KeyHashText(std::uint64_t key_hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(key_hash));
+  return text;
+}
+
+Listener::Listener(ConnInfo info, std::string table, milliseconds connect_timeout,
+                   std::string where)
+    : info_(std::move(info)),
+      table_(std::move(table)),
+      connect_timeout_(connect_timeout),
+      where_(std::move(where)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+Listener::~Listener() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  WakeThread();
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Listener::WakeThread() {
+  if (wake_fd_ < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+}
+
+void Listener::Disarm(KeyState& state, ThreadWait& wait, int channel) {
+  if (!wait.armed) return;
+  auto it = state.owners.find(wait.owner);
+  if (it != state.owners.end() && --it->second <= 0) state.owners.erase(it);
+  channels_[channel].armed--;
+  channels_[channel].last_used = SteadyClock::now();
+  wait.armed = false;
+}
+
+void Listener::BeforeAttempt(std::uint64_t key_hash, const std::string& owner) {
+  std::lock_guard lock(mu_);
+  const int channel = ChannelOf(key_hash);
+  // When the key's channel is LISTENed already, this attempt is covered from
+  // its start: arm now, and a refused attempt can wait at once. Otherwise
+  // the first Wait() LISTENs and asks for one more attempt.
+  const bool listening = healthy_ && channels_[channel].listening;
+  auto key = keys_.find(key_hash);
+  if (key == keys_.end()) {
+    if (!listening) return;
+    key = keys_.try_emplace(key_hash).first;
+  }
+  auto [wait, inserted] = key->second.threads.try_emplace(std::this_thread::get_id());
+  if (!inserted && wait->second.owner != owner) {
+    // A new acquisition on this thread and key: the old one was never
+    // forgotten (it cannot be waiting any more).
+    Disarm(key->second, wait->second, channel);
+  }
+  wait->second.owner = owner;
+  if (listening && !wait->second.armed) {
+    wait->second.armed = true;
+    key->second.owners[owner]++;
+    channels_[channel].armed++;
+    channels_[channel].last_used = SteadyClock::now();
+  }
+  wait->second.seen = key->second.seq;
+  wait->second.wake_at = SteadyTime::max();
+}
+
+void Listener::AfterRefused(std::uint64_t key_hash, const std::string& owner) {
+  std::lock_guard lock(mu_);
+  KeyState& key = keys_[key_hash];
+  auto [wait, inserted] = key.threads.try_emplace(std::this_thread::get_id());
+  if (inserted || wait->second.owner != owner) {
+    Disarm(key, wait->second, ChannelOf(key_hash));
+    wait->second.owner = owner;
+    wait->second.seen = key.seq;
+  }
+}
+
+void Listener::Forget(std::uint64_t key_hash, const std::string& owner) {
+  std::lock_guard lock(mu_);
+  auto key = keys_.find(key_hash);
+  if (key == keys_.end()) return;
+  auto& threads = key->second.threads;
+  for (auto it = threads.begin(); it != threads.end();) {
+    if (it->second.owner == owner) {
+      Disarm(key->second, it->second, ChannelOf(key_hash));
+      it = threads.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (threads.empty()) keys_.erase(key);
+}
+
+bool Listener::Listening(std::uint64_t key_hash) {
+  std::lock_guard lock(mu_);
+  return healthy_ && channels_[ChannelOf(key_hash)].listening;
+}
+
+bool Listener::Wait(std::uint64_t key_hash, SteadyTime until, std::stop_token stop) {
+  const int channel = ChannelOf(key_hash);
+  const auto me = std::this_thread::get_id();
+  std::unique_lock lock(mu_);
+  auto key = keys_.find(key_hash);
+  if (key == keys_.end()) return false;
+  auto wait = key->second.threads.find(me);
+  if (wait == key->second.threads.end()) return false;
+  if (!wait->second.armed) {
+    lock.unlock();
+    // LISTEN now, and let the core try again at once: a release between its
+    // refused attempt and this LISTEN would otherwise go unnoticed.
+    return Arm(key_hash);
+  }
+  if (!healthy_ || !channels_[channel].listening) {
+    WakeThread();  // reconnect soon; meanwhile the core polls
+    return false;
+  }
+  const std::uint64_t seen = wait->second.seen;
+  // The wait of this thread, or null once it was forgotten.
+  auto mine = [&]() -> const ThreadWait* {
+    auto k = keys_.find(key_hash);
+    if (k == keys_.end()) return nullptr;
+    auto w = k->second.threads.find(me);
+    return w == k->second.threads.end() ? nullptr : &w->second;
+  };
+  auto woken = [&] {
+    if (stopping_ || !healthy_) return true;
+    const ThreadWait* w = mine();
+    return w == nullptr || keys_.find(key_hash)->second.seq != seen;
+  };
+  for (;;) {
+    if (woken() || stop.stop_requested()) return true;
+    const SteadyTime deadline = std::min(until, mine()->wake_at);
+    if (SteadyClock::now() >= deadline) return true;
+    cv_.wait_until(lock, stop, deadline, [&] {
+      // Woken, or told of an earlier expiry than this wait's deadline.
+      return woken() || mine()->wake_at < deadline;
+    });
+  }
+}
+
+bool Listener::Arm(std::uint64_t key_hash) {
+  const int channel = ChannelOf(key_hash);
+  {
+    std::lock_guard lock(mu_);
+    auto key = keys_.find(key_hash);
+    if (key == keys_.end()) return false;
+    auto wait = key->second.threads.find(std::this_thread::get_id());
+    if (wait == key->second.threads.end()) return false;
+    if (!wait->second.armed) {
+      wait->second.armed = true;
+      key->second.owners[wait->second.owner]++;
+      channels_[channel].armed++;
+    }
+    channels_[channel].last_used = SteadyClock::now();
+    if (!thread_started_) {
+      thread_started_ = true;
+      thread_ = std::thread([this] { Run(); });
+    }
+    if (healthy_ && channels_[channel].listening) return true;
+  }
+  const SteadyTime deadline = SteadyClock::now() + connect_timeout_;
+  std::unique_lock conn_lock(conn_mu_, std::defer_lock);
+  if (!conn_lock.try_lock_until(deadline)) return false;
+  if (!conn_) {
+    const bool ok = ConnectLocked(deadline);  // LISTENs every armed channel
+    WakeThread();                              // to poll the new socket
+    return ok;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (healthy_ && channels_[channel].listening) return true;
+  }
+  const std::string sql = "LISTEN \"" + ChannelName(table_, key_hash) + "\"";
+  if (PQsendQuery(conn_.get(), sql.c_str()) == 0) {
+    DropConnectionLocked();
+    return false;
+  }
+  if (!Await(conn_.get(), deadline, "listen", where_).ok()) {
+    DropConnectionLocked();
+    return false;
+  }
+  DispatchLocked();
+  std::lock_guard lock(mu_);
+  channels_[channel].listening = healthy_;
+  return healthy_;
+}
+
+bool Listener::ConnectLocked(SteadyTime deadline) {
+  auto conn = Connect(info_, deadline, where_);
+  if (!conn.ok()) return false;
+  std::string sql;
+  std::vector<int> armed;
+  {
+    std::lock_guard lock(mu_);
+    for (int c = 0; c < kChannels; ++c) {
+      if (channels_[c].armed > 0) {
+        armed.push_back(c);
+        sql += "LISTEN \"" + ChannelName(table_, static_cast<std::uint64_t>(c)) + "\";";
+      }
+    }
+  }
+  if (!sql.empty()) {
+    if (PQsendQuery(conn->get(), sql.c_str()) == 0) return false;
+    if (!Await(conn->get(), deadline, "listen", where_).ok()) return false;
+  }
+  conn_ = std::move(*conn);
+  {
+    std::lock_guard lock(mu_);
+    healthy_ = true;
+    for (int c : armed) channels_[c].listening = true;
+    // Whatever was sent while there was no connection is lost: everybody
+    // looks again.
+    for (auto& [hash, key] : keys_) key.seq++;
+  }
+  cv_.notify_all();
+  DispatchLocked();
+  return true;
+}
+
+void Listener::DropConnectionLocked() {
+  conn_.reset();
+  {
+    std::lock_guard lock(mu_);
+    healthy_ = false;
+    for (Channel& c : channels_) c.listening = false;
+    for (auto& [hash, key] : keys_) key.seq++;
+  }
+  cv_.notify_all();
+  WakeThread();
+}
+
+void Listener::DispatchLocked() {
+  if (!conn_) return;
+  bool woke = false;
+  while (PGnotify* n = PQnotifies(conn_.get())) {
+    const std::string_view payload = n->extra != nullptr ? n->extra : "";
+    std::uint64_t hash = 0;
+    bool parsed = payload.size() >= 16;
+    for (std::size_t i = 0; parsed && i < 16; ++i) {
+      const char c = payload[i];
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) parsed = false;
+      hash = hash * 16 + static_cast<std::uint64_t>(v);
+    }
+    // "<hash> <owner>" (a release) or "<hash> <owner> <ttl_ms>" (a grant).
+    std::string owner;
+    std::optional<long long> ttl_ms;
+    if (payload.size() > 17) {
+      const std::string_view rest = payload.substr(17);
+      const std::size_t space = rest.find(' ');
+      owner = std::string(rest.substr(0, space));
+      if (space != std::string_view::npos) {
+        long long ms = 0;
+        const std::string_view digits = rest.substr(space + 1);
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ms);
+        if (ec == std::errc() && end == digits.data() + digits.size() && ms >= 0) ttl_ms = ms;
+      }
+    }
+    PQfreemem(n);
+    if (!parsed) continue;
+    std::lock_guard lock(mu_);
+    auto key = keys_.find(hash);
+    if (key == keys_.end()) continue;
+    if (ttl_ms) {
+      // Received after the grant: waking at receipt + ttl is never early.
+      const SteadyTime expiry = SteadyClock::now() + milliseconds(*ttl_ms);
+      for (auto& [thread, wait] : key->second.threads) {
+        if (wait.owner == owner) {
+          wait.wake_at = expiry;
+          woke = true;
+        }
+      }
+    } else if (owner.empty() || key->second.owners.count(owner) > 0) {
+      key->second.seq++;
+      woke = true;
+    }
+  }
+  if (woke) cv_.notify_all();
+}
+
+void Listener::UnlistenIdleLocked() {
+  std::string sql;
+  std::vector<int> idle;
+  const auto now = SteadyClock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (int c = 0; c < kChannels; ++c) {
+      const Channel& ch = channels_[c];
+      if (ch.listening && ch.armed == 0 && now - ch.last_used > kIdleUnlisten) {
+        idle.push_back(c);
+        sql += "UNLISTEN \"" + ChannelName(table_, static_cast<std::uint64_t>(c)) + "\";";
+      }
+    }
+  }
+  if (sql.empty()) return;
+  if (PQsendQuery(conn_.get(), sql.c_str()) == 0 ||
+      !Await(conn_.get(), now + connect_timeout_, "unlisten", where_).ok()) {
+    DropConnectionLocked();
+    return;
+  }
+  DispatchLocked();
+  std::lock_guard lock(mu_);
+  for (int c : idle) {
+    if (channels_[c].armed == 0) channels_[c].listening = false;
+  }
+}
+
+void Listener::Run() {
+  milliseconds backoff = kFirstBackoff;
+  SteadyTime next_connect{};
+  for (;;) {
+    int fd = -1;
+    SteadyTime wake_at;
+    {
+      std::unique_lock conn_lock(conn_mu_);
+      bool want = false;
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+        want = std::any_of(channels_.begin(), channels_.end(),
+                           [](const Channel& c) { return c.armed > 0; });
+      }
+      if (conn_) {
+        if (PQconsumeInput(conn_.get()) == 0 || PQstatus(conn_.get()) != CONNECTION_OK) {
+          DropConnectionLocked();
+        } else {
+          DispatchLocked();
+        }
+      }
+      auto now = SteadyClock::now();
+      if (!conn_ && want && now >= next_connect) {
+        if (ConnectLocked(now + connect_timeout_)) {
+          backoff = kFirstBackoff;
+        } else {
+          now = SteadyClock::now();
+          next_connect = now + backoff;
+          backoff = std::min(backoff * 2, kMaxBackoff);
+        }
+      }
+      if (conn_) UnlistenIdleLocked();
+      now = SteadyClock::now();
+      if (conn_) {
+        fd = PQsocket(conn_.get());
+        wake_at = now + kIdleTick;
+      } else {
+        wake_at = want ? std::max(next_connect, now) : now + kIdleTick;
+      }
+    }
+    if (fd >= 0) {
+      PollFd(fd, POLLIN, wake_at, wake_fd_);
+    } else {
+      PollFd(wake_fd_, POLLIN, wake_at);
+    }
+    std::uint64_t drained;
+    [[maybe_unused]] ssize_t n = read(wake_fd_, &drained, sizeof drained);
+  }
+}
+
+}  // namespace dlock::postgres

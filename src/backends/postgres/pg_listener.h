@@ -1,0 +1,133 @@
+// Listener: the PostgreSQL backend's LISTEN connection, shared by every
+// thread of one backend that waits for a key.
+//
+// Releases NOTIFY one of kChannels channels, `<table>_<nn>` with nn the key's
+// hash modulo kChannels (two hex digits), with the payload
+// "<16 hex digits of the key hash> <owner at the head of the key's wait
+// queue, or nothing>". A waiter wakes only for its own key, and only when the
+// notification names one of this process's waiting owners for that key or
+// names nobody (no queue: everybody may try). So a release wakes the next
+// waiter in line, not the herd. A grant to a waiter NOTIFYs
+// "<hash> <next owner in line> <ttl_ms>": that waiter, which may have been
+// refused while the key was free (it was not first), then wakes when the new
+// lease is due to expire, should its holder vanish.
+//
+// No notification may be missed between a refused attempt and the wait for
+// the next release. Before each waiting attempt, BeforeAttempt() notes how
+// many notifications the key has had, and Wait() returns at once if another
+// arrived since; so an attempt must start with its channel LISTENed. When it
+// is not (the first wait on that channel), the refused attempt's Wait()
+// LISTENs (synchronously) and returns at once, and the core's next attempt
+// is covered. A process that never waits never opens this connection.
+//
+// One thread reads notifications and reconnects (with backoff) while anybody
+// waits. While the connection is down, Wait() returns false and the core
+// polls instead; when it comes back every waiter is woken to check again,
+// since notifications sent meanwhile are lost.
+//
+// TryAcquire and WaitForRelease of one waiting acquire run on one thread (the
+// core's acquire loop): per-thread state is keyed by std::this_thread.
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
+#define DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "backends/postgres/pg_util.h"
+
+namespace dlock::postgres {
+
+inline constexpr int kChannels = 64;
+
+// FNV-1a, 64 bits, of the key's bytes: every dlock process computes the
+// same channel and payload for a key.
+std::uint64_t KeyHash(std::string_view key);
+// "<table>_<nn>".
+std::string ChannelName(std::string_view table, std::uint64_t key_hash);
+// "<16 hex digits>".
+std::string KeyHashText(std::uint64_t key_hash);
+
+class Listener {
+ public:
+  Listener(ConnInfo info, std::string table, std::chrono::milliseconds connect_timeout,
+           std::string where);
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // Before a waiting attempt (queue_ttl > 0) of `owner` on the key.
+  void BeforeAttempt(std::uint64_t key_hash, const std::string& owner);
+  // After a refused waiting attempt.
+  void AfterRefused(std::uint64_t key_hash, const std::string& owner);
+  // The owner was granted the key or released it: stop waiting for it.
+  void Forget(std::uint64_t key_hash, const std::string& owner);
+  // WaitForRelease: see the comment at the top.
+  bool Wait(std::uint64_t key_hash, SteadyTime until, std::stop_token stop);
+
+  // For tests: the channel is LISTENed on a live connection.
+  bool Listening(std::uint64_t key_hash);
+
+ private:
+  struct ThreadWait {
+    std::string owner;
+    bool armed = false;      // counted in owners and channel armed
+    std::uint64_t seen = 0;  // KeyState::seq before the last attempt
+    // When the lease granted to somebody else since the last attempt is due
+    // to expire (a grant's notification to the next in line).
+    SteadyTime wake_at = SteadyTime::max();
+  };
+  struct KeyState {
+    std::uint64_t seq = 0;  // relevant notifications so far
+    std::map<std::string, int> owners;  // armed owners -> how many threads
+    std::map<std::thread::id, ThreadWait> threads;
+  };
+  struct Channel {
+    int armed = 0;
+    bool listening = false;
+    std::chrono::steady_clock::time_point last_used{};
+  };
+
+  // Makes this thread's wait on the key armed and its channel LISTENed.
+  bool Arm(std::uint64_t key_hash);
+  void Run();
+  // With conn_mu_ held.
+  bool ConnectLocked(SteadyTime deadline);
+  void DropConnectionLocked();
+  void DispatchLocked();
+  void UnlistenIdleLocked();
+  void Disarm(KeyState& state, ThreadWait& wait, int channel);
+  void WakeThread();
+
+  const ConnInfo info_;
+  const std::string table_;
+  const std::chrono::milliseconds connect_timeout_;
+  const std::string where_;
+  int wake_fd_ = -1;  // eventfd: stop, or (re)connect now
+
+  // Guards conn_; held while talking to the server. Taken before mu_.
+  TimedMutex conn_mu_;
+  PgConnHandle conn_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable_any cv_;
+  bool stopping_ = false;
+  bool healthy_ = false;  // conn_ is up and its LISTENs are in place
+  bool thread_started_ = false;
+  std::unordered_map<std::uint64_t, KeyState> keys_;
+  std::array<Channel, kChannels> channels_{};
+  std::thread thread_;
+};
+
+}  // namespace dlock::postgres
+
+#endif  // DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_

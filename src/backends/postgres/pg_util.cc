@@ -1,0 +1,218 @@
+#include "backends/postgres/pg_util.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <system_error>
+
+#include "core/duration.h"
+
+namespace dlock::postgres {
+namespace {
+
+// libpq messages end in a newline and may span lines ("...failed: ...\n\tIs
+// the server running..."): one line reads better inside a Status.
+std::string OneLine(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') {
+      out += "; ";
+    } else if (c != '\t' && c != '\r') {
+      out += c;
+    }
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
+  return out;
+}
+
+bool IsOneOf(std::string_view code, std::initializer_list<std::string_view> codes) {
+  for (std::string_view c : codes) {
+    if (code == c) return true;
+  }
+  return false;
+}
+
+std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+}  // namespace
+
+Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
+              std::string_view where) {
+  const std::string prefix = std::string(what) + " (" + std::string(where) + "): ";
+  const char* state =
+      result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  if (state == nullptr || *state == '\0') {
+    // No SQLSTATE: libpq's own failure (connection refused or lost, bad
+    // authentication exchange, out of memory). Its text is in the result if
+    // there is one, else on the connection.
+    std::string text;
+    if (result != nullptr) text = PQresultErrorMessage(result);
+    if (text.empty() && conn != nullptr) text = PQerrorMessage(conn);
+    if (text.empty()) text = "libpq reported an error without a message";
+    return UnavailableError(prefix + OneLine(text));
+  }
+  const std::string code = state;
+  const char* primary = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+  const std::string text = OneLine(primary != nullptr ? primary : PQresultErrorMessage(result)) +
+                           " (SQLSTATE " + code + ")";
+  const std::string_view cls = std::string_view(code).substr(0, 2);
+  if (code == "25006") {
+    return UnavailableError(prefix + text + ": the server is read-only (a standby?)");
+  }
+  if (IsOneOf(cls, {"08",    // connection exception
+                    "28",    // invalid authorization (wrong password, no such role)
+                    "3D",    // database does not exist
+                    "40",    // serialization failure, deadlock: retry
+                    "53",    // insufficient resources: disk full, too many connections
+                    "55",    // lock not available, object in use
+                    "57",    // query cancelled, admin/crash shutdown, cannot connect now
+                    "58"})) {  // system error (I/O)
+    return UnavailableError(prefix + text);
+  }
+  if (IsOneOf(code, {"42P01", "42703", "42501", "42883", "3F000"})) {
+    // Missing table/column/function/schema or no privilege: a deployment
+    // problem to fix before retrying.
+    return FailedPreconditionError(prefix + text);
+  }
+  return InternalError(prefix + "unexpected PostgreSQL error: " + text);
+}
+
+int PollFd(int fd, short events, SteadyTime deadline, int extra_fd) {
+  for (;;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    long long ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    if (ms < 0) ms = 0;
+    if (ms > INT_MAX) ms = INT_MAX;
+    pollfd fds[2] = {{fd, events, 0}, {extra_fd, POLLIN, 0}};
+    const int r = poll(fds, extra_fd >= 0 ? 2 : 1, static_cast<int>(ms));
+    if (r < 0 && errno == EINTR) continue;
+    return r;
+  }
+}
+
+Result<PgConnHandle> Connect(const ConnInfo& info, SteadyTime deadline,
+                             std::string_view where) {
+  const auto budget = std::chrono::ceil<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : info) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  PgConnHandle conn(PQconnectStartParams(keys.data(), values.data(), 0));
+  if (!conn) return UnavailableError("connect (" + std::string(where) + "): out of memory");
+  if (PQstatus(conn.get()) == CONNECTION_BAD) return FromPg(conn.get(), nullptr, "connect", where);
+  // As if PQconnectPoll had asked for writability (libpq's documented start).
+  PostgresPollingStatusType poll_status = PGRES_POLLING_WRITING;
+  while (poll_status != PGRES_POLLING_OK) {
+    if (poll_status == PGRES_POLLING_FAILED) return FromPg(conn.get(), nullptr, "connect", where);
+    const int fd = PQsocket(conn.get());
+    if (fd >= 0) {
+      const int r = PollFd(fd, poll_status == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
+      if (r == 0) {
+        return UnavailableError("connect (" + std::string(where) + "): no answer within " +
+                                internal::FormatDuration(std::max(budget, std::chrono::milliseconds(0))) +
+                                " (the connect timeout)");
+      }
+      if (r < 0) {
+        return UnavailableError("connect (" + std::string(where) + "): poll: " + ErrnoText(errno));
+      }
+    }
+    poll_status = PQconnectPoll(conn.get());
+  }
+  if (PQsetnonblocking(conn.get(), 1) != 0) return FromPg(conn.get(), nullptr, "connect", where);
+  // dlock's own statements raise only harmless notices; never print them.
+  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
+  return conn;
+}
+
+Result<PgResultHandle> Await(PGconn* conn, SteadyTime deadline, std::string_view what,
+                             std::string_view where, bool* timed_out) {
+  if (timed_out != nullptr) *timed_out = false;
+  auto timeout = [&]() -> Status {
+    if (timed_out != nullptr) *timed_out = true;
+    return UnavailableError(std::string(what) + " (" + std::string(where) + ")" +
+                            ": no reply within the time limit (the outcome is unknown)");
+  };
+  const int fd = PQsocket(conn);
+  for (;;) {
+    const int f = PQflush(conn);
+    if (f == 0) break;
+    if (f < 0) return FromPg(conn, nullptr, what, where);
+    const int r = PollFd(fd, POLLOUT | POLLIN, deadline);
+    if (r == 0) return timeout();
+    // Reading while the send blocks keeps a server that is itself blocked
+    // on sending to us from deadlocking the pair (libpq's advice).
+    if (r > 0 && PQconsumeInput(conn) == 0) return FromPg(conn, nullptr, what, where);
+  }
+  PgResultHandle last, error;
+  for (;;) {
+    while (PQisBusy(conn) != 0) {
+      const int r = PollFd(fd, POLLIN, deadline);
+      if (r == 0) return timeout();
+      if (r < 0) {
+        return UnavailableError(std::string(what) + " (" + std::string(where) + ")" +
+                                ": poll: " + ErrnoText(errno));
+      }
+      if (PQconsumeInput(conn) == 0) return FromPg(conn, nullptr, what, where);
+    }
+    PgResultHandle result(PQgetResult(conn));
+    if (!result) break;
+    const ExecStatusType status = PQresultStatus(result.get());
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      last = std::move(result);
+    } else if (!error) {
+      error = std::move(result);
+    }
+  }
+  if (error) return FromPg(conn, error.get(), what, where);
+  if (!last) return FromPg(conn, nullptr, what, where);
+  return last;
+}
+
+bool DrainIdle(PGconn* conn) {
+  if (PQstatus(conn) != CONNECTION_OK) return false;
+  pollfd p{PQsocket(conn), POLLIN, 0};
+  int r;
+  do {
+    r = poll(&p, 1, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r > 0 && PQconsumeInput(conn) == 0) return false;
+  return PQstatus(conn) == CONNECTION_OK;
+}
+
+std::string HexEncode(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out += kDigits[b >> 4];
+    out += kDigits[b & 0xf];
+  }
+  return out;
+}
+
+bool HexDecode(std::string_view hex, std::string* out) {
+  if (hex.size() % 2 != 0) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  out->clear();
+  out->reserve(hex.size() / 2);
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+}  // namespace dlock::postgres

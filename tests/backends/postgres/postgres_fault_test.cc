@@ -1,0 +1,166 @@
+// The PostgreSQL backend when the server misbehaves: our session is killed,
+// the server restarts cleanly or after a crash, or it is away longer than a
+// lease. These drive the fixture server through $DLOCK_TEST_SERVER_SCRIPT
+// (scripts/servers/postgres.sh restart|crash|down|up $DLOCK_TEST_SERVER_DIR).
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/registry.h"
+#include "dlock/client.h"
+#include "postgres_test_util.h"
+
+namespace dlock {
+namespace {
+
+using std::chrono::milliseconds;
+using testing_pg::AdminConnect;
+using testing_pg::Query;
+using testing_pg::ServerUri;
+using testing_pg::Unique;
+using testing_pg::WithParam;
+
+// Runs the fixture's server script with `verb`; false if it failed.
+bool Server(const std::string& verb) {
+  const char* script = std::getenv("DLOCK_TEST_SERVER_SCRIPT");
+  const char* dir = std::getenv("DLOCK_TEST_SERVER_DIR");
+  if (script == nullptr || dir == nullptr) return false;
+  const std::string command = "bash '" + std::string(script) + "' " + verb + " '" + dir + "'";
+  return std::system(command.c_str()) == 0;
+}
+
+class PostgresFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DLOCK_REQUIRE_SERVER();
+    if (std::getenv("DLOCK_TEST_SERVER_SCRIPT") == nullptr) {
+      GTEST_SKIP() << "needs the fixture server (DLOCK_TEST_SERVER_SCRIPT)";
+    }
+  }
+
+  static std::unique_ptr<Client> NewClient(const std::string& uri = ServerUri()) {
+    internal::BackendParams params;
+    params.clock = DefaultClock();
+    params.connect_timeout = milliseconds(2000);
+    auto b = internal::OpenBackend(uri, params);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? Client::FromBackend(std::move(*b)) : nullptr;
+  }
+
+  static AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
+    AcquireOptions o;
+    o.ttl = ttl;
+    o.wait = wait;
+    return o;
+  }
+};
+
+TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
+  const std::string app = Unique("dlock_kill");
+  auto client = NewClient(WithParam(ServerUri(), "application_name=" + app));
+  auto waiter = NewClient(WithParam(ServerUri(), "application_name=" + app));
+  const std::string key = Unique("kill");
+  auto lease = client->TryAcquire(key, Opts(milliseconds(600)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  // A waiter on the key keeps a LISTEN session open, so both kinds of
+  // session are killed below.
+  std::optional<Result<Lease>> waited;
+  std::atomic<bool> waited_done{false};
+  std::thread t([&] {
+    waited.emplace(waiter->Acquire(key, Opts(milliseconds(600), milliseconds(10'000))));
+    waited_done = true;
+  });
+  std::this_thread::sleep_for(milliseconds(150));
+
+  auto admin = AdminConnect();
+  const std::string killed = Query(
+      admin.get(), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '" +
+                       app + "'");
+  EXPECT_GE(std::stoi(killed), 3) << "holder, waiter and the waiter's LISTEN sessions";
+
+  // Several TTLs later the lease is still held: renewals reconnected.
+  std::this_thread::sleep_for(milliseconds(1800));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_FALSE(waited_done.load()) << "the waiter got a held key";
+  const FencingToken token = lease->token();
+  ASSERT_TRUE(lease->Release().ok());
+  t.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_GT((*waited)->token(), token);
+}
+
+TEST_F(PostgresFaultTest, CleanRestartKeepsALongLeaseAndTokensGrow) {
+  auto client = NewClient();
+  const std::string key = Unique("restart");
+  auto lease = client->TryAcquire(key, Opts(milliseconds(8000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const FencingToken before = lease->token();
+  ASSERT_TRUE(Server("restart"));
+  // Past a renewal (ttl/3) after the restart: renewals reach the new server.
+  std::this_thread::sleep_for(milliseconds(3000));
+  ASSERT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  auto holders = client->List(key);
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  ASSERT_EQ(holders->size(), 1u);
+  EXPECT_EQ((*holders)[0].owner, lease->owner()) << "client and store disagree on the holder";
+  EXPECT_GT((*holders)[0].ttl_remaining, milliseconds(4000)) << "renewed after the restart";
+  ASSERT_TRUE(lease->Release().ok());
+  auto next = client->TryAcquire(key, Opts(milliseconds(1000)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), before);
+}
+
+TEST_F(PostgresFaultTest, ServerAwayLongerThanTheLeaseMakesItLostAtValidUntil) {
+  auto client = NewClient();
+  const std::string key = Unique("away");
+  std::atomic<std::int64_t> lost_at_ns{0};
+  AcquireOptions o = Opts(milliseconds(500));
+  o.on_lost = [&](const Status&) { lost_at_ns = MonotonicClock::now().time_since_epoch().count(); };
+  auto lease = client->TryAcquire(key, o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const FencingToken before = lease->token();
+  ASSERT_TRUE(Server("down"));
+  const TimePoint valid_until = lease->valid_until();
+  std::this_thread::sleep_for(milliseconds(1200));
+  ASSERT_TRUE(Server("up"));
+  ASSERT_NE(lost_at_ns.load(), 0) << "a lease that could not be renewed was not reported lost";
+  const auto lost_at = TimePoint(std::chrono::nanoseconds(lost_at_ns.load()));
+  EXPECT_GE(lost_at, valid_until);
+  // Late by at most one renewal attempt's time limit (ttl/10, at least 20 ms)
+  // plus scheduling.
+  EXPECT_LT(lost_at - valid_until, milliseconds(150));
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  // The store agrees: the key is free (expired) and the next token is larger.
+  auto next = NewClient()->TryAcquire(key, Opts(milliseconds(1000)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), before);
+}
+
+TEST_F(PostgresFaultTest, TokensNeverGoBackAfterACrash) {
+  auto client = NewClient();
+  const std::string key = Unique("crash");
+  FencingToken last = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto lease = client->TryAcquire(key, Opts(milliseconds(10'000)));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    last = lease->token();
+    ASSERT_TRUE(lease->Release().ok());
+  }
+  // Immediate shutdown: no checkpoint, crash recovery from the WAL.
+  ASSERT_TRUE(Server("crash"));
+  std::optional<Result<Lease>> after;
+  for (int i = 0; i < 3 && !(after && after->ok()); ++i) {
+    // The first call after the crash may find its session gone.
+    after.emplace(client->TryAcquire(key, Opts(milliseconds(10'000))));
+  }
+  ASSERT_TRUE(after->ok()) << after->status().ToString();
+  EXPECT_GT((*after)->token(), last);
+}
+
+}  // namespace
+}  // namespace dlock
