@@ -96,8 +96,13 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
       state->ttl = ttl;
       state->drift = lease_drift;
       state->on_lost = options.on_lost;
-      state->valid_until = sent + ttl - lease_drift;
-      state->next_renew_at = sent + ttl / 3;
+      // A session-based store may vouch for the lease only from its
+      // session's last keep-alive, sent before this request.
+      const TimePoint from = attempt->valid_from != TimePoint{} && attempt->valid_from < sent
+                                 ? attempt->valid_from
+                                 : sent;
+      state->valid_until = from + ttl - lease_drift;
+      state->next_renew_at = from + ttl / 3;
       bool wake;
       {
         std::lock_guard lock(mu_);
