@@ -71,7 +71,8 @@ constexpr int kContenders = 4;
 constexpr const char* kUsage =
     "usage: dlock_bench_etcd [--uri etcd://...] [--iterations N] [--seconds S] [--hold-us U] "
     "[--json FILE] [--dlock PATH] [--go-peer PATH] [--python-peer PATH] [--etcdctl PATH]\n"
-    "       dlock_bench_etcd --stamp FILE [--hold-us U]";
+    "       dlock_bench_etcd --stamp FILE [--hold-us U]\n"
+    "       dlock_bench_etcd --contend NAME --uri URI --out FILE [--seconds S] [--hold-us U]";
 
 struct Flags {
   std::string uri;
@@ -81,6 +82,8 @@ struct Flags {
   std::string json_path;
   std::string dlock, go_peer, python_peer, etcdctl = "etcdctl", python = "/usr/bin/python3";
   std::string stamp;  // --stamp mode
+  std::string contend;  // --contend mode: the lock name
+  std::string out;      // --contend mode: where the stamps go
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 1) {
@@ -114,6 +117,8 @@ Flags ParseFlags(int argc, char** argv) {
                         : arg == "--python-peer" ? &f.python_peer
                         : arg == "--etcdctl"     ? &f.etcdctl
                         : arg == "--stamp"       ? &f.stamp
+                        : arg == "--contend"     ? &f.contend
+                        : arg == "--out"         ? &f.out
                                                  : nullptr;
     if (!number && !text) Die("unknown argument '" + std::string(arg) + "'\n" + kUsage, kExitUsage);
     if (i + 1 >= argc) Die(std::string(arg) + " needs a value\n" + kUsage, kExitUsage);
@@ -154,6 +159,36 @@ int Stamp(const Flags& f) {
   }
   close(fd);
   return 0;
+}
+
+// --contend NAME: one dlock contender process, the twin of the Go peer:
+// one Client for the run, Acquire / hold / Release until --seconds pass.
+int Contend(const Flags& f) {
+  auto client = dlock::Client::Connect(f.uri);
+  if (!client.ok()) {
+    std::cerr << "dlock_bench_etcd --contend: " << client.status().message() << '\n';
+    return 1;
+  }
+  dlock::AcquireOptions o;
+  o.ttl = std::chrono::seconds(10);
+  o.wait = std::chrono::seconds(30);
+  std::string lines;
+  int errors = 0;
+  const auto end = Steady::now() + std::chrono::seconds(f.seconds);
+  while (Steady::now() < end) {
+    auto lease = (*client)->Acquire(f.contend, o);
+    if (!lease.ok()) {
+      ++errors;
+      continue;
+    }
+    const std::int64_t acquired = WallNs();
+    std::this_thread::sleep_for(std::chrono::microseconds(f.hold_us));
+    const std::int64_t released = WallNs();
+    if (!lease->Release().ok()) ++errors;
+    lines += std::to_string(acquired) + " " + std::to_string(released) + "\n";
+  }
+  std::ofstream(f.out, std::ios::app) << lines;
+  return errors == 0 ? 0 : 1;
 }
 
 double Rank(std::vector<double> v, int p) {  // the smallest sample >= p% of all
@@ -295,7 +330,7 @@ class Bench {
   }
 
   Contended DlockThreads() {
-    Contended c{"dlock", "4 threads in one process, a Client each (library)"};
+    Contended c{"dlock-threads", "4 threads in one process, a Client each (library)"};
     const std::string key = "bench/handoff-dlock-" + std::to_string(getpid());
     std::vector<std::unique_ptr<dlock::Client>> clients;
     for (int i = 0; i < kContenders; ++i) {
@@ -438,6 +473,7 @@ std::string EtcdVersion() {
 int main(int argc, char** argv) {
   Flags f = ParseFlags(argc, argv);
   if (!f.stamp.empty()) return Stamp(f);
+  if (!f.contend.empty()) return Contend(f);
 
   char tmpl[] = "/tmp/dlock-bench-etcd.XXXXXX";
   if (!mkdtemp(tmpl)) Die("mkdtemp failed");
@@ -461,6 +497,11 @@ int main(int argc, char** argv) {
   nlohmann::json cycle = bench.CycleAndFloor();
   std::vector<Contended> runs;
   std::cerr << "hand-off, 4 contenders, " << f.seconds << " s each: dlock...\n";
+  runs.push_back(bench.Processes(
+      "dlock", "4 processes, a Client each (library), as the Go peer", self,
+      {self, "--contend", "bench/handoff-dlock-" + pid, "--uri", uri, "--seconds", secs,
+       "--hold-us", hold, "--out"}));
+  std::cerr << "  dlock, threads...\n";
   runs.push_back(bench.DlockThreads());
   std::cerr << "  go-mutex...\n";
   runs.push_back(bench.Processes(

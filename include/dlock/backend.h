@@ -79,6 +79,13 @@ struct Attempt {
   // view of the lease follows the store's. A store applying a TTL counted
   // from before the request was sent must not report it here.
   std::chrono::milliseconds granted_ttl{0};
+  // When granted by a store whose locks live as long as a session (etcd):
+  // when that session was last confirmed alive (the send time, on the
+  // client's clock, of its last successful keep-alive), if that is earlier
+  // than this request. The TTL then runs from there: the core counts
+  // valid_until and the first renewal from it, so the store need not renew
+  // the session on every grant. {} (the default): the request's send time.
+  TimePoint valid_from{};
 };
 
 // For a store whose leases all live exactly as long as one client session

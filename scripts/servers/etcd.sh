@@ -65,6 +65,14 @@ running() {  # running N: member N's process exists and is not stopped
   [[ $state != T* && $state != Z* ]]
 }
 
+# gone PID: waits until PID has exited. A zombie counts as gone: whoever
+# reaps orphans here may take its time.
+gone() {
+  local state
+  [ -n "${1:-}" ] || return 0
+  while state=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $state != Z* ]]; do sleep 0.02; done
+}
+
 wait_healthy() {
   local n i ok
   for ((i = 0; i < 300; i++)); do
@@ -115,22 +123,25 @@ case "$verb" in
     for ((n = 1; n <= $(members); n++)); do
       pid=$(cat "$(member_dir "$n")/pid" 2>/dev/null) || continue
       kill -KILL "$pid" 2>/dev/null || true
-      while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
     done
+    for ((n = 1; n <= $(members); n++)); do gone "$(cat "$(member_dir "$n")/pid" 2>/dev/null)"; done
     rm -rf "$dir"
     ;;
   kill)
     need_member "${3:-}"
     pid=$(cat "$(member_dir "$3")/pid")
     kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+    gone "$pid"
     ;;
   pause) need_member "${3:-}"; kill -STOP "$(cat "$(member_dir "$3")/pid")" ;;
   resume) need_member "${3:-}"; kill -CONT "$(cat "$(member_dir "$3")/pid")" ;;
   restart)
     need_member "${3:-}"
-    if running "$3"; then echo "member $3 is running" >&2; exit 1; fi
-    kill_pidfile "$(member_dir "$3")/pid"
+    pid=$(cat "$(member_dir "$3")/pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && state=$(ps -o stat= -p "$pid" 2>/dev/null) && [[ $state != Z* ]]; then
+      echo "member $3 is still running (or paused): kill it first" >&2
+      exit 1
+    fi
     start_member "$3"
     wait_for_port "$(cat "$(member_dir "$3")/client_port")"
     ;;

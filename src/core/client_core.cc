@@ -116,10 +116,15 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
         if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
       }
       if (options.max_hold) state->renew_until = sent + *options.max_hold;
+      // A session-based store may vouch for the lease only from its
+      // session's last keep-alive, sent before this request.
+      const TimePoint from = attempt->valid_from != TimePoint{} && attempt->valid_from < sent
+                                 ? attempt->valid_from
+                                 : sent;
       bool wake;
       {
         std::lock_guard lock(mu_);
-        ExtendLocked(*state, sent, session);
+        ExtendLocked(*state, from, session);
         held_.push_back(state);
         wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
       }

@@ -932,5 +932,81 @@ TEST(RequestDeadlineTest, AWaitingAcquireTellsTheStoreItsDeadline) {
   EXPECT_EQ(raw->deadlines[1], TimePoint::max()) << "a single attempt has no deadline of its own";
 }
 
+// A session-based store: its grants run from the session's last keep-alive.
+class SessionBackend final : public Backend {
+ public:
+  SessionBackend(std::shared_ptr<InMemoryStore> store, std::shared_ptr<SimulatedClock> clock)
+      : inner_(std::move(store)), clock_(std::move(clock)) {}
+  Result<Attempt> TryAcquire(const LeaseRequest& request) override {
+    auto a = inner_.TryAcquire(request);
+    if (a.ok() && a->granted) a->valid_from = confirmed_at;
+    return a;
+  }
+  Status Release(std::string_view key, const OwnerId& owner) override {
+    return inner_.Release(key, owner);
+  }
+  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override {
+    confirmed_at = clock_->Now();
+    ++renew_batches;
+    return inner_.Renew(leases);
+  }
+  Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  std::string Describe() const override { return "session://"; }
+
+  TimePoint confirmed_at{};
+  int renew_batches = 0;
+
+ private:
+  InMemoryBackend inner_;
+  std::shared_ptr<SimulatedClock> clock_;
+};
+
+TEST(ValidFromTest, AGrantUnderAnOlderSessionRunsFromItsLastKeepAlive) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto backend =
+      std::make_unique<SessionBackend>(std::make_shared<InMemoryStore>(clock), clock);
+  SessionBackend* raw = backend.get();
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::move(backend), o);
+  raw->confirmed_at = clock->Now();
+  clock->Advance(milliseconds(700));
+  AcquireOptions a;
+  a.ttl = seconds(3);
+  a.drift_margin = milliseconds(100);
+  auto lease = client->TryAcquire("k", a);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->valid_until(), raw->confirmed_at + seconds(3) - milliseconds(100));
+  // The first renewal is due a third of the TTL after the keep-alive, not
+  // after the grant: by 300 ms from now.
+  clock->Advance(milliseconds(300));
+  EXPECT_GE(raw->renew_batches, 1);
+  EXPECT_GT(lease->valid_until(), raw->confirmed_at + seconds(3) - milliseconds(101));
+  clock->Advance(seconds(30));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+}
+
+TEST(ValidFromTest, AValidFromAfterTheSendTimeIsIgnored) {
+  auto clock = std::make_shared<SimulatedClock>();
+  auto backend =
+      std::make_unique<SessionBackend>(std::make_shared<InMemoryStore>(clock), clock);
+  SessionBackend* raw = backend.get();
+  ClientOptions o;
+  o.clock = clock;
+  o.random = std::make_shared<SeqRandom>();
+  auto client = Client::FromBackend(std::move(backend), o);
+  const TimePoint t0 = clock->Now();
+  raw->confirmed_at = t0 + seconds(1);  // a store's clock must not extend it
+  AcquireOptions a;
+  a.ttl = seconds(3);
+  a.drift_margin = milliseconds(100);
+  auto lease = client->TryAcquire("k", a);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->valid_until(), t0 + seconds(3) - milliseconds(100));
+}
+
 }  // namespace
 }  // namespace dlock

@@ -82,8 +82,9 @@ struct Session {
   std::int64_t id = 0;
   std::int64_t ttl_seconds = 0;  // as granted
   bool dead = false;             // known gone (expired, revoked, abandoned)
-  // Nothing kept it alive after this (client clock): presume it gone.
-  TimePoint fresh_until{};
+  // The send time (client clock) of its last successful keep-alive or
+  // grant: etcd holds it at least until confirmed_at + TTL.
+  TimePoint confirmed_at{};
 };
 
 // This client's one place in one lock's queue.
@@ -100,6 +101,11 @@ struct Entry {
   TimePoint alive_until{};
   std::string predecessor;     // the member just ahead, to watch
   std::int64_t predecessor_revision = 0;
+  // The predecessor was the only member ahead (it was also the head) when
+  // last read; once it is seen gone, nobody is ahead any more: the members
+  // ahead were all created before ours, so that set only ever shrinks.
+  bool predecessor_is_head = false;
+  bool predecessor_gone = false;
 };
 
 // A key to delete once the store answers again. Owner-checked by revision
@@ -287,9 +293,9 @@ Result<EtcdBackendImpl::SessionChoice> EtcdBackendImpl::GetSession(milliseconds 
       const auto& s = it->second;
       bool in_use = false;
       for (const auto& [name, e] : entries_) in_use = in_use || e.session == s;
-      // A session nothing kept alive for its TTL has expired (or is about
-      // to): start a new one rather than learn it the slow way.
-      if (in_use || Now() < s->fresh_until - seconds(s->ttl_seconds) / 3) {
+      // A session nothing kept alive for most of its TTL has expired (or
+      // is about to): start a new one rather than learn it the slow way.
+      if (in_use || Now() < s->confirmed_at + seconds(s->ttl_seconds) * 2 / 3) {
         return SessionChoice{s, false};
       }
       s->dead = true;
@@ -304,7 +310,7 @@ Result<EtcdBackendImpl::SessionChoice> EtcdBackendImpl::GetSession(milliseconds 
   auto s = std::make_shared<Session>();
   s->id = granted->id();
   s->ttl_seconds = granted->ttl();
-  s->fresh_until = sent + seconds(s->ttl_seconds);
+  s->confirmed_at = sent;
   std::lock_guard l(mu_);
   sessions_[secs] = s;
   return SessionChoice{s, true};
@@ -427,7 +433,7 @@ Result<Attempt> EtcdBackendImpl::TryAcquire(const LeaseRequest& request) {
     Entry& e = it->second;
     e.busy = false;
     if (result.ok() && result->granted) {
-      e.alive_until = started + e.ttl;
+      e.alive_until = std::max(started, result->valid_from) + e.ttl;
     } else {
       // Waiting (or unsure): kept for queue_ttl after this attempt, as the
       // contract says, and at least a TTL if the outcome was unknown.
@@ -456,8 +462,15 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     const std::shared_ptr<Session> session = choice->session;
     std::string key;
     std::int64_t known_revision;
+    bool keep_alive_due;
+    bool skip_read;
     {
       std::lock_guard l(mu_);
+      // The grant holds from the session's last confirmation (the core
+      // counts valid_until from there, Attempt::valid_from). Refresh it,
+      // alongside the transaction, once a third of its TTL has gone by.
+      keep_alive_due = !choice->fresh &&
+                       started - session->confirmed_at > seconds(session->ttl_seconds) / 3;
       Entry* found = FindLocked(name, request.owner);
       if (!found) return UnavailableError("the attempt was abandoned meanwhile");
       Entry& e = *found;
@@ -469,24 +482,32 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
       key = e.key;
       known_revision = e.revision;
+      // The watch saw the only member ahead of ours go: our turn, without
+      // another read (a hand-off is then one Raft write and one event).
+      skip_read = known_revision != 0 && e.predecessor_is_head && e.predecessor_gone;
+      e.predecessor_gone = false;
     }
-    // The keep-alive that makes the core's valid_until (send time + TTL)
-    // true: etcd restarts the lease's TTL when it handles it, which is after
-    // the core took its send time. It travels while the transaction does.
+    // etcd restarts the lease's TTL when it handles the keep-alive, after
+    // `started`. It travels while the transaction does.
     std::optional<KeepAliveCall> keep_alive;
-    if (!choice->fresh) keep_alive = conn_.SendKeepAlive(session->id);
+    if (keep_alive_due) keep_alive = conn_.SendKeepAlive(session->id);
 
     std::int64_t revision = 0;
     std::optional<mvccpb::KeyValue> head;
     std::optional<mvccpb::KeyValue> ahead;
     bool ahead_known = false;
-    if (known_revision != 0) {
+    if (skip_read) {
+      revision = known_revision;
+      head.emplace();
+      head->set_key(key);
+      head->set_create_revision(revision);
+    } else if (known_revision != 0) {
       // Already queued: one read (no Raft write) says whether it is our turn.
       // A serializable read (served by the member alone, no quorum round) is
       // enough: the keys ahead of ours were all created before ours, so that
       // set only ever shrinks, and a stale view can only show more of them
-      // (we wait again), never fewer. The keep-alive below vouches for our
-      // own key still being there.
+      // (we wait again), never fewer. The session's confirmation vouches for
+      // our own key still being there.
       pb::TxnRequest txn;
       *txn.add_success() = GetOp(key);
       *txn.add_success() = FirstInQueueOp(prefix);
@@ -526,6 +547,11 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       put.mutable_request_put()->set_lease(session->id);
       *txn.add_success() = put;
       *txn.add_success() = FirstInQueueOp(prefix);
+      // The two newest members: ours and, if contended, the one to wait for.
+      pb::RequestOp newest = FirstInQueueOp(prefix);
+      newest.mutable_request_range()->set_sort_order(pb::RangeRequest::DESCEND);
+      newest.mutable_request_range()->set_limit(2);
+      *txn.add_success() = newest;
       *txn.add_failure() = GetOp(key);
       *txn.add_failure() = FirstInQueueOp(prefix);
       auto r = conn_.Txn(txn, deadline);
@@ -538,6 +564,12 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
       if (r->succeeded()) {
         revision = r->header().revision();
+        const auto& last = r->responses(2).response_range();
+        if (last.kvs_size() >= 1 && last.kvs(0).create_revision() == revision &&
+            (last.kvs_size() < 2 || IsQueueMember(prefix, last.kvs(1).key()))) {
+          if (last.kvs_size() == 2) ahead = last.kvs(1);
+          ahead_known = true;
+        }
       } else {
         const mvccpb::KeyValue& mine = r->responses(0).response_range().kvs(0);
         if (mine.value() != owner_hex) {
@@ -567,7 +599,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         continue;
       }
       std::lock_guard l(mu_);
-      session->fresh_until = std::max(session->fresh_until, started + seconds(*ttl));
+      session->confirmed_at = std::max(session->confirmed_at, started);
     }
 
     if (granted) {
@@ -582,6 +614,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       a.granted = true;
       a.token = static_cast<FencingToken>(revision);
       a.granted_ttl = e.ttl;
+      a.valid_from = session->confirmed_at;
       return a;
     }
 
@@ -609,12 +642,16 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     std::lock_guard l(mu_);
     if (Entry* e = FindLocked(name, request.owner)) {
       e->granted = false;
+      e->predecessor_gone = false;
       if (ahead) {
         e->predecessor = ahead->key();
         e->predecessor_revision = ahead->create_revision();
+        e->predecessor_is_head = head && head->key() == ahead->key() &&
+                                 head->create_revision() == ahead->create_revision();
       } else {
         // Everything ahead left between the reads: the next attempt wins.
         e->predecessor.clear();
+        e->predecessor_is_head = false;
       }
     }
     return a;
@@ -776,7 +813,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
             ChangedLocked(c.name);
           }
         } else {
-          c.session->fresh_until = std::max(c.session->fresh_until, started + seconds(*ttl));
+          c.session->confirmed_at = std::max(c.session->confirmed_at, started);
           if (same) {
             it->second.alive_until = std::max(it->second.alive_until, started + it->second.ttl);
           }
@@ -849,11 +886,17 @@ bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std:
     predecessor_revision = it->second.predecessor_revision;
     waits_.emplace(std::string(key), &local);
   }
+  bool gone;
   {
     std::stop_callback forward(stop, [&local] { local.request_stop(); });
-    conn_.WaitForDelete(predecessor, predecessor_revision, until, local.get_token());
+    gone = conn_.WaitForDelete(predecessor, predecessor_revision, until, local.get_token());
   }
   std::lock_guard l(mu_);
+  if (auto it = entries_.find(key); gone && it != entries_.end() &&
+                                    it->second.predecessor == predecessor &&
+                                    it->second.predecessor_revision == predecessor_revision) {
+    it->second.predecessor_gone = true;
+  }
   for (auto [lo, hi] = waits_.equal_range(key); lo != hi; ++lo) {
     if (lo->second == &local) {
       waits_.erase(lo);

@@ -1,10 +1,12 @@
 #include "backends/etcd/etcd_connection.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -208,6 +210,11 @@ class KeepAliveStream final
     cv_.wait_for(l, limit, [&] { return done_; });
   }
 
+  bool done() {
+    std::lock_guard l(mu_);
+    return done_;
+  }
+
   void OnWriteDone(bool ok) override {
     bool next = false;
     {
@@ -307,8 +314,20 @@ struct Connection::Endpoint {
   std::unique_ptr<pb::Watch::Stub> watch;
 };
 
+// gRPC initializes itself when its first object is made and shuts down when
+// its last one goes; dlock keeps it up, once started, until the process
+// exits, rather than cycling through start and shutdown as clients come and
+// go.
+void KeepGrpcInitialized() {
+  static const bool once = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)once;
+}
+
 Connection::Connection(std::vector<std::string> endpoints, milliseconds request_timeout)
-    : addresses_(std::move(endpoints)),
+    : addresses_((KeepGrpcInitialized(), std::move(endpoints))),
       request_timeout_(request_timeout),
       attempt_timeout_(std::clamp<milliseconds>(request_timeout / 3, milliseconds(200),
                                                 milliseconds(2000))) {
@@ -316,40 +335,62 @@ Connection::Connection(std::vector<std::string> endpoints, milliseconds request_
 }
 
 Connection::~Connection() {
-  std::shared_ptr<KeepAliveStream> stream;
+  // End every keep-alive stream and wait for gRPC to be done with it, so
+  // that nothing of this client runs on gRPC's threads after it is gone.
+  std::vector<std::shared_ptr<KeepAliveStream>> streams;
   {
     std::lock_guard l(mu_);
-    stream = std::move(stream_);
+    streams = std::move(streams_);
+    stream_.reset();
   }
-  if (stream) {
-    stream->Close();
-    stream->AwaitDone(std::chrono::seconds(2));
-  }
+  for (auto& s : streams) s->Close();
+  for (auto& s : streams) s->AwaitDone(std::chrono::seconds(10));
 }
 
-Connection::Endpoint& Connection::At(std::size_t index) {
-  std::lock_guard l(mu_);
-  auto& slot = endpoints_[index];
-  if (!slot) {
+namespace {
+
+// One channel per member address, shared by every Connection in the process
+// and kept until it exits. gRPC runs callback streams (the keep-alive) on a
+// completion queue shared by all channels and tears it down with the last
+// channel that used it; a process that opens and closes clients would cycle
+// through that, and gRPC 1.51 crashes when the last reference to a channel
+// goes away on one of that queue's own threads (grpc/grpc#32584; seen here
+// under TSan's timing). Channels that never go away avoid all of it, and
+// clients of one process share one connection per member, as a long-lived
+// service would.
+std::shared_ptr<grpc::Channel> SharedChannel(const std::string& address) {
+  static std::mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
+  std::lock_guard l(mu);
+  auto& channel = (*channels)[address];
+  if (!channel) {
     grpc::ChannelArguments args;
-    // A member that comes back is found again within a second.
+    // A member that comes back is found again within a second. (Not
+    // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes it as the time one
+    // connection handshake may take, and a loaded machine needs more.)
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     // Dead connections under long streams are noticed. etcd refuses pings
     // more often than every 5 s (GOAWAY too_many_pings).
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    // One connection per client, as separate processes would have: a fault
-    // on one client's connection is not shared with others in the process.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     // dlock retries itself, across members.
     args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
     args.SetMaxReceiveMessageSize(64 << 20);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return channel;
+}
+
+}  // namespace
+
+Connection::Endpoint& Connection::At(std::size_t index) {
+  std::lock_guard l(mu_);
+  auto& slot = endpoints_[index];
+  if (!slot) {
     auto ep = std::make_unique<Endpoint>();
     ep->address = addresses_[index];
-    ep->channel =
-        grpc::CreateCustomChannel(ep->address, grpc::InsecureChannelCredentials(), args);
+    ep->channel = SharedChannel(ep->address);
     ep->kv = pb::KV::NewStub(ep->channel);
     ep->lease = pb::Lease::NewStub(ep->channel);
     ep->watch = pb::Watch::NewStub(ep->channel);
@@ -503,6 +544,8 @@ std::shared_ptr<KeepAliveStream> Connection::CurrentStream() {
     if (stream_ && !stream_->broken()) return stream_;
     old = std::move(stream_);
     stream_ = fresh = KeepAliveStream::Start(ep.lease.get(), ep.address);
+    std::erase_if(streams_, [](const auto& st) { return st->done(); });
+    streams_.push_back(fresh);
   }
   if (old) old->Close();
   return fresh;
@@ -613,3 +656,30 @@ bool Connection::WaitForDelete(const std::string& key, std::int64_t revision, Ti
 }
 
 }  // namespace dlock::etcd
+
+#if defined(__SANITIZE_THREAD__)
+// Under ThreadSanitizer (-DDLOCK_SANITIZE=thread): gRPC, abseil and protobuf
+// come from Debian, built without TSan, so their own synchronization
+// (absl::Mutex spinlocks, gpr atomics) is invisible to it, and it reports
+// their internals racing with themselves. Reports with a frame inside those
+// libraries are suppressed; dlock's own code stays checked
+// (every field the gRPC callbacks share with dlock's threads is guarded by
+// dlock's own mutexes).
+extern "C" const char* __tsan_default_suppressions() {
+  return "race:libabsl_*\n"
+         "race:libgrpc*\n"
+         "race:libgpr*\n"
+         "race:libprotobuf*\n"
+         // libfaketime (preloaded by `dlock chaos` for clock steps) races
+         // with itself while reading its configuration.
+         "race:libfaketime*\n"
+         // gRPC's inline code in dlock's binary copying bytes that gRPC
+         // itself wrote (unseen by TSan) into memory TSan last saw used by
+         // another thread: a status message, a received message.
+         "race:grpc::internal::CallOpClientRecvStatus::FinishOp\n"
+         "race:grpc::internal::CallOpRecvMessage\n"
+         "race:grpc::internal::CallOpRecvInitialMetadata\n"
+         // gRPC's own threads (completion-queue pollers), not joined at exit.
+         "thread:grpc_core::Thread::Thread\n";
+}
+#endif

@@ -97,9 +97,10 @@ class Connection {
   std::atomic<std::size_t> current_{0};
   std::atomic<bool> looks_down_{false};
 
-  std::mutex mu_;  // guards endpoints_ (lazily filled) and stream_
+  std::mutex mu_;  // guards endpoints_ (lazily filled), stream_, streams_
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
-  std::shared_ptr<KeepAliveStream> stream_;
+  std::shared_ptr<KeepAliveStream> stream_;               // the one in use
+  std::vector<std::shared_ptr<KeepAliveStream>> streams_;  // every one not done yet
 };
 
 }  // namespace dlock::etcd
