@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/registry.h"
+#include "core/uri.h"
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
 
@@ -284,6 +285,9 @@ TEST_F(ConformanceTest, ConcurrentClientsNeverOverlap) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  std::cout << "conformance store: " << dlock::StoreUri() << std::endl;
+  // Never the password: the URI as every dlock message prints it.
+  auto uri = dlock::internal::ParseUri(dlock::StoreUri());
+  std::cout << "conformance store: " << (uri.ok() ? uri->Redacted() : "(unparseable URI)")
+            << std::endl;
   return RUN_ALL_TESTS();
 }
