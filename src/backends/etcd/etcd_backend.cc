@@ -106,6 +106,8 @@ struct Entry {
   // ahead were all created before ours, so that set only ever shrinks.
   bool predecessor_is_head = false;
   bool predecessor_gone = false;
+  // The store revision at which the predecessor was read (0: unknown).
+  std::int64_t predecessor_seen_at = 0;
 };
 
 // A key to delete once the store answers again. Owner-checked by revision
@@ -496,6 +498,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     std::optional<mvccpb::KeyValue> head;
     std::optional<mvccpb::KeyValue> ahead;
     bool ahead_known = false;
+    std::int64_t seen_at = 0;  // the revision `ahead` was read at
     if (skip_read) {
       revision = known_revision;
       head.emplace();
@@ -535,6 +538,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       if (b.kvs_size() == 0 || IsQueueMember(prefix, b.kvs(0).key())) {
         if (b.kvs_size() > 0) ahead = b.kvs(0);
         ahead_known = true;
+        seen_at = r->header().revision();
       }
     } else {
       // The uncontended path, as etcd's Mutex: put our key unless it exists,
@@ -569,6 +573,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
             (last.kvs_size() < 2 || IsQueueMember(prefix, last.kvs(1).key()))) {
           if (last.kvs_size() == 2) ahead = last.kvs(1);
           ahead_known = true;
+          seen_at = r->header().revision();
         }
       } else {
         const mvccpb::KeyValue& mine = r->responses(0).response_range().kvs(0);
@@ -646,6 +651,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       if (ahead) {
         e->predecessor = ahead->key();
         e->predecessor_revision = ahead->create_revision();
+        e->predecessor_seen_at = seen_at;
         e->predecessor_is_head = head && head->key() == ahead->key() &&
                                  head->create_revision() == ahead->create_revision();
       } else {
@@ -867,6 +873,7 @@ Result<std::vector<HolderInfo>> EtcdBackendImpl::List(std::string_view prefix) {
 bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
   std::string predecessor;
   std::int64_t predecessor_revision = 0;
+  std::int64_t seen_at = 0;
   std::stop_source local;
   {
     std::unique_lock l(mu_);
@@ -884,12 +891,14 @@ bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std:
     }
     predecessor = it->second.predecessor;
     predecessor_revision = it->second.predecessor_revision;
+    seen_at = it->second.predecessor_seen_at;
     waits_.emplace(std::string(key), &local);
   }
   bool gone;
   {
     std::stop_callback forward(stop, [&local] { local.request_stop(); });
-    gone = conn_.WaitForDelete(predecessor, predecessor_revision, until, local.get_token());
+    gone = conn_.WaitForDelete(predecessor, predecessor_revision, seen_at, until,
+                               local.get_token());
   }
   std::lock_guard l(mu_);
   if (auto it = entries_.find(key); gone && it != entries_.end() &&

@@ -594,8 +594,8 @@ Result<std::int64_t> Connection::AwaitKeepAlive(KeepAliveCall& call, TimePoint d
   return UnavailableError(error);
 }
 
-bool Connection::WaitForDelete(const std::string& key, std::int64_t revision, TimePoint until,
-                               std::stop_token stop) {
+bool Connection::WaitForDelete(const std::string& key, std::int64_t revision,
+                               std::int64_t seen_at, TimePoint until, std::stop_token stop) {
   const std::size_t index = current_.load() % addresses_.size();
   Endpoint& ep = At(index);
   const Duration budget = until - MonotonicClock::now();
@@ -619,9 +619,13 @@ bool Connection::WaitForDelete(const std::string& key, std::int64_t revision, Ti
     while (!gone && stream->Read(&response)) {
       if (response.created()) {
         if (response.canceled()) break;
-        // The watch exists from here on. Was the key deleted before? Ask the
-        // same member, serializably: it has applied at least up to the
-        // watch's start, so this read and the watch leave no gap.
+        // The watch sees every change after the member's revision now. If
+        // that is no later than the caller's read, nothing can have slipped
+        // in between.
+        if (seen_at > 0 && response.header().revision() <= seen_at) continue;
+        // Otherwise: was the key deleted before? Ask the same member,
+        // serializably: it has applied at least up to the watch's start, so
+        // this read and the watch leave no gap.
         pb::RangeRequest check;
         check.set_key(key);
         check.set_serializable(true);

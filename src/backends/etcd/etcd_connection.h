@@ -66,15 +66,17 @@ class Connection {
   // it again on another member if the stream broke or stayed silent.
   Result<std::int64_t> AwaitKeepAlive(KeepAliveCall& call, TimePoint deadline);
 
-  // Watches `key` (whose create_revision was `revision`) from now on, and
-  // returns true once it is deleted, or found already gone or replaced;
-  // false when `until` passes, `stop` is requested or the watch breaks.
-  // The watch starts at the member's next revision, not at a past one:
-  // etcd 3.4 serves watchers that start in the past ("unsynced") only every
-  // 100 ms. A deletion between the caller's read and the watch's start is
-  // caught by reading the key again once the watch exists.
-  bool WaitForDelete(const std::string& key, std::int64_t revision, TimePoint until,
-                     std::stop_token stop);
+  // Watches `key` (whose create_revision was `revision`, as read at store
+  // revision `seen_at`; 0 if unknown) from now on, and returns true once it
+  // is deleted, or found already gone or replaced; false when `until`
+  // passes, `stop` is requested or the watch breaks. The watch starts at
+  // the member's next revision, not at a past one: etcd 3.4 serves watchers
+  // that start in the past ("unsynced") only every 100 ms. A deletion
+  // between the caller's read and the watch's start is caught by reading the
+  // key again once the watch exists, unless the store has not moved since
+  // `seen_at`.
+  bool WaitForDelete(const std::string& key, std::int64_t revision, std::int64_t seen_at,
+                     TimePoint until, std::stop_token stop);
 
   // True after an operation gave up because no member could serve it, until
   // one succeeds: callers with nothing urgent to say may then defer it.
