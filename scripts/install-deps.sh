@@ -17,8 +17,9 @@ packages=(
   libpq-dev postgresql
   # Redis backend: client library, and the server its tests start
   libhiredis-dev redis-server
-  # Redis peers in the benchmark: redis-py's Lock and node redlock
-  python3-redis nodejs npm
+  # Redis peer in the benchmark: redis-py's Lock (node redlock uses the
+  # machine's own node and npm; Debian's npm conflicts with it)
+  python3-redis
   # ZooKeeper backend: the multi-threaded C client, the server its tests start
   # (Java), and the peers its tests and benchmark compare with: Apache Curator
   # (compiled with javac) and kazoo (for /usr/bin/python3)
