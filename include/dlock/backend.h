@@ -21,6 +21,17 @@
 //    reported one.)
 //  - kUnavailable means "could not reach the store or the outcome is
 //    unknown"; the core retries or reconciles by owner.
+//  - Sharing (only where SupportsSharing() is true; the core sends limit 1
+//    to the others). A key may have several holders. A request is granted
+//    only when
+//        holders + waiters queued ahead of it + 1
+//          <= the smallest limit among itself, the holders and those waiters
+//    (a holder inside its lock-delay still counts). With every limit 1 this
+//    is the mutex; limit N makes a semaphore of N permits; readers
+//    (kSharedLimit) share with each other but never with a writer (limit 1)
+//    that holds or is queued ahead of them, so a stream of readers cannot
+//    starve a writer. Every holder gets its own token from the key's one
+//    counter. Release and Renew act on `owner`'s holding only.
 //
 // Thread-safety: the core calls a backend from the caller's thread and from
 // the client's renewal thread at once; implementations must be thread-safe.
@@ -63,6 +74,13 @@ struct LeaseRequest {
   // bounds the attempt by it, after at least one short try, so that Acquire
   // returns close to its deadline even when the store cannot answer.
   TimePoint deadline = TimePoint::max();
+  // How many holders the key may have while this one holds or waits (see
+  // the sharing rule above): 1 exclusive, N a semaphore, kSharedLimit a
+  // reader.
+  std::uint32_t limit = 1;
+  // Shown to people and to election observers (HolderInfo::label); stores
+  // keep it with the holding and with the queued waiter.
+  std::string label;
 };
 
 // The answer to one grant attempt.
@@ -136,6 +154,17 @@ class Backend {
 
   // Whether TryAcquire enforces LeaseRequest::lock_delay.
   virtual bool SupportsLockDelay() const { return false; }
+
+  // Whether TryAcquire honours LeaseRequest::limit other than 1 (read-write
+  // locks, semaphores).
+  virtual bool SupportsSharing() const { return false; }
+
+  // Waiters queued for keys starting with `prefix`: what `dlock status
+  // --waits` builds the wait-for graph from. kFailedPrecondition when the
+  // store keeps no waiter records.
+  virtual Result<std::vector<WaiterInfo>> Waiters(std::string_view /*prefix*/) {
+    return FailedPreconditionError(Describe() + " keeps no record of waiters");
+  }
 
   // Run-once records (`dlock once`): a durable "done" mark per key, which
   // only the key's current holder may set (so a holder whose lease was lost

@@ -46,6 +46,14 @@ struct ClientOptions {
   std::shared_ptr<Random> random;  // null: the kernel's CSPRNG
   // Bounds connecting to a network store (not used by SQLite).
   std::chrono::milliseconds connect_timeout{5000};
+  // The first 64 bits of every owner id this client makes (OwnerId::
+  // session). Unset: $DLOCK_SESSION (16 hex digits) when Connect finds it
+  // set — `dlock exec` exports its own, so a child that takes more locks is
+  // seen as the same party in `dlock status --waits` — else random.
+  std::optional<std::uint64_t> session;
+  // Names this client's holdings and waits for people (HolderInfo::label).
+  // Empty: "host:pid".
+  std::string label;
 };
 
 struct AcquireOptions {
@@ -69,6 +77,26 @@ struct AcquireOptions {
   // released), the store grants the key to nobody for this long. kInvalid
   // Argument on a store that cannot enforce it by its own clock.
   std::chrono::milliseconds lock_delay{0};
+  // Read-write lock: true takes the read side — shared with other readers,
+  // never with a writer (an exclusive acquire of the same key), and queued
+  // behind a writer that waits, so readers cannot starve writers.
+  bool shared = false;
+  // Semaphore: up to this many holders at once (1..65535), each with its own
+  // token. 1 (the default) is the plain mutex. Everyone using a key should
+  // ask with the same count; if they differ, the smallest one applies.
+  std::uint32_t permits = 1;
+  // This holding's label, instead of the client's (ClientOptions::label):
+  // an election candidate's value, shown to observers.
+  std::optional<std::string> label;
+};
+
+// The current leader of an election key, as the store reports it.
+struct Leader {
+  OwnerId owner;
+  FencingToken term = 0;  // the leader's fencing token
+  std::string label;      // the value it campaigned with
+  std::chrono::milliseconds ttl_remaining{0};
+  std::optional<std::chrono::milliseconds> held_for;
 };
 
 class Client {
@@ -114,9 +142,31 @@ class Client {
 
   // Locks currently held in the store whose key starts with `prefix`.
   Result<std::vector<HolderInfo>> List(std::string_view prefix = {});
+  // Waiters queued for keys starting with `prefix` (kFailedPrecondition on a
+  // store that keeps no waiter records). With List, the input of the
+  // wait-for graph (dlock/waits.h).
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix = {});
+
+  // Leader election on `key`, built on the lock: Campaign waits (up to
+  // options.wait, or until options.cancel) to become the leader; the Lease
+  // it returns is the leadership, its token() the term, which fences the
+  // leader's writes like any token. Resign with Lease::Release(); losing the
+  // lease is losing the leadership. options.label is the value observers see.
+  Result<Lease> Campaign(std::string_view key, const AcquireOptions& options = {});
+  // The current leader, or nullopt when there is none.
+  Result<std::optional<Leader>> CurrentLeader(std::string_view key);
+  // Observe: waits until a leader with a term above `after_term` is in
+  // office (returns it), or `wait` passes or `cancel` is requested (returns
+  // whoever leads then, possibly nobody). Polls the store at most every
+  // 100 ms.
+  Result<std::optional<Leader>> AwaitLeader(std::string_view key, FencingToken after_term,
+                                            std::chrono::milliseconds wait,
+                                            std::stop_token cancel = {});
 
   // The store's address, without any password.
   std::string Describe() const;
+  // This client's session: the first 64 bits of its owner ids.
+  std::uint64_t Session() const;
 
   // One round trip to the store of the kind a grant costs, touching no lock
   // (Backend::Ping): a health check, and the floor `dlock bench` measures.
@@ -134,6 +184,9 @@ struct DefaultBackend {
   std::string source;
 };
 Result<DefaultBackend> ResolveDefaultBackend();
+
+// Parses a session id as $DLOCK_SESSION carries it (16 hex digits, not 0).
+Result<std::uint64_t> ParseSession(std::string_view hex);
 
 }  // namespace dlock
 

@@ -6,6 +6,7 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,8 +18,12 @@ namespace dlock {
 // store restarts (see docs/token-contract.md). 0 is never granted.
 using FencingToken = std::uint64_t;
 
-// 128 random bits identifying one acquisition. Printed as 32 lowercase hex
-// digits, which is also how stores keep it.
+// 128 bits identifying one acquisition. The first 64 name the Client that
+// made it (its session: random per Client, or inherited through
+// $DLOCK_SESSION by a process that acts for its parent), the last 64 are
+// random per acquisition. Printed as 32 lowercase hex digits, which is also
+// how stores keep it. The session part is what lets `dlock status --waits`
+// see which waiter already holds which keys.
 class OwnerId {
  public:
   OwnerId() = default;
@@ -29,6 +34,7 @@ class OwnerId {
 
   std::string ToString() const;
   bool empty() const { return hi_ == 0 && lo_ == 0; }
+  std::uint64_t session() const { return hi_; }
 
   friend auto operator<=>(const OwnerId&, const OwnerId&) = default;
 
@@ -46,13 +52,44 @@ Status ValidateKey(std::string_view key);
 // TTLs are 10 ms .. 24 h.
 Status ValidateTtl(std::chrono::milliseconds ttl);
 
-// One held lock as a store reports it (Client::List, `dlock status`).
+// How many holders a key may have at once (LeaseRequest::limit): 1 is a
+// mutex or a read-write lock's writer, N a semaphore of N permits, and
+// kSharedLimit a read-write lock's reader.
+inline constexpr std::uint32_t kSharedLimit = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kMaxPermits = 65535;
+
+// A label names the holder for people (`dlock status`) and is an election's
+// leader value: up to 256 bytes of printable text. Default: "host:pid".
+inline constexpr std::size_t kMaxLabelBytes = 256;
+Status ValidateLabel(std::string_view label);
+
+// One held lock as a store reports it (Client::List, `dlock status`). A key
+// held in shared mode, or as a semaphore, has one entry per holder.
 struct HolderInfo {
   std::string key;
   OwnerId owner;
   FencingToken token = 0;
   // Time left on the lease by the store's own clock.
   std::chrono::milliseconds ttl_remaining{0};
+  // The lease's ttl as the store applies it (0: the store does not say).
+  // ttl - ttl_remaining is how long ago the holder last renewed.
+  std::chrono::milliseconds ttl{0};
+  // How long this owner has held the key, by the store's clock, if the
+  // store keeps the grant time.
+  std::optional<std::chrono::milliseconds> held_for;
+  std::uint32_t limit = 1;
+  std::string label;
+};
+
+// One waiter queued for a key (Backend::Waiters, `dlock status --waits`).
+// Records live only as long as their waiter keeps its place.
+struct WaiterInfo {
+  std::string key;
+  OwnerId owner;
+  std::uint32_t limit = 1;
+  std::string label;
+  // How long it has waited, by the store's clock, if the store keeps it.
+  std::optional<std::chrono::milliseconds> waited_for;
 };
 
 }  // namespace dlock

@@ -27,6 +27,25 @@ std::string PathToUri(const std::string& path) {
 
 }  // namespace
 
+Result<std::uint64_t> ParseSession(std::string_view hex) {
+  auto bad = [&] {
+    return InvalidArgumentError("DLOCK_SESSION '" + std::string(hex.substr(0, 40)) +
+                                "' is not a session id: 16 hex digits (as `dlock exec` sets it)");
+  };
+  if (hex.size() != 16) return bad();
+  std::uint64_t v = 0;
+  for (char c : hex) {
+    int d = (c >= '0' && c <= '9') ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
+    if (d < 0) return bad();
+    v = (v << 4) | static_cast<std::uint64_t>(d);
+  }
+  if (v == 0) return bad();
+  return v;
+}
+
 Result<DefaultBackend> ResolveDefaultBackend() {
   if (const char* env = std::getenv("DLOCK_BACKEND"); env && *env) {
     return DefaultBackend{env, "DLOCK_BACKEND"};
@@ -57,6 +76,13 @@ Result<std::unique_ptr<Client>> Client::Connect(std::string_view uri, ClientOpti
     chosen = resolved->uri;
     source = resolved->source;
     is_default = source == "default";
+  }
+  if (!options.session) {
+    if (const char* env = std::getenv("DLOCK_SESSION"); env && *env) {
+      auto session = ParseSession(env);
+      if (!session.ok()) return session.status();
+      options.session = *session;
+    }
   }
   internal::BackendParams params;
   params.clock = options.clock ? options.clock : DefaultClock();
@@ -126,7 +152,30 @@ Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
   return core_->List(prefix);
 }
 
+Result<std::vector<WaiterInfo>> Client::Waiters(std::string_view prefix) {
+  return core_->Waiters(prefix);
+}
+
+Result<Lease> Client::Campaign(std::string_view key, const AcquireOptions& options) {
+  if (options.shared || options.permits != 1) {
+    return InvalidArgumentError("an election has one leader: Campaign takes no shared/permits");
+  }
+  return core_->Acquire(key, options, /*wait=*/true);
+}
+
+Result<std::optional<Leader>> Client::CurrentLeader(std::string_view key) {
+  return core_->CurrentLeader(key);
+}
+
+Result<std::optional<Leader>> Client::AwaitLeader(std::string_view key, FencingToken after_term,
+                                                  std::chrono::milliseconds wait,
+                                                  std::stop_token cancel) {
+  return core_->AwaitLeader(key, after_term, wait, std::move(cancel));
+}
+
 std::string Client::Describe() const { return core_->Describe(); }
+
+std::uint64_t Client::Session() const { return core_->Session(); }
 
 Status Client::Ping() { return core_->Ping(); }
 

@@ -1,5 +1,7 @@
 #include "core/client_core.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -30,12 +32,20 @@ Duration RenewRetryInterval(milliseconds ttl) {
 
 std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
 
+std::string DefaultLabel() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(host[0] ? host : "localhost") + ":" + std::to_string(getpid());
+}
+
 }  // namespace
 
 ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
     : backend_(std::move(backend)),
       clock_(options.clock ? std::move(options.clock) : DefaultClock()),
-      random_(options.random ? std::move(options.random) : DefaultRandom()) {}
+      random_(options.random ? std::move(options.random) : DefaultRandom()),
+      session_(options.session ? *options.session : random_->Next()),
+      label_(options.label.empty() ? DefaultLabel() : std::move(options.label)) {}
 
 ClientCore::~ClientCore() { loop_.reset(); }
 
@@ -70,8 +80,25 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
     return InvalidArgumentError("lock-delay is not supported by " + backend_->Describe() +
                                 ": it must be enforced by the store's own clock");
   }
-  LeaseRequest request{std::string(key), OwnerId(random_->Next(), random_->Next()),
+  if (options.permits < 1 || options.permits > kMaxPermits) {
+    return InvalidArgumentError("permits " + std::to_string(options.permits) +
+                                " is out of range: 1 to 65535");
+  }
+  if (options.shared && options.permits != 1) {
+    return InvalidArgumentError(
+        "shared (a read lock) and permits (a semaphore) do not combine: use one");
+  }
+  const std::uint32_t limit = options.shared ? kSharedLimit : options.permits;
+  if (limit != 1 && !backend_->SupportsSharing()) {
+    return InvalidArgumentError("read-write locks and semaphores are not supported by " +
+                                backend_->Describe());
+  }
+  const std::string& label = options.label ? *options.label : label_;
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(label));
+  LeaseRequest request{std::string(key), OwnerId(session_, random_->Next()),
                        options.ttl, wait ? kQueueTtl : milliseconds(0), options.lock_delay};
+  request.limit = limit;
+  request.label = label;
   const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
   if (wait) request.deadline = deadline;
   Duration poll_interval = kFirstPollInterval;
@@ -216,6 +243,45 @@ Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {
     return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
   }
   return backend_->List(prefix);
+}
+
+Result<std::vector<WaiterInfo>> ClientCore::Waiters(std::string_view prefix) {
+  if (prefix.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
+  }
+  return backend_->Waiters(prefix);
+}
+
+Result<std::optional<Leader>> ClientCore::CurrentLeader(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  auto holders = backend_->List(key);
+  if (!holders.ok()) return holders.status();
+  std::optional<Leader> leader;
+  for (const HolderInfo& h : *holders) {
+    if (h.key != key) continue;  // a longer key with this prefix
+    if (leader && leader->term >= h.token) continue;
+    leader = Leader{h.owner, h.token, h.label, h.ttl_remaining, h.held_for};
+  }
+  return leader;
+}
+
+Result<std::optional<Leader>> ClientCore::AwaitLeader(std::string_view key,
+                                                      FencingToken after_term,
+                                                      milliseconds wait,
+                                                      std::stop_token cancel) {
+  if (wait < milliseconds(0)) {
+    return InvalidArgumentError("wait " + FormatDuration(wait) + " is negative");
+  }
+  const TimePoint deadline = clock_->Now() + wait;
+  Duration poll = kFirstPollInterval;
+  for (;;) {
+    auto leader = CurrentLeader(key);
+    if (!leader.ok() || (*leader && (*leader)->term > after_term)) return leader;
+    const TimePoint now = clock_->Now();
+    if (now >= deadline || cancel.stop_requested()) return leader;
+    clock_->SleepUntil(std::min(deadline, now + poll), cancel);
+    poll = std::min<Duration>(poll * 2, milliseconds(100));
+  }
 }
 
 void ClientCore::MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,

@@ -64,7 +64,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
                                         const AcquireOptions& options);
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix);
+  Result<std::optional<Leader>> CurrentLeader(std::string_view key);
+  Result<std::optional<Leader>> AwaitLeader(std::string_view key, FencingToken after_term,
+                                            std::chrono::milliseconds wait,
+                                            std::stop_token cancel);
   std::string Describe() const { return backend_->Describe(); }
+  std::uint64_t Session() const { return session_; }
   Status Ping() { return backend_->Ping(); }
   Result<bool> IsDone(std::string_view key);
   Status MarkDone(const LeaseState& state);
@@ -89,6 +95,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Clock> clock_;
   std::shared_ptr<Random> random_;
+  const std::uint64_t session_;
+  const std::string label_;
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<LeaseState>> held_;  // phase == kHeld

@@ -60,4 +60,18 @@ Status ValidateTtl(std::chrono::milliseconds ttl) {
   return Status::Ok();
 }
 
+Status ValidateLabel(std::string_view label) {
+  if (label.size() > kMaxLabelBytes) {
+    return InvalidArgumentError("label is " + std::to_string(label.size()) +
+                                " bytes: a label is at most 256 bytes of printable text");
+  }
+  for (unsigned char c : label) {
+    if (c < 0x20 || c == 0x7f) {
+      return InvalidArgumentError(
+          "label contains a control character: a label is printable text (UTF-8 allowed)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace dlock

@@ -1,5 +1,7 @@
 #include "dlock/testing/in_memory_backend.h"
 
+#include <algorithm>
+
 namespace dlock::testing {
 namespace {
 std::chrono::milliseconds Ms(Duration d) {
@@ -9,56 +11,118 @@ std::chrono::milliseconds Ms(Duration d) {
 
 InMemoryStore::InMemoryStore(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
 
-bool InMemoryStore::HeldLocked(const Entry& e) const {
-  return !e.owner.empty() && clock_->Now() < e.expires_at;
+void InMemoryStore::PruneLocked(Entry& e, TimePoint now) {
+  std::erase_if(e.holders, [&](const Holding& h) { return now >= h.expires_at + h.lock_delay; });
+  std::erase_if(e.queue, [&](const Waiter& w) { return now >= w.expires_at; });
 }
 
 Result<Attempt> InMemoryStore::TryAcquire(const LeaseRequest& request) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[request.key];
   const TimePoint now = clock_->Now();
-  // Held, or lapsed but inside its lock-delay (a released entry has no owner).
-  const bool blocked = !e.owner.empty() && now < e.expires_at + e.lock_delay;
-  if (blocked && e.owner != request.owner) {
-    return Attempt{.granted = false,
-                   .holder_ttl_remaining = Ms(e.expires_at + e.lock_delay - now)};
+  PruneLocked(e, now);
+  for (Holding& h : e.holders) {
+    if (h.owner == request.owner && now < h.expires_at) {  // a retry: same grant
+      h.expires_at = now + request.ttl;
+      return Attempt{.granted = true, .token = h.token};
+    }
   }
-  if (!HeldLocked(e) || e.owner != request.owner) ++e.token;  // a new grant
-  e.owner = request.owner;
-  e.expires_at = now + request.ttl;
-  e.lock_delay = request.lock_delay;
+  // The sharing rule: holders + waiters ahead + 1 <= the smallest limit.
+  std::uint32_t limit = request.limit;
+  std::size_t count = e.holders.size() + 1;
+  Duration wait_left{0};
+  for (const Holding& h : e.holders) {
+    limit = std::min(limit, h.limit);
+    wait_left = std::max<Duration>(wait_left, h.expires_at + h.lock_delay - now);
+  }
+  auto me = std::find_if(e.queue.begin(), e.queue.end(),
+                         [&](const Waiter& w) { return w.owner == request.owner; });
+  for (auto it = e.queue.begin(); it != me; ++it) {
+    limit = std::min(limit, it->limit);
+    ++count;
+  }
+  if (count > limit) {
+    if (request.queue_ttl > std::chrono::milliseconds(0)) {
+      if (me == e.queue.end()) {
+        e.queue.push_back({request.owner, request.limit, request.label, now, {}});
+        me = e.queue.end() - 1;
+      }
+      me->expires_at = now + request.queue_ttl;
+    }
+    return Attempt{.granted = false, .holder_ttl_remaining = Ms(wait_left)};
+  }
+  if (me != e.queue.end()) e.queue.erase(me);
+  e.holders.push_back({request.owner, ++e.token, now, now + request.ttl, request.ttl,
+                       request.lock_delay, request.limit, request.label});
   return Attempt{.granted = true, .token = e.token};
 }
 
 Status InMemoryStore::Release(std::string_view key, const OwnerId& owner) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);
-  if (it == entries_.end() || !HeldLocked(it->second)) return Status::Ok();
-  if (it->second.owner != owner) {
+  if (it == entries_.end()) return Status::Ok();
+  Entry& e = it->second;
+  const TimePoint now = clock_->Now();
+  PruneLocked(e, now);
+  std::erase_if(e.queue, [&](const Waiter& w) { return w.owner == owner; });
+  auto mine = std::find_if(e.holders.begin(), e.holders.end(), [&](const Holding& h) {
+    return h.owner == owner && now < h.expires_at;
+  });
+  if (mine != e.holders.end()) {
+    e.holders.erase(mine);
+    return Status::Ok();
+  }
+  const bool others = std::any_of(e.holders.begin(), e.holders.end(),
+                                  [&](const Holding& h) { return now < h.expires_at; });
+  if (others) {
     return NotOwnerError("key '" + std::string(key) + "' is held by another owner");
   }
-  it->second.owner = OwnerId();
   return Status::Ok();
 }
 
 Status InMemoryStore::Renew(const LeaseRequest& lease) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(lease.key);
-  if (it == entries_.end() || !HeldLocked(it->second) || it->second.owner != lease.owner) {
-    return NotOwnerError("lease on key '" + lease.key + "' is no longer held by this owner");
+  const TimePoint now = clock_->Now();
+  if (it != entries_.end()) {
+    for (Holding& h : it->second.holders) {
+      if (h.owner == lease.owner && now < h.expires_at) {
+        h.expires_at = now + lease.ttl;
+        h.ttl = lease.ttl;
+        return Status::Ok();
+      }
+    }
   }
-  it->second.expires_at = clock_->Now() + lease.ttl;
-  return Status::Ok();
+  return NotOwnerError("lease on key '" + lease.key + "' is no longer held by this owner");
 }
 
 std::vector<HolderInfo> InMemoryStore::List(std::string_view prefix) {
   std::lock_guard lock(mu_);
   std::vector<HolderInfo> out;
+  const TimePoint now = clock_->Now();
   for (auto it = entries_.lower_bound(prefix);
        it != entries_.end() && it->first.starts_with(prefix); ++it) {
-    if (!HeldLocked(it->second)) continue;
-    out.push_back({it->first, it->second.owner, it->second.token,
-                   Ms(it->second.expires_at - clock_->Now())});
+    for (const Holding& h : it->second.holders) {
+      if (now >= h.expires_at) continue;
+      out.push_back({it->first, h.owner, h.token, Ms(h.expires_at - now), h.ttl,
+                     std::chrono::floor<std::chrono::milliseconds>(now - h.granted_at), h.limit,
+                     h.label});
+    }
+  }
+  return out;
+}
+
+std::vector<WaiterInfo> InMemoryStore::Waiters(std::string_view prefix) {
+  std::lock_guard lock(mu_);
+  std::vector<WaiterInfo> out;
+  const TimePoint now = clock_->Now();
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && it->first.starts_with(prefix); ++it) {
+    for (const Waiter& w : it->second.queue) {
+      if (now >= w.expires_at) continue;
+      out.push_back({it->first, w.owner, w.limit, w.label,
+                     std::chrono::floor<std::chrono::milliseconds>(now - w.since)});
+    }
   }
   return out;
 }
@@ -71,11 +135,16 @@ bool InMemoryStore::IsDone(std::string_view key) {
 Status InMemoryStore::MarkDone(std::string_view key, const OwnerId& owner) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);
-  if (it == entries_.end() || !HeldLocked(it->second) || it->second.owner != owner) {
-    return NotOwnerError("mark '" + std::string(key) + "' done: this owner no longer holds it");
+  const TimePoint now = clock_->Now();
+  if (it != entries_.end()) {
+    for (const Holding& h : it->second.holders) {
+      if (h.owner == owner && now < h.expires_at) {
+        done_[std::string(key)] = h.token;
+        return Status::Ok();
+      }
+    }
   }
-  done_[std::string(key)] = it->second.token;
-  return Status::Ok();
+  return NotOwnerError("mark '" + std::string(key) + "' done: this owner no longer holds it");
 }
 
 Result<Attempt> InMemoryBackend::TryAcquire(const LeaseRequest& request) {

@@ -280,6 +280,215 @@ TEST_F(ConformanceTest, ConcurrentClientsNeverOverlap) {
   }
 }
 
+
+// ---- #10: read-write locks, semaphores, waiter records, labels, election.
+// Stores that cannot share a key say so (SupportsSharing) and skip; the
+// others must follow the sharing rule of backend.h.
+
+LeaseRequest Shared(const std::string& key, OwnerId owner, std::uint32_t limit,
+                    milliseconds queue_ttl = milliseconds(0)) {
+  LeaseRequest r{key, owner, milliseconds(10'000), queue_ttl};
+  r.limit = limit;
+  r.label = "conformance";
+  return r;
+}
+
+TEST_F(ConformanceTest, ReadersShareAndExcludeAWriter) {
+  auto b = RawBackend();
+  if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
+  const std::string key = UniqueKey("rw");
+  auto r1 = b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit));
+  auto r2 = b->TryAcquire(Shared(key, OwnerId(2, 2), kSharedLimit));
+  ASSERT_TRUE(r1.ok() && r2.ok()) << r1.status().ToString() << r2.status().ToString();
+  ASSERT_TRUE(r1->granted && r2->granted) << "two readers must share";
+  EXPECT_GT(r2->token, r1->token) << "each reader has its own token";
+  auto w = b->TryAcquire(Shared(key, OwnerId(3, 3), 1));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_FALSE(w->granted) << "a writer was let in with readers";
+  auto list = b->List(key);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->size(), 2u) << "one entry per reader";
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  EXPECT_FALSE(b->TryAcquire(Shared(key, OwnerId(3, 3), 1))->granted) << "one reader is left";
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  auto w2 = b->TryAcquire(Shared(key, OwnerId(3, 3), 1));
+  ASSERT_TRUE(w2.ok() && w2->granted) << "the writer, once the readers left";
+  EXPECT_GT(w2->token, r2->token);
+  EXPECT_FALSE(b->TryAcquire(Shared(key, OwnerId(4, 4), kSharedLimit))->granted)
+      << "a reader was let in with a writer";
+  EXPECT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
+}
+
+TEST_F(ConformanceTest, AQueuedWriterIsNotStarvedByNewReaders) {
+  auto b = RawBackend();
+  if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
+  const std::string key = UniqueKey("rw-fair");
+  ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit))->granted);
+  // The writer waits (it takes a place in the queue)...
+  auto w = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_FALSE(w->granted);
+  // ...so readers arriving after it wait too, though the key is read-held.
+  for (std::uint64_t i = 10; i < 13; ++i) {
+    auto late = b->TryAcquire(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000)));
+    ASSERT_TRUE(late.ok()) << late.status().ToString();
+    EXPECT_FALSE(late->granted) << "a reader overtook a waiting writer";
+  }
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  auto w2 = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  ASSERT_TRUE(w2.ok() && w2->granted) << "the writer comes first";
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  // Then the queued readers, together.
+  for (std::uint64_t i = 10; i < 13; ++i) {
+    auto r = b->TryAcquire(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000)));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->granted) << "reader " << i;
+  }
+  for (std::uint64_t i = 10; i < 13; ++i) EXPECT_TRUE(b->Release(key, OwnerId(i, i)).ok());
+}
+
+TEST_F(ConformanceTest, SemaphoreAdmitsExactlyNHolders) {
+  auto b = RawBackend();
+  if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
+  const std::string key = UniqueKey("sem");
+  FencingToken last = 0;
+  for (std::uint64_t i = 1; i <= 3; ++i) {
+    auto g = b->TryAcquire(Shared(key, OwnerId(i, i), 3));
+    ASSERT_TRUE(g.ok() && g->granted) << "permit " << i << " " << g.status().ToString();
+    EXPECT_GT(g->token, last);
+    last = g->token;
+  }
+  auto fourth = b->TryAcquire(Shared(key, OwnerId(4, 4), 3));
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_FALSE(fourth->granted) << "a fourth holder of three permits";
+  auto again = b->TryAcquire(Shared(key, OwnerId(2, 2), 3));
+  ASSERT_TRUE(again.ok() && again->granted) << "a holder's retry is its own grant";
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  auto now_in = b->TryAcquire(Shared(key, OwnerId(4, 4), 3));
+  ASSERT_TRUE(now_in.ok() && now_in->granted);
+  EXPECT_GT(now_in->token, last);
+  auto renewed = b->Renew(std::vector<LeaseRequest>{Shared(key, OwnerId(1, 1), 3),
+                                                    Shared(key, OwnerId(2, 2), 3)});
+  ASSERT_EQ(renewed.size(), 2u);
+  EXPECT_TRUE(renewed[0].ok()) << renewed[0].ToString();
+  EXPECT_EQ(renewed[1].code(), StatusCode::kNotOwner) << "a released permit renewed";
+  for (std::uint64_t i : {1, 3, 4}) EXPECT_TRUE(b->Release(key, OwnerId(i, i)).ok());
+}
+
+TEST_F(ConformanceTest, SemaphoreClientsNeverExceedThePermits) {
+  if (!RawBackend()->SupportsSharing()) GTEST_SKIP() << "the store does not share keys";
+  const std::string key = UniqueKey("sem-clients");
+  std::atomic<int> inside{0}, most{0};
+  auto worker = [&] {
+    auto client = NewClient();
+    AcquireOptions o = Opts(milliseconds(5000), milliseconds(30'000));
+    o.permits = 2;
+    for (int i = 0; i < 10; ++i) {
+      auto lease = client->Acquire(key, o);
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      int now = inside.fetch_add(1) + 1;
+      int prev = most.load();
+      while (now > prev && !most.compare_exchange_weak(prev, now)) {
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+      inside.fetch_sub(1);
+      ASSERT_TRUE(lease->Release().ok());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  EXPECT_LE(most.load(), 2);
+  EXPECT_GE(most.load(), 1);
+}
+
+TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
+  auto b = RawBackend();
+  const std::string key = UniqueKey("waiters");
+  ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), 1))->granted);
+  auto queued = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  ASSERT_TRUE(queued.ok() && !queued->granted);
+  auto waiters = b->Waiters(key);
+  if (!waiters.ok() && waiters.status().code() == StatusCode::kFailedPrecondition) {
+    (void)b->Release(key, OwnerId(2, 2));
+    (void)b->Release(key, OwnerId(1, 1));
+    GTEST_SKIP() << waiters.status().ToString();
+  }
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  ASSERT_EQ(waiters->size(), 1u);
+  EXPECT_EQ((*waiters)[0].key, key);
+  EXPECT_EQ((*waiters)[0].owner, OwnerId(2, 2));
+  EXPECT_EQ((*waiters)[0].label, "conformance");
+  // A waiter that gives up leaves at once (the core releases its place).
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).code() != StatusCode::kUnavailable);
+  waiters = b->Waiters(key);
+  ASSERT_TRUE(waiters.ok());
+  EXPECT_TRUE(waiters->empty()) << "a waiter that left is still listed";
+  // A waiter that dies leaves when its place expires.
+  ASSERT_FALSE(b->TryAcquire(Shared(key, OwnerId(3, 3), 1, milliseconds(300)))->granted);
+  ASSERT_EQ(b->Waiters(key)->size(), 1u);
+  std::this_thread::sleep_for(milliseconds(1500));
+  waiters = b->Waiters(key);
+  ASSERT_TRUE(waiters.ok());
+  EXPECT_TRUE(waiters->empty()) << "a dead waiter's record outlived its place";
+  EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(ConformanceTest, ListShowsLabelTtlAndHolding) {
+  auto b = RawBackend();
+  const std::string key = UniqueKey("label");
+  LeaseRequest r = Shared(key, OwnerId(8, 8), 1);
+  r.label = "worker-7 on host x";
+  ASSERT_TRUE(b->TryAcquire(r)->granted);
+  auto list = b->List(key);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  const HolderInfo& h = (*list)[0];
+  EXPECT_EQ(h.label, "worker-7 on host x");
+  EXPECT_EQ(h.limit, 1u);
+  EXPECT_GT(h.ttl_remaining, milliseconds(0));
+  if (h.ttl > milliseconds(0)) EXPECT_GE(h.ttl, h.ttl_remaining);
+  if (h.held_for) EXPECT_GE(*h.held_for, milliseconds(0));
+  EXPECT_TRUE(b->Release(key, OwnerId(8, 8)).ok());
+}
+
+TEST_F(ConformanceTest, ElectionTermsIncreaseAndObserversSeeTheLeader) {
+  auto a = NewClient();
+  auto b = NewClient();
+  auto observer = NewClient();
+  const std::string key = UniqueKey("election");
+  auto none = observer->CurrentLeader(key);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  AcquireOptions o = Opts(milliseconds(5000), milliseconds(10'000));
+  o.label = "10.0.0.1:8080";
+  auto term1 = a->Campaign(key, o);
+  ASSERT_TRUE(term1.ok()) << term1.status().ToString();
+  auto seen = observer->CurrentLeader(key);
+  ASSERT_TRUE(seen.ok() && seen->has_value()) << seen.status().ToString();
+  EXPECT_EQ((*seen)->term, term1->token());
+  EXPECT_EQ((*seen)->label, "10.0.0.1:8080");
+  EXPECT_EQ((*seen)->owner, term1->owner());
+  // A second candidate waits; the observer waits for a newer term.
+  std::optional<Result<Lease>> term2;
+  o.label = "10.0.0.2:8080";
+  std::thread candidate([&] { term2.emplace(b->Campaign(key, o)); });
+  std::optional<Result<std::optional<Leader>>> next;
+  std::thread watcher([&] {
+    next.emplace(observer->AwaitLeader(key, term1->token(), milliseconds(20'000)));
+  });
+  std::this_thread::sleep_for(milliseconds(200));  // not asserted
+  ASSERT_TRUE(term1->Release().ok());  // resign
+  candidate.join();
+  watcher.join();
+  ASSERT_TRUE(term2->ok()) << term2->status().ToString();
+  EXPECT_GT((*term2)->token(), term1->token());
+  ASSERT_TRUE(next->ok() && next->value().has_value()) << next->status().ToString();
+  EXPECT_EQ(next->value()->term, (*term2)->token());
+  EXPECT_EQ(next->value()->label, "10.0.0.2:8080");
+  EXPECT_TRUE((*term2)->Release().ok());
+}
+
 }  // namespace
 }  // namespace dlock
 

@@ -75,6 +75,10 @@ class FaultyBackend final : public Backend {
   std::string Describe() const override { return inner_->Describe(); }
   Status Ping() override { return inner_->Ping(); }
   bool SupportsLockDelay() const override { return inner_->SupportsLockDelay(); }
+  bool SupportsSharing() const override { return inner_->SupportsSharing(); }
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override {
+    return inner_->Waiters(prefix);
+  }
   Result<bool> IsDone(std::string_view key) override { return inner_->IsDone(key); }
   Status MarkDone(std::string_view key, const OwnerId& owner) override {
     return inner_->MarkDone(key, owner);

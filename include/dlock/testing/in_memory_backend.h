@@ -1,7 +1,8 @@
 // An in-memory store and backend, for core unit tests.
 //
-// InMemoryStore plays the store: it keeps leases and per-key token counters
-// and judges expiry by its own Clock (usually the test's SimulatedClock), as
+// InMemoryStore plays the store: it keeps leases, per-key token counters and
+// a FIFO wait queue per key, implements the sharing rule of backend.h (the
+// reference for the real stores), and judges expiry by its own Clock (usually the test's SimulatedClock), as
 // a real store judges it by its own. Several InMemoryBackends may share one
 // store to play several clients on different machines.
 //
@@ -15,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dlock/backend.h"
 #include "dlock/clock.h"
@@ -29,17 +31,35 @@ class InMemoryStore {
   Status Release(std::string_view key, const OwnerId& owner);
   Status Renew(const LeaseRequest& lease);
   std::vector<HolderInfo> List(std::string_view prefix);
+  std::vector<WaiterInfo> Waiters(std::string_view prefix);
   bool IsDone(std::string_view key);
   Status MarkDone(std::string_view key, const OwnerId& owner);
 
  private:
-  struct Entry {
-    OwnerId owner;  // empty when free
+  struct Holding {
+    OwnerId owner;
     FencingToken token = 0;
+    TimePoint granted_at{};
     TimePoint expires_at{};
+    std::chrono::milliseconds ttl{0};
     std::chrono::milliseconds lock_delay{0};
+    std::uint32_t limit = 1;
+    std::string label;
   };
-  bool HeldLocked(const Entry& e) const;
+  struct Waiter {
+    OwnerId owner;
+    std::uint32_t limit = 1;
+    std::string label;
+    TimePoint since{};
+    TimePoint expires_at{};
+  };
+  struct Entry {
+    FencingToken token = 0;          // the key's counter, never reset
+    std::vector<Holding> holders;    // in grant order
+    std::vector<Waiter> queue;       // in arrival order
+  };
+  // Drops holdings past expiry + lock-delay and queue places past expiry.
+  void PruneLocked(Entry& e, TimePoint now);
 
   std::shared_ptr<Clock> clock_;
   mutable std::mutex mu_;
@@ -58,6 +78,10 @@ class InMemoryBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   std::string Describe() const override { return "memory://"; }
   bool SupportsLockDelay() const override { return true; }
+  bool SupportsSharing() const override { return true; }
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override {
+    return store_->Waiters(prefix);
+  }
   Result<bool> IsDone(std::string_view key) override { return store_->IsDone(key); }
   Status MarkDone(std::string_view key, const OwnerId& owner) override {
     return store_->MarkDone(key, owner);
