@@ -52,13 +52,16 @@ Result<milliseconds> ParseFlagDuration(std::string_view flag, const std::string&
 // DLOCK_TOKEN are the primary key's; with more keys, DLOCK_KEY_COUNT and
 // DLOCK_KEY_<i> / DLOCK_TOKEN_<i> list every one, in the canonical order
 // they were taken in.
+// DLOCK_SESSION makes a dlock (or Client::Connect) run by the child one
+// party with us in `dlock status --waits`: it acts for the holder.
 std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
-                                          const std::string& primary, const std::string& uri) {
+                                          const std::string& primary, const std::string& uri,
+                                          std::uint64_t session) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string_view v(*e);
     if (v.starts_with("DLOCK_KEY") || v.starts_with("DLOCK_TOKEN") ||
-        v.starts_with("DLOCK_BACKEND=")) {
+        v.starts_with("DLOCK_BACKEND=") || v.starts_with("DLOCK_SESSION=")) {
       continue;
     }
     env.emplace_back(v);
@@ -76,6 +79,9 @@ std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
     }
   }
   env.push_back("DLOCK_BACKEND=" + uri);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session));
+  env.push_back(std::string("DLOCK_SESSION=") + hex);
   return env;
 }
 
@@ -225,6 +231,13 @@ int RunExec(const ExecFlags& flags) {
     (void)!::write(lost_event, &one, sizeof one);
   };
   options.max_hold = max_hold;
+  options.shared = flags.shared;
+  if (flags.permits < 1 || flags.permits > static_cast<int>(kMaxPermits)) {
+    return Fail(kExitUsage, "--permits " + std::to_string(flags.permits) +
+                                " is out of range: 1 to 65535");
+  }
+  options.permits = static_cast<std::uint32_t>(flags.permits);
+  if (!flags.label.empty()) options.label = flags.label;
   std::vector<std::string> keys = flags.extra_keys;
   keys.push_back(flags.key);
   Result<std::vector<Lease>> acquired = InternalError("not acquired");
@@ -293,7 +306,7 @@ int RunExec(const ExecFlags& flags) {
     return kExitOk;
   }
 
-  std::vector<std::string> env = ChildEnvironment(leases, flags.key, store->uri);
+  std::vector<std::string> env = ChildEnvironment(leases, flags.key, store->uri, store->client->Session());
   std::vector<std::string> args = flags.command;
   std::vector<char*> envp = CStrings(env);
   std::vector<char*> argv = CStrings(args);

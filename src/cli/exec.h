@@ -18,6 +18,9 @@ struct ExecFlags {
   std::string backend;
   std::vector<std::string> extra_keys;  // --key: more keys, all or nothing
   std::string max_hold;                 // --max-hold: stop renewing after this
+  bool shared = false;                  // --shared: the read side of a read-write lock
+  int permits = 1;                      // --permits N: a semaphore
+  std::string label;                    // --label: shown by status / to election observers
   std::vector<std::string> command;
   // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0.
   bool once = false;

@@ -55,6 +55,16 @@ int main(int argc, char** argv) {
   exec->add_option("--max-hold", exec_flags.max_hold,
                    "stop renewing after this long, so a hung command cannot keep the lock "
                    "forever (it is then terminated like any lost lease)");
+  exec->add_flag("--shared", exec_flags.shared,
+                 "take the read side of a read-write lock: shared with other --shared "
+                 "holders, never with a plain exec of KEY (the writer); a waiting writer "
+                 "goes before readers that come after it");
+  exec->add_option("--permits", exec_flags.permits,
+                   "a semaphore: up to N holders of KEY at once, each with its own token "
+                   "(everyone on KEY should use the same N)")
+      ->capture_default_str();
+  exec->add_option("--label", exec_flags.label,
+                   "name this holder in 'dlock status' (default host:pid)");
   exec->footer(
       "Example: dlock exec nightly-report --ttl 30s -- sh -c 'make-report > out.csv'\n"
       "Exit status: the command's own; 64 usage; 69 store unavailable; 75 gave up waiting; "
@@ -84,8 +94,26 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "List held locks: key, owner, token, time left");
   status->add_option("prefix", status_flags.prefix, "only keys starting with this");
   status->add_flag("--json", status_flags.json,
-                   "print a JSON array of {key, owner, token, ttl_remaining_ms}");
+                   "print JSON: an array of holders, or with --waits the wait-for graph");
+  status->add_flag("--waits", status_flags.waits,
+                   "show who waits for whom, name any deadlock cycle, and tell it from "
+                   "waiting behind a slow holder (exit 3 if there is a cycle)");
   status->add_option("--backend", status_flags.backend, kBackendHelp);
+
+  LeaderFlags leader_flags;
+  CLI::App* leader = app.add_subcommand(
+      "leader", "Leader election on KEY: show the leader (term = its fencing token, and its "
+                "label), or wait for a new one; campaign with 'dlock exec KEY --label VALUE'");
+  leader->add_option("key", leader_flags.key, "election key")->required();
+  leader->add_option("--after", leader_flags.after,
+                     "wait for a leader whose term is above this one (0: any leader)");
+  leader->add_option("--wait", leader_flags.wait, "how long --after waits")
+      ->capture_default_str();
+  leader->add_flag("--json", leader_flags.json, "print {term, owner, label, ttl_remaining_ms}");
+  leader->add_option("--backend", leader_flags.backend, kBackendHelp);
+  leader->footer(
+      "Exit status: 0 a leader is shown; 75 no leader (or none newer than --after when --wait "
+      "ran out); 64 usage; 69 store unavailable.");
 
   FenceWriteFlags fence_flags;
   CLI::App* fence = app.add_subcommand(
@@ -232,6 +260,7 @@ int main(int argc, char** argv) {
   if (exec->parsed()) return RunExec(exec_flags);
   if (once->parsed()) return RunExec(once_flags);
   if (status->parsed()) return RunStatus(status_flags);
+  if (leader->parsed()) return RunLeader(leader_flags);
   if (fence_write->parsed()) return RunFenceWrite(fence_flags);
   if (demo->parsed()) return RunDemo(demo_flags);
   if (chaos->parsed()) return RunChaos(chaos_flags);
