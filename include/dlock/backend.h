@@ -155,6 +155,12 @@ class Backend {
   // Whether TryAcquire enforces LeaseRequest::lock_delay.
   virtual bool SupportsLockDelay() const { return false; }
 
+  // Whether grants carry tokens ordered per key (the contract above). False
+  // only for Redlock, whose grants carry token 0: no counter orders grants
+  // across independent nodes. Lease::token_ordered() reports it, and `dlock
+  // exec` then sets no DLOCK_TOKEN, so no fence is fed a meaningless number.
+  virtual bool OrdersTokens() const { return true; }
+
   // Whether TryAcquire honours LeaseRequest::limit other than 1 (read-write
   // locks, semaphores).
   virtual bool SupportsSharing() const { return false; }

@@ -53,7 +53,12 @@ class Lease {
 
   const std::string& key() const;
   const OwnerId& owner() const;
+  // The fencing token: strictly larger than every earlier grant's for this
+  // key. 0 when token_ordered() is false.
   FencingToken token() const;
+  // False when the store orders no tokens (redlock://): the lease still
+  // excludes others while valid, but nothing can fence a paused holder.
+  bool token_ordered() const;
 
   // The TTL the store applies to this lease: the requested one, or what the
   // store made of it (etcd: whole seconds, at least its minimum lease TTL).

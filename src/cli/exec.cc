@@ -69,13 +69,21 @@ std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
   for (const Lease& l : leases) {
     if (l.key() != primary) continue;
     env.push_back("DLOCK_KEY=" + l.key());
-    env.push_back("DLOCK_TOKEN=" + std::to_string(l.token()));
+    // An unordered store's 0 would only be refused by every fence.
+    if (l.token_ordered()) {
+      env.push_back("DLOCK_TOKEN=" + std::to_string(l.token()));
+    } else {
+      env.push_back("DLOCK_TOKEN_UNORDERED=1");
+    }
   }
   if (leases.size() > 1) {
     env.push_back("DLOCK_KEY_COUNT=" + std::to_string(leases.size()));
     for (std::size_t i = 0; i < leases.size(); ++i) {
       env.push_back("DLOCK_KEY_" + std::to_string(i) + "=" + leases[i].key());
-      env.push_back("DLOCK_TOKEN_" + std::to_string(i) + "=" + std::to_string(leases[i].token()));
+      if (leases[i].token_ordered()) {
+        env.push_back("DLOCK_TOKEN_" + std::to_string(i) + "=" +
+                      std::to_string(leases[i].token()));
+      }
     }
   }
   env.push_back("DLOCK_BACKEND=" + uri);

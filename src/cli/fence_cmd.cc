@@ -20,7 +20,8 @@ std::string FlagOrEnv(const std::string& flag, const char* env) {
 Result<FencingToken> ParseToken(const std::string& text, const char* source) {
   if (text.empty()) {
     return InvalidArgumentError(
-        "no fencing token: run under 'dlock exec' (which sets DLOCK_TOKEN) or pass --token N");
+        "no fencing token: run under 'dlock exec' (which sets DLOCK_TOKEN, except on "
+        "redlock://, whose grants are not ordered) or pass --token N");
   }
   FencingToken t = 0;
   for (char c : text) {

@@ -132,6 +132,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
       state->key = request.key;
       state->owner = request.owner;
       state->token = attempt->token;
+      state->token_ordered = backend_->OrdersTokens();
       state->ttl = ttl;
       state->effective_ttl = ttl;
       state->drift = lease_drift;
@@ -488,6 +489,7 @@ Lease::~Lease() {
 const std::string& Lease::key() const { return state_->key; }
 const OwnerId& Lease::owner() const { return state_->owner; }
 FencingToken Lease::token() const { return state_->token; }
+bool Lease::token_ordered() const { return state_->token_ordered; }
 std::chrono::milliseconds Lease::ttl() const { return state_->ttl; }
 TimePoint Lease::valid_until() const { return core_->ValidUntil(*state_); }
 std::stop_token Lease::stop_token() const { return state_->lost.get_token(); }

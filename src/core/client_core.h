@@ -33,6 +33,7 @@ struct LeaseState {
   std::string key;
   OwnerId owner;
   FencingToken token = 0;
+  bool token_ordered = true;
   std::chrono::milliseconds ttl{0};
   // min(ttl, the session timeout) for a session-based store, else ttl: what
   // renewal timing follows.

@@ -9,6 +9,10 @@ Status StaleToken(FencingToken token, FencingToken highest, std::string_view key
 
 Status Memory::Admit(std::string_view key, FencingToken token,
                      const std::function<Status()>& write) {
+  if (token == 0) {
+    return InvalidArgumentError("fencing token 0 is never granted (an unordered Redlock "
+                                "grant?): nothing to fence with");
+  }
   std::lock_guard lock(mu_);
   auto it = highest_.find(key);
   const FencingToken highest = it == highest_.end() ? 0 : it->second;

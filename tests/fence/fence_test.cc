@@ -167,6 +167,17 @@ TEST(MemoryFenceTest, RacingThreadsNeverAdmitALowerToken) {
   EXPECT_EQ(fence.Highest("orders/42"), log.back().token);
 }
 
+TEST(MemoryFenceTest, TokenZeroIsRefusedEvenOnAFreshKey) {
+  Memory fence;
+  bool wrote = false;
+  Status s = fence.Admit("k", 0, [&] {
+    wrote = true;
+    return Status::Ok();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_FALSE(wrote);
+}
+
 TEST(MemoryFenceTest, EqualTokenIsAdmitted) {
   Memory fence;
   int writes = 0;
@@ -228,7 +239,7 @@ TEST(MemoryFenceTest, KeysAreIndependent) {
   EXPECT_EQ(fence.Highest("orders/43"), 1u);
   EXPECT_EQ(fence.Highest("orders/4"), 2u);
   EXPECT_EQ(fence.Highest("orders/44"), 0u);
-  EXPECT_EQ(fence.Admit("orders/43", 0).code(), StatusCode::kStaleToken);
+  EXPECT_EQ(fence.Admit("orders/43", 0).code(), StatusCode::kInvalidArgument);
 }
 
 // ---- Sqlite -----------------------------------------------------------------

@@ -76,6 +76,7 @@ class FaultyBackend final : public Backend {
   Status Ping() override { return inner_->Ping(); }
   bool SupportsLockDelay() const override { return inner_->SupportsLockDelay(); }
   bool SupportsSharing() const override { return inner_->SupportsSharing(); }
+  bool OrdersTokens() const override { return inner_->OrdersTokens(); }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override {
     return inner_->Waiters(prefix);
   }

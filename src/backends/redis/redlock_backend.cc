@@ -56,6 +56,7 @@ class RedlockBackend final : public Backend {
   }
 
   std::size_t Majority() const { return nodes_.size() / 2 + 1; }
+  bool OrdersTokens() const override { return false; }
 
   // kInvalidArgument (wrong password, ...) from any node, or kUnavailable
   // unless a majority can be reached.

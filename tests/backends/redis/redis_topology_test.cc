@@ -252,6 +252,7 @@ TEST(RedisRedlock, MajorityWithOneNodeDownSucceedsButHasNoOrderedToken) {
   auto lease = client->TryAcquire(key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ(lease->token(), 0u) << "Redlock grants carry no ordered token";
+  EXPECT_FALSE(lease->token_ordered()) << "and say so";
   auto other = NewClient(t.uri().substr(0, t.uri().rfind(',')) + ",127.0.0.1:" +
                          std::to_string(t.Port("n1")));
   // (n1 twice stands in for the dead node: the client needs 3 to open.)
