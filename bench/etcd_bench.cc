@@ -49,6 +49,8 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+
+#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -65,6 +67,7 @@ extern char** environ;
 namespace {
 
 using Steady = std::chrono::steady_clock;
+using dlock::bench::SummaryJson;
 using std::chrono::milliseconds;
 constexpr int kExitUsage = 64;
 constexpr int kContenders = 4;
@@ -191,20 +194,6 @@ int Contend(const Flags& f) {
   return errors == 0 ? 0 : 1;
 }
 
-double Rank(std::vector<double> v, int p) {  // the smallest sample >= p% of all
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::max<std::size_t>((static_cast<std::size_t>(p) * v.size() + 99) / 100, 1) - 1];
-}
-
-nlohmann::json Summary(const std::vector<double>& us) {
-  const double sum = std::accumulate(us.begin(), us.end(), 0.0);
-  return {{"p50_us", Rank(us, 50)},
-          {"p99_us", Rank(us, 99)},
-          {"mean_us", us.empty() ? 0.0 : sum / static_cast<double>(us.size())},
-          {"n", us.size()}};
-}
-
 double Us(Steady::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // Runs argv to completion; its exit status (-1 if it could not start).
@@ -266,7 +255,7 @@ nlohmann::json Judge(const Contended& c) {
   }
   j["acquisitions"] = holds.size();
   j["per_second"] = per_second;
-  j["handoff"] = Summary(handoff_us);
+  j["handoff"] = SummaryJson(handoff_us);
   j["overlaps"] = overlaps;  // must be 0: two holders at once
   j["errors"] = c.errors;
   return j;
@@ -324,9 +313,9 @@ class Bench {
         put.push_back(Us(mid - start));
       }
     }
-    return {{"cycle", Summary(cycle)},     {"acquire", Summary(acquire)},
-            {"release", Summary(release)}, {"floor", Summary(floor)},
-            {"one_write", Summary(put)}};
+    return {{"cycle", SummaryJson(cycle)},     {"acquire", SummaryJson(acquire)},
+            {"release", SummaryJson(release)}, {"floor", SummaryJson(floor)},
+            {"one_write", SummaryJson(put)}};
   }
 
   Contended DlockThreads() {

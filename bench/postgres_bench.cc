@@ -46,6 +46,8 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -62,6 +64,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for all processes
+using dlock::bench::MicrosBetween;
+using dlock::bench::MonotonicNs;
+using dlock::bench::SummaryJson;
 constexpr int kExitUsage = 64;
 constexpr int kBlock = 100;
 constexpr int kHandoffWarmUp = 20;  // grants left out at the start of (c)
@@ -111,27 +116,6 @@ Flags ParseFlags(int argc, char** argv) {
   }
   if (flags.contenders < 2) Die("--contenders wants at least 2", kExitUsage);
   return flags;
-}
-
-std::int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-double MicrosBetween(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::micro>(to - from).count();
-}
-
-nlohmann::json Summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  auto rank = [&](std::size_t p) {
-    return us.empty() ? 0.0 : us[std::max<std::size_t>((p * us.size() + 99) / 100, 1) - 1];
-  };
-  const double sum = std::accumulate(us.begin(), us.end(), 0.0);
-  return {{"p50_us", rank(50)},
-          {"p99_us", rank(99)},
-          {"mean_us", us.empty() ? 0.0 : sum / us.size()},
-          {"n", us.size()}};
 }
 
 // ------------------------------------------------------------ the server
@@ -261,15 +245,15 @@ int Contender(int argc, char** argv) {
     auto lease = (*client)->Acquire(key + "/warm/" + std::to_string(getpid()), options);
     if (lease.ok()) (void)lease->Release();
   }
-  while (NowNs() < start_ns) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  while (MonotonicNs() < start_ns) std::this_thread::sleep_for(std::chrono::microseconds(200));
   std::vector<Grant> grants;
-  while (NowNs() < end_ns) {
+  while (MonotonicNs() < end_ns) {
     auto lease = (*client)->Acquire(key, options);
     if (!lease.ok()) Die("contender: Acquire: " + lease.status().message());
-    Grant g{lease->token(), 0, NowNs(), 0, 0};
-    g.release_start_ns = NowNs();
+    Grant g{lease->token(), 0, MonotonicNs(), 0, 0};
+    g.release_start_ns = MonotonicNs();
     if (auto s = lease->Release(); !s.ok()) Die("contender: Release: " + s.message());
-    g.release_end_ns = NowNs();
+    g.release_end_ns = MonotonicNs();
     grants.push_back(g);
   }
   std::ofstream out(out_path);
@@ -292,8 +276,8 @@ Handoff RunHandoff(const std::string& uri, const Flags& flags) {
   char tmpl[] = "/tmp/dlock-bench-handoff.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
   const std::string dir = tmpl;
-  const std::string key = "bench/handoff/" + std::to_string(getpid()) + "/" + std::to_string(NowNs());
-  const std::int64_t start_ns = NowNs() + 1'500'000'000;  // time to connect
+  const std::string key = "bench/handoff/" + std::to_string(getpid()) + "/" + std::to_string(MonotonicNs());
+  const std::int64_t start_ns = MonotonicNs() + 1'500'000'000;  // time to connect
   const std::int64_t end_ns = start_ns + static_cast<std::int64_t>(flags.seconds) * 1'000'000'000;
   std::vector<pid_t> pids;
   for (int i = 0; i < flags.contenders; ++i) {
@@ -407,7 +391,7 @@ int main(int argc, char** argv) {
                 "n");
   std::cout << line;
   for (const auto& row : rows) {
-    const auto& r = results[row.key] = Summarize(row.us);
+    const auto& r = results[row.key] = SummaryJson(row.us);
     std::snprintf(line, sizeof line, "%-32s %10.1f %10.1f %10.1f %6zu\n", row.label,
                   r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
                   r["n"].get<std::size_t>());

@@ -39,6 +39,8 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -52,6 +54,9 @@ extern char** environ;
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as the peers read it
+using dlock::bench::MonotonicNs;
+using dlock::bench::Summarize;
+using dlock::bench::Summary;
 constexpr int kExitUsage = 64;
 constexpr int kBlock = 100;
 constexpr const char* kUsage =
@@ -73,14 +78,9 @@ struct Flags {
   std::exit(code);
 }
 
-std::int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
-      .count();
-}
-
 void SpinFor(std::int64_t ns) {
-  const std::int64_t until = NowNs() + ns;
-  while (NowNs() < until) {
+  const std::int64_t until = MonotonicNs() + ns;
+  while (MonotonicNs() < until) {
   }
 }
 
@@ -128,26 +128,6 @@ Flags ParseFlags(int argc, char** argv) {
 
 // ------------------------------------------------------------ statistics
 
-struct Summary {
-  double p50_us = 0, p99_us = 0, mean_us = 0;
-  std::size_t n = 0;
-};
-
-Summary Summarize(std::vector<double> us) {
-  Summary s;
-  s.n = us.size();
-  if (us.empty()) return s;
-  std::sort(us.begin(), us.end());
-  auto pct = [&](double p) {
-    const std::size_t i = std::min(us.size() - 1, static_cast<std::size_t>(p * static_cast<double>(us.size())));
-    return us[i];
-  };
-  s.p50_us = pct(0.50);
-  s.p99_us = pct(0.99);
-  s.mean_us = std::accumulate(us.begin(), us.end(), 0.0) / static_cast<double>(us.size());
-  return s;
-}
-
 // ------------------------------------------------------- (a) and (b)
 
 struct Uncontended {
@@ -167,25 +147,25 @@ Uncontended MeasureUncontended(const std::string& uri, int iterations) {
   const std::string sha(loaded->str, loaded->len);
   freeReplyObject(loaded);
 
-  const std::string key = "bench/cycle/" + std::to_string(NowNs());
+  const std::string key = "bench/cycle/" + std::to_string(MonotonicNs());
   dlock::AcquireOptions options;
   options.ttl = std::chrono::seconds(30);
   std::vector<double> cycle, floor;
   auto run_cycle = [&](bool record) {
-    const std::int64_t t0 = NowNs();
+    const std::int64_t t0 = MonotonicNs();
     auto lease = (*client)->TryAcquire(key, options);
     if (!lease.ok()) Die("cycle acquire: " + lease.status().ToString());
     if (!lease->Release().ok()) Die("cycle release failed");
-    if (record) cycle.push_back(static_cast<double>(NowNs() - t0) / 1e3);
+    if (record) cycle.push_back(static_cast<double>(MonotonicNs() - t0) / 1e3);
   };
   auto run_floor = [&](bool record) {
-    const std::int64_t t0 = NowNs();
+    const std::int64_t t0 = MonotonicNs();
     for (int k = 0; k < 2; ++k) {
       auto* r = static_cast<redisReply*>(redisCommand(raw, "EVALSHA %s 0", sha.c_str()));
       if (r == nullptr || r->type != REDIS_REPLY_INTEGER) Die("floor EVALSHA failed");
       freeReplyObject(r);
     }
-    if (record) floor.push_back(static_cast<double>(NowNs() - t0) / 1e3);
+    if (record) floor.push_back(static_cast<double>(MonotonicNs() - t0) / 1e3);
   };
   for (int i = 0; i < kBlock; ++i) run_cycle(false), run_floor(false);  // warm-up
   for (int done = 0; done < iterations; done += kBlock) {
@@ -210,18 +190,18 @@ int ContenderMain(int argc, char** argv) {
   options.ttl = std::chrono::seconds(10);
   options.wait = std::chrono::seconds(60);
   std::ostringstream lines;
-  if (const std::int64_t left = start - NowNs(); left > 0) {
+  if (const std::int64_t left = start - MonotonicNs(); left > 0) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(left));
   }
-  while (NowNs() < end) {
-    const std::int64_t requested = NowNs();
+  while (MonotonicNs() < end) {
+    const std::int64_t requested = MonotonicNs();
     auto lease = (*client)->Acquire(key, options);
     if (!lease.ok()) Die("contender acquire: " + lease.status().ToString());
-    const std::int64_t granted = NowNs();
+    const std::int64_t granted = MonotonicNs();
     SpinFor(cs_ns);
-    const std::int64_t releasing = NowNs();
+    const std::int64_t releasing = MonotonicNs();
     if (!lease->Release().ok()) Die("contender release failed");
-    const std::int64_t released = NowNs();
+    const std::int64_t released = MonotonicNs();
     lines << requested << ' ' << granted << ' ' << releasing << ' ' << released << '\n';
   }
   std::ofstream(out_path) << lines.str();
@@ -264,9 +244,9 @@ Contended RunContention(const std::string& name, const Flags& f, const std::stri
                             const std::string& out)>& command) {
   Contended c;
   c.name = name;
-  const std::string key = "bench/handoff/" + name + "/" + std::to_string(NowNs());
+  const std::string key = "bench/handoff/" + name + "/" + std::to_string(MonotonicNs());
   // Interpreters need a moment to start: everybody begins at `start`.
-  const std::int64_t start = NowNs() + 1'500'000'000;
+  const std::int64_t start = MonotonicNs() + 1'500'000'000;
   const std::int64_t end = start + static_cast<std::int64_t>(f.duration_ms) * 1'000'000;
   std::vector<pid_t> pids;
   std::vector<std::string> outs;

@@ -43,6 +43,8 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+
+#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -56,6 +58,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
+using dlock::bench::MicrosBetween;
+using dlock::bench::SummaryJson;
 constexpr int kExitUsage = 64;
 constexpr int kBlock = 100;  // (a)/(b) alternation, and their warm-up
 constexpr int kProcessWarmUp = 10;
@@ -115,23 +119,6 @@ Flags ParseFlags(int argc, char** argv) {
     flags.dlock = (self.parent_path() / "dlock").string();
   }
   return flags;
-}
-
-double MicrosBetween(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::micro>(to - from).count();
-}
-
-// p50, p99 (nearest rank) and mean of samples in µs.
-nlohmann::json Summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  auto rank = [&](std::size_t p) {  // the smallest sample >= p% of all
-    return us.empty() ? 0.0 : us[std::max<std::size_t>((p * us.size() + 99) / 100, 1) - 1];
-  };
-  const double sum = std::accumulate(us.begin(), us.end(), 0.0);
-  return {{"p50_us", rank(50)},
-          {"p99_us", rank(99)},
-          {"mean_us", us.empty() ? 0.0 : sum / us.size()},
-          {"n", us.size()}};
 }
 
 // What the numbers were taken on: CPUs, kernel, SQLite, and the filesystem
@@ -367,7 +354,7 @@ int main(int argc, char** argv) {
                 "n");
   std::cout << line;
   for (const auto& row : rows) {
-    const auto& r = results[row.key] = Summarize(row.us);
+    const auto& r = results[row.key] = SummaryJson(row.us);
     std::snprintf(line, sizeof line, "%-30s %10.1f %10.1f %10.1f %6zu\n", row.label,
                   r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
                   r["n"].get<std::size_t>());

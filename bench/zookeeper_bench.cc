@@ -42,6 +42,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include "backends/zookeeper/zookeeper_backend.h"
 #include "core/uri.h"
 #include "dlock/client.h"
@@ -50,19 +52,13 @@ namespace {
 
 using dlock::zookeeper::OpenZooKeeper;
 using dlock::zookeeper::OptionsFromUri;
+using dlock::bench::Summarize;
 using std::chrono::milliseconds;
 
 std::int64_t MonoNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
 }
 
 double Mean(const std::vector<double>& v) {
@@ -180,8 +176,8 @@ Contended RunContended(const std::string& name, const std::vector<std::string>& 
   const double span_s =
       static_cast<double>(grants.back().released - grants[skip].acquired) / 1e9;
   c.per_second = static_cast<double>(c.grants) / span_s;
-  c.handoff_p50_us = Percentile(gaps, 0.5);
-  c.handoff_p99_us = Percentile(gaps, 0.99);
+  c.handoff_p50_us = Summarize(gaps).p50_us;
+  c.handoff_p99_us = Summarize(gaps).p99_us;
   return c;
 }
 
@@ -271,8 +267,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(backend->SessionTimeout().count()));
   std::printf("uncontended cycle: mean %.0f us p50 %.0f us | floor (create+delete) mean %.0f us "
               "p50 %.0f us | ratio %.3f (target <= 1.1)\n",
-              Mean(cycle_us), Percentile(cycle_us, 0.5), Mean(floor_us),
-              Percentile(floor_us, 0.5), Mean(cycle_us) / Mean(floor_us));
+              Mean(cycle_us), Summarize(cycle_us).p50_us, Mean(floor_us),
+              Summarize(floor_us).p50_us, Mean(cycle_us) / Mean(floor_us));
 
   // (c)
   const std::string self = "/proc/" + std::to_string(getpid()) + "/exe";
@@ -339,9 +335,9 @@ int main(int argc, char** argv) {
     nlohmann::json j;
     j["uri"] = uri;
     j["cycle_us_mean"] = Mean(cycle_us);
-    j["cycle_us_p50"] = Percentile(cycle_us, 0.5);
+    j["cycle_us_p50"] = Summarize(cycle_us).p50_us;
     j["floor_us_mean"] = Mean(floor_us);
-    j["floor_us_p50"] = Percentile(floor_us, 0.5);
+    j["floor_us_p50"] = Summarize(floor_us).p50_us;
     j["curator_cycle"] = curator_cycle;
     for (const auto& r : results) {
       j["contended"][r.name] = {{"per_second", r.per_second},

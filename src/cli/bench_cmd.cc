@@ -27,6 +27,7 @@
 
 #include "cli/common.h"
 #include "core/duration.h"
+#include "core/stats.h"
 
 namespace dlock::cli {
 namespace {
@@ -36,28 +37,17 @@ using std::chrono::milliseconds;
 
 std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
 
-struct Stats {
-  double p50_us = 0, p99_us = 0, mean_us = 0;
-  std::size_t n = 0;
-};
+using internal::Summary;
 
-Stats Summarise(std::vector<std::int64_t> ns) {
-  Stats s;
-  s.n = ns.size();
-  if (ns.empty()) return s;
-  std::sort(ns.begin(), ns.end());
-  auto at = [&](double q) {
-    return static_cast<double>(ns[std::min(ns.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ns.size())))]) / 1e3;
-  };
-  s.p50_us = at(0.50);
-  s.p99_us = at(0.99);
-  double sum = 0;
-  for (auto v : ns) sum += static_cast<double>(v);
-  s.mean_us = sum / static_cast<double>(ns.size()) / 1e3;
-  return s;
+// Samples in ns, summarised in µs (src/core/stats.h, as the bench programs).
+Summary Summarise(const std::vector<std::int64_t>& ns) {
+  std::vector<double> us;
+  us.reserve(ns.size());
+  for (auto v : ns) us.push_back(static_cast<double>(v) / 1e3);
+  return internal::Summarize(std::move(us));
 }
 
-json ToJson(const Stats& s) {
+json ToJson(const Summary& s) {
   return {{"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"mean_us", s.mean_us}, {"n", s.n}};
 }
 
@@ -114,7 +104,7 @@ int RunBench(const BenchFlags& f) {
       if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
     }
   }
-  const Stats floor = Summarise(samples);
+  const Summary floor = Summarise(samples);
 
   // (b) uncontended cycle
   samples.clear();
@@ -125,7 +115,7 @@ int RunBench(const BenchFlags& f) {
     if (Status s = lease->Release(); !s.ok()) return Fail(s);
     if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
   }
-  const Stats cycle = Summarise(samples);
+  const Summary cycle = Summarise(samples);
 
   // (c) hand-off and (d) hot key: contenders on one key.
   std::atomic<std::int64_t> release_invoked{0};
@@ -175,7 +165,7 @@ int RunBench(const BenchFlags& f) {
   }
   const double hot_seconds = static_cast<double>(NowNs() - hot_start) / 1e9;
   if (errors > 0) return Fail(kExitUnavailable, "contended run: " + std::to_string(errors.load()) + " errors, first: " + first_error);
-  const Stats handoff = Summarise(handoffs);
+  const Summary handoff = Summarise(handoffs);
   int grants = 0;
   for (int n : per_contender) grants += n;
   const double hot_ops = grants / hot_seconds;
@@ -233,7 +223,7 @@ int RunBench(const BenchFlags& f) {
   const double cycle_ratio = Ratio(cycle.p50_us, 2 * floor.p50_us);
   const double handoff_ratio = Ratio(handoff.p50_us, floor.p50_us);
   std::cout << std::fixed << std::setprecision(1);
-  auto line = [](const std::string& what, const Stats& s) {
+  auto line = [](const std::string& what, const Summary& s) {
     std::cout << "  " << std::left << std::setw(34) << what << std::right << std::setw(10)
               << s.p50_us << std::setw(10) << s.p99_us << "   (n=" << s.n << ")\n";
   };
