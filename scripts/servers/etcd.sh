@@ -8,6 +8,8 @@
 #   etcd.sh pause DIR N      SIGSTOP member N
 #   etcd.sh resume DIR N     SIGCONT member N
 #   etcd.sh restart DIR N    start member N again on its data and ports
+#   etcd.sh restart DIR      kill the member that leads now and start it again
+#                            (the store-restart fault of `dlock chaos`)
 #   etcd.sh leader DIR       print the number of the member that leads now
 #   etcd.sh endpoint DIR N   print member N's client address (127.0.0.1:PORT)
 #   etcd.sh health DIR       wait until every running member answers (30 s)
@@ -19,7 +21,7 @@
 source "$(dirname "$0")/lib.sh"
 
 usage() {
-  echo "usage: etcd.sh start|stop|health|leader DIR, or etcd.sh kill|pause|resume|restart|endpoint DIR N" >&2
+  echo "usage: etcd.sh start|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint DIR N" >&2
   exit 64
 }
 
@@ -136,6 +138,12 @@ case "$verb" in
   pause) need_member "${3:-}"; kill -STOP "$(cat "$(member_dir "$3")/pid")" ;;
   resume) need_member "${3:-}"; kill -CONT "$(cat "$(member_dir "$3")/pid")" ;;
   restart)
+    if [ -z "${3:-}" ]; then
+      n=$("$0" leader "$dir")
+      "$0" kill "$dir" "$n"
+      "$0" restart "$dir" "$n"
+      exec "$0" health "$dir"
+    fi
     need_member "${3:-}"
     pid=$(cat "$(member_dir "$3")/pid" 2>/dev/null || true)
     if [ -n "$pid" ] && state=$(ps -o stat= -p "$pid" 2>/dev/null) && [[ $state != Z* ]]; then
