@@ -260,6 +260,13 @@ std::shared_ptr<Op> Session::Children(const std::string& path, DoneHandler on_do
   });
 }
 
+std::shared_ptr<Op> Session::WatchChildren(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_awget_children2(zh_, path.c_str(), &Session::OnWatch, this,
+                               &Completions::StringsStat, ctx);
+  });
+}
+
 std::shared_ptr<Op> Session::Exists(const std::string& path, bool watch, DoneHandler on_done) {
   return Start(std::move(on_done), [&](const void* ctx) {
     if (watch) {
