@@ -87,11 +87,13 @@ struct Session {
   TimePoint confirmed_at{};
 };
 
-// This client's one place in one lock's queue.
+// One owner's place in one lock's queue.
 struct Entry {
   OwnerId owner;
   std::shared_ptr<Session> session;
   std::string key;             // queue member key; empty until a session is chosen
+  std::string value;           // what the key holds (EncodeValue)
+  std::uint32_t limit = 1;     // LeaseRequest::limit
   std::int64_t revision = 0;   // its create_revision; 0 until known
   bool granted = false;
   bool busy = false;           // an attempt is in flight: never reaped
@@ -99,8 +101,16 @@ struct Entry {
   // After this (client clock) the core has given this entry up: it was
   // neither renewed (held) nor attempted again (waiting) in time.
   TimePoint alive_until{};
-  std::string predecessor;     // the member just ahead, to watch
+  // The member ahead to watch: one without whose going this entry cannot be
+  // granted (the one just ahead for a limit-1 entry, the nearest limit-1
+  // one ahead for a sharing entry).
+  std::string predecessor;
   std::int64_t predecessor_revision = 0;
+  // No such member (a semaphore waiter behind sharing members only): watch
+  // the whole queue for the going of any of the `ahead_count` keys created
+  // before ours (predecessor_revision: our revision - 1).
+  bool watch_range = false;
+  std::int64_t ahead_count = 0;
   // The predecessor was the only member ahead (it was also the head) when
   // last read; once it is seen gone, nobody is ahead any more: the members
   // ahead were all created before ours, so that set only ever shrinks.
@@ -115,9 +125,40 @@ struct Entry {
 struct PendingDelete {
   std::string key;
   std::int64_t revision = 0;
-  std::string owner_hex;
+  std::string value;
   std::int64_t lease = 0;
 };
+
+using EntryId = std::pair<std::string, OwnerId>;  // lock name, owner
+
+// The sharing rule over a queue read in create order: member i holds iff
+// i + 1 <= the smallest limit among members 0..i. Holders are therefore
+// always a prefix of the queue.
+std::size_t HolderCount(const std::vector<EtcdBackend::QueueMember>& queue) {
+  std::uint32_t limit = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    limit = std::min(limit, queue[i].limit);
+    if (i + 1 > limit) return i;
+  }
+  return queue.size();
+}
+
+EtcdBackend::QueueMember MemberOf(const mvccpb::KeyValue& kv) {
+  MemberValue v = DecodeValue(kv.value());
+  return {kv.key(), kv.create_revision(), kv.lease(), std::move(v.owner_hex), v.limit,
+          std::move(v.label)};
+}
+
+// The members of `prefix`'s queue created before `revision`, oldest first.
+pb::RangeRequest AheadOf(const std::string& prefix, std::int64_t revision) {
+  pb::RangeRequest r;
+  r.set_key(prefix);
+  r.set_range_end(PrefixEnd(prefix));
+  r.set_sort_order(pb::RangeRequest::ASCEND);
+  r.set_sort_target(pb::RangeRequest::CREATE);
+  if (revision > 0) r.set_max_create_revision(revision - 1);
+  return r;
+}
 
 class EtcdBackendImpl final : public EtcdBackend {
  public:
@@ -134,6 +175,8 @@ class EtcdBackendImpl final : public EtcdBackend {
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  bool SupportsSharing() const override { return true; }
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
   // The floor for `dlock bench`: one Raft-replicated write (a put of a key
@@ -179,6 +222,9 @@ class EtcdBackendImpl final : public EtcdBackend {
   void MarkSessionDead(const std::shared_ptr<Session>& session);
   Result<Attempt> Attempt1(const LeaseRequest& request, TimePoint started, TimePoint deadline);
   Result<std::vector<QueueMember>> ReadQueue(const std::string& prefix, TimePoint deadline);
+  // Every queue of names starting with `prefix`, each in create order.
+  Result<std::map<std::string, std::vector<QueueMember>>> ReadQueues(std::string_view prefix,
+                                                                     TimePoint deadline);
   Result<std::optional<mvccpb::KeyValue>> Head(const std::string& prefix,
                                            const pb::RangeResponse& first, TimePoint deadline);
   Result<std::optional<mvccpb::KeyValue>> Predecessor(const std::string& prefix,
@@ -189,8 +235,8 @@ class EtcdBackendImpl final : public EtcdBackend {
   void ChangedLocked(const std::string& name);
   // The entry of `name` if it still belongs to `owner`.
   Entry* FindLocked(const std::string& name, const OwnerId& owner) {
-    auto it = entries_.find(name);
-    return it != entries_.end() && it->second.owner == owner ? &it->second : nullptr;
+    auto it = entries_.find(EntryId(name, owner));
+    return it != entries_.end() ? &it->second : nullptr;
   }
 
   const EtcdOptions options_;
@@ -200,7 +246,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   std::mutex mu_;          // guards everything below
   std::condition_variable_any changed_;
   std::uint64_t version_ = 0;  // bumped on every change of entries_
-  std::map<std::string, Entry, std::less<>> entries_;                // by lock name
+  std::map<EntryId, Entry> entries_;                                 // by lock name, owner
   std::map<std::int64_t, std::shared_ptr<Session>> sessions_;        // by whole seconds asked
   std::vector<PendingDelete> pending_;
   std::multimap<std::string, std::stop_source*, std::less<>> waits_;  // watches by lock name
@@ -213,7 +259,7 @@ EtcdBackendImpl::~EtcdBackendImpl() {
   std::vector<std::int64_t> revoke;
   {
     std::lock_guard l(mu_);
-    for (const auto& [name, e] : entries_) {
+    for (const auto& [id, e] : entries_) {
       if (e.session && !e.session->dead) revoke.push_back(e.session->id);
     }
     for (const auto& d : pending_) revoke.push_back(d.lease);
@@ -250,9 +296,9 @@ void EtcdBackendImpl::ReapLocked(TimePoint now) {
     // The core stopped renewing or retrying this one: its key must not be
     // kept alive by the session's other keep-alives.
     if (!e.key.empty() && e.session && !e.session->dead) {
-      pending_.push_back({e.key, e.revision, e.owner.ToString(), e.session->id});
+      pending_.push_back({e.key, e.revision, e.value, e.session->id});
     }
-    const std::string name = it->first;
+    const std::string name = it->first.first;
     it = entries_.erase(it);
     ChangedLocked(name);
   }
@@ -261,7 +307,7 @@ void EtcdBackendImpl::ReapLocked(TimePoint now) {
 Status EtcdBackendImpl::DeleteMember(const PendingDelete& d, TimePoint deadline) {
   pb::TxnRequest txn;
   *txn.add_compare() =
-      d.revision != 0 ? CreateRevisionIs(d.key, d.revision) : ValueIs(d.key, d.owner_hex);
+      d.revision != 0 ? CreateRevisionIs(d.key, d.revision) : ValueIs(d.key, d.value);
   *txn.add_success() = DeleteOp(d.key);
   return conn_.Txn(txn, deadline).status();
 }
@@ -294,7 +340,7 @@ Result<EtcdBackendImpl::SessionChoice> EtcdBackendImpl::GetSession(milliseconds 
     if (it != sessions_.end() && !it->second->dead) {
       const auto& s = it->second;
       bool in_use = false;
-      for (const auto& [name, e] : entries_) in_use = in_use || e.session == s;
+      for (const auto& [id, e] : entries_) in_use = in_use || e.session == s;
       // A session nothing kept alive for most of its TTL has expired (or
       // is about to): start a new one rather than learn it the slow way.
       if (in_use || Now() < s->confirmed_at + seconds(s->ttl_seconds) * 2 / 3) {
@@ -336,11 +382,12 @@ void EtcdBackendImpl::MarkSessionDead(const std::shared_ptr<Session>& session) {
       ++it;
       continue;
     }
-    const std::string name = it->first;
+    const std::string name = it->first.first;
     if (e.busy) {
       e.revision = 0;
       e.granted = false;
       e.predecessor.clear();
+      e.watch_range = false;
       ++it;
     } else {
       it = entries_.erase(it);
@@ -361,7 +408,7 @@ Result<std::vector<EtcdBackend::QueueMember>> EtcdBackendImpl::ReadQueue(
   std::vector<QueueMember> members;
   for (const auto& kv : got->kvs()) {
     if (!IsQueueMember(prefix, kv.key())) continue;  // a longer name's key
-    members.push_back({kv.key(), kv.create_revision(), kv.lease(), kv.value()});
+    members.push_back(MemberOf(kv));
   }
   return members;
 }
@@ -412,17 +459,13 @@ Result<Attempt> EtcdBackendImpl::TryAcquire(const LeaseRequest& request) {
   const TimePoint started = Now();
   const TimePoint deadline = AttemptDeadline(request.deadline);
   FlushPending(deadline);
+  const EntryId id(request.key, request.owner);
   {
     std::lock_guard l(mu_);
     ReapLocked(started);
-    auto it = entries_.find(request.key);
-    if (it != entries_.end() && it->second.owner != request.owner) {
-      // This client already holds or waits for the name under another
-      // acquisition: it has one place per queue, so this one waits here.
-      return Attempt{};
-    }
+    auto it = entries_.find(id);
     if (it == entries_.end()) {
-      it = entries_.emplace(request.key, Entry{}).first;
+      it = entries_.emplace(id, Entry{}).first;
       it->second.owner = request.owner;
       ChangedLocked(request.key);
     }
@@ -430,15 +473,18 @@ Result<Attempt> EtcdBackendImpl::TryAcquire(const LeaseRequest& request) {
   }
   Result<Attempt> result = Attempt1(request, started, deadline);
   std::lock_guard l(mu_);
-  auto it = entries_.find(request.key);
-  if (it != entries_.end() && it->second.owner == request.owner) {
+  auto it = entries_.find(id);
+  if (it != entries_.end()) {
     Entry& e = it->second;
     e.busy = false;
     if (result.ok() && result->granted) {
       e.alive_until = std::max(started, result->valid_from) + e.ttl;
+    } else if (result.ok()) {
+      // Waiting: the place is kept for queue_ttl after this attempt, as the
+      // contract says; after that the entry is reaped and its key deleted.
+      e.alive_until = std::max(e.alive_until, Now() + request.queue_ttl);
     } else {
-      // Waiting (or unsure): kept for queue_ttl after this attempt, as the
-      // contract says, and at least a TTL if the outcome was unknown.
+      // Unsure: kept at least a TTL, so that a retry finds its place.
       const milliseconds keep = std::max(request.queue_ttl, e.granted ? e.ttl : request.ttl);
       e.alive_until = std::max(e.alive_until, started + keep);
     }
@@ -452,17 +498,24 @@ Result<Attempt> EtcdBackendImpl::TryAcquire(const LeaseRequest& request) {
 
 // One attempt, with the entry marked busy. Tries again (a few times) when
 // the session turns out to be gone, with a new one.
+//
+// A limit-1 request needs only "is anything ahead of ours" and the member
+// just ahead (two limit-1 reads, as etcd's Mutex); a sharing request reads
+// every member ahead of it, with their limits.
 Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint started,
                                           TimePoint deadline) {
   const std::string& name = request.key;
   const std::string prefix = QueuePrefix(options_.root, name);
   const std::string owner_hex = request.owner.ToString();
+  const std::uint32_t my_limit = std::max<std::uint32_t>(1, request.limit);
+  const bool sharing = my_limit != 1;
 
   for (int round = 0; round < 3; ++round) {
     auto choice = GetSession(request.ttl, deadline);
     if (!choice.ok()) return choice.status();
     const std::shared_ptr<Session> session = choice->session;
     std::string key;
+    std::string value;
     std::int64_t known_revision;
     bool keep_alive_due;
     bool skip_read;
@@ -478,11 +531,22 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       Entry& e = *found;
       if (e.session != session) {
         e.session = session;
-        e.key = MemberKey(prefix, session->id);
+        // The Mutex's key, unless another acquisition of this name on this
+        // session has it: then one with our owner id appended.
+        const std::string base = MemberKey(prefix, session->id);
+        bool taken = false;
+        for (auto it = entries_.lower_bound(EntryId(name, OwnerId()));
+             it != entries_.end() && it->first.first == name; ++it) {
+          taken = taken || (&it->second != &e && it->second.key == base);
+        }
+        e.key = taken ? MemberKey(prefix, session->id, owner_hex) : base;
+        e.value = EncodeValue(owner_hex, my_limit, request.label);
+        e.limit = my_limit;
         e.revision = 0;
         e.granted = false;
       }
       key = e.key;
+      value = e.value;
       known_revision = e.revision;
       // The watch saw the only member ahead of ours go: our turn, without
       // another read (a hand-off is then one Raft write and one event).
@@ -495,15 +559,27 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     if (keep_alive_due) keep_alive = conn_.SendKeepAlive(session->id);
 
     std::int64_t revision = 0;
-    std::optional<mvccpb::KeyValue> head;
-    std::optional<mvccpb::KeyValue> ahead;
+    std::optional<mvccpb::KeyValue> head;   // limit 1: the first member
+    std::optional<mvccpb::KeyValue> ahead;  // the member to watch
     bool ahead_known = false;
     std::int64_t seen_at = 0;  // the revision `ahead` was read at
+    // Sharing: every member created before ours, and how many keys of the
+    // range (longer names' included) that was.
+    std::optional<std::vector<QueueMember>> before;
+    std::int64_t before_raw = 0;
+    auto take_before = [&](const pb::RangeResponse& range, std::int64_t below) {
+      before.emplace();
+      before_raw = 0;
+      for (const auto& kv : range.kvs()) {
+        if (kv.create_revision() >= below) continue;
+        ++before_raw;
+        if (IsQueueMember(prefix, kv.key())) before->push_back(MemberOf(kv));
+      }
+    };
+    bool granted = false;
     if (skip_read) {
       revision = known_revision;
-      head.emplace();
-      head->set_key(key);
-      head->set_create_revision(revision);
+      granted = true;
     } else if (known_revision != 0) {
       // Already queued: one read (no Raft write) says whether it is our turn.
       // A serializable read (served by the member alone, no quorum round) is
@@ -513,10 +589,14 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       // our own key still being there.
       pb::TxnRequest txn;
       *txn.add_success() = GetOp(key);
-      *txn.add_success() = FirstInQueueOp(prefix);
-      pb::RequestOp before;
-      *before.mutable_request_range() = LastBefore(prefix, known_revision);
-      *txn.add_success() = before;
+      if (sharing) {
+        *txn.add_success()->mutable_request_range() = AheadOf(prefix, known_revision);
+      } else {
+        *txn.add_success() = FirstInQueueOp(prefix);
+        pb::RequestOp last;
+        *last.mutable_request_range() = LastBefore(prefix, known_revision);
+        *txn.add_success() = last;
+      }
       for (auto& op : *txn.mutable_success()) op.mutable_request_range()->set_serializable(true);
       auto r = conn_.Txn(txn, deadline);
       if (!r.ok()) return r.status();
@@ -531,14 +611,18 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         continue;
       }
       revision = known_revision;
-      auto h = Head(prefix, r->responses(1).response_range(), deadline);
-      if (!h.ok()) return h.status();
-      head = *h;
-      const auto& b = r->responses(2).response_range();
-      if (b.kvs_size() == 0 || IsQueueMember(prefix, b.kvs(0).key())) {
-        if (b.kvs_size() > 0) ahead = b.kvs(0);
-        ahead_known = true;
-        seen_at = r->header().revision();
+      seen_at = r->header().revision();
+      if (sharing) {
+        take_before(r->responses(1).response_range(), revision);
+      } else {
+        auto h = Head(prefix, r->responses(1).response_range(), deadline);
+        if (!h.ok()) return h.status();
+        head = *h;
+        const auto& b = r->responses(2).response_range();
+        if (b.kvs_size() == 0 || IsQueueMember(prefix, b.kvs(0).key())) {
+          if (b.kvs_size() > 0) ahead = b.kvs(0);
+          ahead_known = true;
+        }
       }
     } else {
       // The uncontended path, as etcd's Mutex: put our key unless it exists,
@@ -547,15 +631,20 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       *txn.add_compare() = CreateRevisionIs(key, 0);
       pb::RequestOp put;
       put.mutable_request_put()->set_key(key);
-      put.mutable_request_put()->set_value(owner_hex);
+      put.mutable_request_put()->set_value(value);
       put.mutable_request_put()->set_lease(session->id);
       *txn.add_success() = put;
-      *txn.add_success() = FirstInQueueOp(prefix);
-      // The two newest members: ours and, if contended, the one to wait for.
-      pb::RequestOp newest = FirstInQueueOp(prefix);
-      newest.mutable_request_range()->set_sort_order(pb::RangeRequest::DESCEND);
-      newest.mutable_request_range()->set_limit(2);
-      *txn.add_success() = newest;
+      if (sharing) {
+        // The whole queue: ours is its newest member.
+        *txn.add_success()->mutable_request_range() = AheadOf(prefix, 0);
+      } else {
+        *txn.add_success() = FirstInQueueOp(prefix);
+        // The two newest members: ours and, if contended, the one to wait for.
+        pb::RequestOp newest = FirstInQueueOp(prefix);
+        newest.mutable_request_range()->set_sort_order(pb::RangeRequest::DESCEND);
+        newest.mutable_request_range()->set_limit(2);
+        *txn.add_success() = newest;
+      }
       *txn.add_failure() = GetOp(key);
       *txn.add_failure() = FirstInQueueOp(prefix);
       auto r = conn_.Txn(txn, deadline);
@@ -568,16 +657,20 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
       if (r->succeeded()) {
         revision = r->header().revision();
-        const auto& last = r->responses(2).response_range();
-        if (last.kvs_size() >= 1 && last.kvs(0).create_revision() == revision &&
-            (last.kvs_size() < 2 || IsQueueMember(prefix, last.kvs(1).key()))) {
-          if (last.kvs_size() == 2) ahead = last.kvs(1);
-          ahead_known = true;
-          seen_at = r->header().revision();
+        seen_at = r->header().revision();
+        if (sharing) {
+          take_before(r->responses(1).response_range(), revision);
+        } else {
+          const auto& last = r->responses(2).response_range();
+          if (last.kvs_size() >= 1 && last.kvs(0).create_revision() == revision &&
+              (last.kvs_size() < 2 || IsQueueMember(prefix, last.kvs(1).key()))) {
+            if (last.kvs_size() == 2) ahead = last.kvs(1);
+            ahead_known = true;
+          }
         }
       } else {
         const mvccpb::KeyValue& mine = r->responses(0).response_range().kvs(0);
-        if (mine.value() != owner_hex) {
+        if (DecodeValue(mine.value()).owner_hex != owner_hex) {
           // Left by an earlier acquisition of this client whose release did
           // not get through: remove it, then queue anew.
           DLOCK_RETURN_IF_ERROR(
@@ -585,16 +678,56 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
           continue;
         }
         revision = mine.create_revision();  // a retry of ours: same place
+        if (sharing) {
+          pb::RangeRequest read = AheadOf(prefix, revision);
+          read.set_serializable(true);
+          auto got = conn_.Range(read, deadline);
+          if (!got.ok()) return got.status();
+          seen_at = got->header().revision();
+          take_before(*got, revision);
+        }
       }
       {
         std::lock_guard l(mu_);
         if (Entry* e = FindLocked(name, request.owner)) e->revision = revision;
       }
-      auto h = Head(prefix, r->responses(1).response_range(), deadline);
-      if (!h.ok()) return h.status();
-      head = *h;
+      if (!sharing) {
+        auto h = Head(prefix, r->responses(1).response_range(), deadline);
+        if (!h.ok()) return h.status();
+        head = *h;
+      }
     }
-    const bool granted = !head || head->create_revision() == revision;
+
+    std::int64_t head_lease = 0;  // the first member's, for holder_ttl_remaining
+    bool ahead_is_only = false;   // `ahead` is the only member ahead of ours
+    bool watch_range = false;
+    if (skip_read) {
+      // granted already
+    } else if (!sharing) {
+      granted = !head || head->create_revision() == revision;
+      if (head) head_lease = head->lease();
+    } else {
+      std::uint32_t limit = my_limit;
+      for (const auto& m : *before) limit = std::min(limit, m.limit);
+      granted = before->size() + 1 <= limit;
+      if (!before->empty()) head_lease = before->front().lease;
+      if (!granted) {
+        // The nearest limit-1 member ahead: while it is there we cannot be
+        // granted (a reader waits for the writer ahead of it, not for the
+        // reader just ahead, with whom it will share). Without one (a
+        // semaphore's waiter), no single member must go: watch them all.
+        for (auto it = before->rbegin(); it != before->rend(); ++it) {
+          if (it->limit != 1) continue;
+          ahead.emplace();
+          ahead->set_key(it->key);
+          ahead->set_create_revision(it->create_revision);
+          break;
+        }
+        watch_range = !ahead;
+        ahead_known = true;
+        ahead_is_only = ahead && before->size() == 1;
+      }
+    }
 
     if (keep_alive) {
       auto ttl = conn_.AwaitKeepAlive(*keep_alive, deadline);
@@ -615,6 +748,7 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       e.granted = true;
       e.ttl = seconds(session->ttl_seconds);
       e.predecessor.clear();
+      e.watch_range = false;
       Attempt a;
       a.granted = true;
       a.token = static_cast<FencingToken>(revision);
@@ -626,15 +760,15 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     Attempt a;
     if (request.queue_ttl == milliseconds(0)) {
       // A single attempt takes no place in the queue.
-      const Status deleted = DeleteMember({key, revision, owner_hex, session->id}, deadline);
+      const Status deleted = DeleteMember({key, revision, value, session->id}, deadline);
       {
         std::lock_guard l(mu_);
-        if (!deleted.ok()) pending_.push_back({key, revision, owner_hex, session->id});
-        entries_.erase(name);
+        if (!deleted.ok()) pending_.push_back({key, revision, value, session->id});
+        entries_.erase(EntryId(name, request.owner));
         ChangedLocked(name);
       }
-      if (head->lease() != 0) {
-        auto left = conn_.LeaseTimeToLive(head->lease(), deadline);
+      if (head_lease != 0) {
+        auto left = conn_.LeaseTimeToLive(head_lease, deadline);
         if (left.ok() && left->ttl() > 0) a.holder_ttl_remaining = seconds(left->ttl());
       }
       return a;
@@ -643,21 +777,27 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       auto p = Predecessor(prefix, revision, deadline);
       if (!p.ok()) return p.status();
       ahead = *p;
+      seen_at = 0;
+    }
+    if (!sharing) {
+      ahead_is_only = ahead && head && head->key() == ahead->key() &&
+                      head->create_revision() == ahead->create_revision();
     }
     std::lock_guard l(mu_);
     if (Entry* e = FindLocked(name, request.owner)) {
       e->granted = false;
       e->predecessor_gone = false;
+      e->watch_range = watch_range;
+      e->ahead_count = before_raw;
+      e->predecessor_seen_at = seen_at;
+      e->predecessor_is_head = ahead_is_only;
       if (ahead) {
         e->predecessor = ahead->key();
         e->predecessor_revision = ahead->create_revision();
-        e->predecessor_seen_at = seen_at;
-        e->predecessor_is_head = head && head->key() == ahead->key() &&
-                                 head->create_revision() == ahead->create_revision();
       } else {
-        // Everything ahead left between the reads: the next attempt wins.
+        // Everything ahead left between the reads (or, watch_range, the
+        // whole queue is watched): the next attempt may win.
         e->predecessor.clear();
-        e->predecessor_is_head = false;
       }
     }
     return a;
@@ -677,12 +817,12 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   PendingDelete mine;
   {
     std::lock_guard l(mu_);
-    auto it = entries_.find(name);
-    if (it != entries_.end() && it->second.owner == owner) {
+    auto it = entries_.find(EntryId(name, owner));
+    if (it != entries_.end()) {
       known = true;
       granted = it->second.granted;
       if (!it->second.key.empty() && it->second.session) {
-        mine = {it->second.key, it->second.revision, owner_hex, it->second.session->id};
+        mine = {it->second.key, it->second.revision, it->second.value, it->second.session->id};
       }
       entries_.erase(it);
       ChangedLocked(name);
@@ -703,7 +843,7 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
     }
     pb::TxnRequest txn;
     *txn.add_compare() = mine.revision != 0 ? CreateRevisionIs(mine.key, mine.revision)
-                                            : ValueIs(mine.key, owner_hex);
+                                            : ValueIs(mine.key, mine.value);
     *txn.add_success() = DeleteOp(mine.key);
     *txn.add_failure() = FirstInQueueOp(prefix);
     auto r = conn_.Txn(txn, deadline);
@@ -716,7 +856,7 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
     // Our key was gone already. Say whether somebody else holds the lock.
     auto head = Head(prefix, r->responses(0).response_range(), deadline);
     if (!head.ok()) return context(head.status());
-    if (*head && (*head)->value() != owner_hex) {
+    if (*head && DecodeValue((*head)->value()).owner_hex != owner_hex) {
       return NotOwnerError("key " + Quoted(name) +
                            " is held by another owner: this owner's session key was gone "
                            "(session lease expired or revoked, or the key was deleted)");
@@ -730,7 +870,7 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   if (!members.ok()) return context(members.status());
   for (const auto& m : *members) {
     if (m.value != owner_hex) continue;
-    Status s = DeleteMember({m.key, m.create_revision, owner_hex, m.lease}, deadline);
+    Status s = DeleteMember({m.key, m.create_revision, "", m.lease}, deadline);
     return s.ok() ? s : context(s);
   }
   if (!members->empty()) {
@@ -745,6 +885,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   struct Check {
     std::size_t index;
     std::string name;
+    OwnerId owner;
     std::string key;
     std::int64_t revision;
     std::shared_ptr<Session> session;
@@ -755,15 +896,15 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
     std::lock_guard l(mu_);
     ReapLocked(started);
     for (std::size_t i = 0; i < leases.size(); ++i) {
-      auto it = entries_.find(leases[i].key);
+      auto it = entries_.find(EntryId(leases[i].key, leases[i].owner));
       const Entry* e = it == entries_.end() ? nullptr : &it->second;
-      if (!e || e->owner != leases[i].owner || !e->granted || !e->session || e->session->dead) {
+      if (!e || !e->granted || !e->session || e->session->dead) {
         out[i] = NotOwnerError("etcd no longer holds key " + Quoted(leases[i].key) +
                                " for this owner: its session lease expired or was revoked, or "
                                "the key was deleted");
         continue;
       }
-      checks.push_back({i, it->first, e->key, e->revision, e->session});
+      checks.push_back({i, it->first.first, leases[i].owner, e->key, e->revision, e->session});
       shortest = std::min(shortest, leases[i].ttl);
     }
   }
@@ -810,7 +951,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
         result = read.status();
       } else {
         const auto& kvs = read->responses(static_cast<int>(j)).response_range();
-        auto it = entries_.find(c.name);
+        auto it = entries_.find(EntryId(c.name, c.owner));
         const bool same = it != entries_.end() && it->second.revision == c.revision;
         if (kvs.kvs_size() == 0 || kvs.kvs(0).create_revision() != c.revision) {
           result = NotOwnerError("the etcd key of " + Quoted(c.name) + " was deleted");
@@ -834,79 +975,157 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   return out;
 }
 
-Result<std::vector<HolderInfo>> EtcdBackendImpl::List(std::string_view prefix) {
-  const TimePoint deadline = OpDeadline();
+Result<std::map<std::string, std::vector<EtcdBackend::QueueMember>>> EtcdBackendImpl::ReadQueues(
+    std::string_view prefix, TimePoint deadline) {
   const std::string from = options_.root + std::string(prefix);
   pb::RangeRequest r;
   // An empty key cannot be sent; "\0" to "\0" is every key.
   r.set_key(from.empty() ? std::string(1, '\0') : from);
   r.set_range_end(PrefixEnd(from));
+  r.set_sort_order(pb::RangeRequest::ASCEND);
+  r.set_sort_target(pb::RangeRequest::CREATE);
   auto got = conn_.Range(r, deadline);
-  if (!got.ok()) return got.status().WithContext("list " + Quoted(prefix) + " on " + Describe());
-  // Per lock name, the member with the lowest create_revision holds it.
-  std::map<std::string, mvccpb::KeyValue> holders;
+  if (!got.ok()) return got.status();
+  std::map<std::string, std::vector<QueueMember>> queues;  // in create order
   for (const auto& kv : got->kvs()) {
     auto name = LockNameOf(options_.root, kv.key());
     if (!name || name->compare(0, prefix.size(), prefix) != 0) continue;
-    auto [it, inserted] = holders.emplace(*name, kv);
-    if (!inserted && kv.create_revision() < it->second.create_revision()) it->second = kv;
+    queues[*name].push_back(MemberOf(kv));
+  }
+  return queues;
+}
+
+Result<std::vector<HolderInfo>> EtcdBackendImpl::List(std::string_view prefix) {
+  const TimePoint deadline = OpDeadline();
+  auto queues = ReadQueues(prefix, deadline);
+  if (!queues.ok()) {
+    return queues.status().WithContext("list " + Quoted(prefix) + " on " + Describe());
   }
   std::vector<HolderInfo> out;
-  std::map<std::int64_t, milliseconds> left;  // by lease
-  for (const auto& [name, kv] : holders) {
-    HolderInfo h;
-    h.key = name;
-    if (auto owner = OwnerId::Parse(kv.value()); owner.ok()) h.owner = *owner;
-    h.token = static_cast<FencingToken>(kv.create_revision());
-    if (kv.lease() != 0) {
-      if (!left.contains(kv.lease())) {
-        auto ttl = conn_.LeaseTimeToLive(kv.lease(), deadline);
-        left[kv.lease()] = ttl.ok() && ttl->ttl() > 0 ? seconds(ttl->ttl()) : milliseconds(0);
+  // By lease: time left and the TTL etcd granted it.
+  std::map<std::int64_t, std::pair<milliseconds, milliseconds>> leases;
+  for (const auto& [name, queue] : *queues) {
+    const std::size_t holders = HolderCount(queue);
+    for (std::size_t i = 0; i < holders; ++i) {
+      const QueueMember& m = queue[i];
+      HolderInfo h;
+      h.key = name;
+      if (auto owner = OwnerId::Parse(m.value); owner.ok()) h.owner = *owner;
+      h.token = static_cast<FencingToken>(m.create_revision);
+      h.limit = m.limit;
+      h.label = m.label;
+      // held_for stays empty: etcd keeps no time with a key, and a waiter
+      // becomes a holder without a write when the members ahead go.
+      if (m.lease != 0) {
+        if (!leases.contains(m.lease)) {
+          auto ttl = conn_.LeaseTimeToLive(m.lease, deadline);
+          leases[m.lease] = ttl.ok() && ttl->ttl() > 0
+                                ? std::pair<milliseconds, milliseconds>(seconds(ttl->ttl()),
+                                                                        seconds(ttl->grantedttl()))
+                                : std::pair<milliseconds, milliseconds>();
+        }
+        h.ttl_remaining = leases[m.lease].first;
+        h.ttl = leases[m.lease].second;
       }
-      h.ttl_remaining = left[kv.lease()];
+      out.push_back(std::move(h));
     }
-    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+Result<std::vector<WaiterInfo>> EtcdBackendImpl::Waiters(std::string_view prefix) {
+  const TimePoint deadline = OpDeadline();
+  {
+    // This client's own waiters that the core gave up on go first.
+    std::lock_guard l(mu_);
+    ReapLocked(Now());
+  }
+  FlushPending(deadline);
+  auto queues = ReadQueues(prefix, deadline);
+  if (!queues.ok()) {
+    return queues.status().WithContext("list waiters " + Quoted(prefix) + " on " + Describe());
+  }
+  std::vector<WaiterInfo> out;
+  for (const auto& [name, queue] : *queues) {
+    for (std::size_t i = HolderCount(queue); i < queue.size(); ++i) {
+      const QueueMember& m = queue[i];
+      WaiterInfo w;
+      w.key = name;
+      if (auto owner = OwnerId::Parse(m.value); owner.ok()) w.owner = *owner;
+      w.limit = m.limit;
+      w.label = m.label;
+      out.push_back(std::move(w));  // waited_for: etcd keeps no time with a key
+    }
   }
   return out;
 }
 
 bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
+  const std::string name(key);
+  OwnerId owner;
   std::string predecessor;
   std::int64_t predecessor_revision = 0;
   std::int64_t seen_at = 0;
+  std::int64_t revision = 0;
+  std::int64_t ahead_count = 0;
+  bool range = false;
   std::stop_source local;
   {
     std::unique_lock l(mu_);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) return false;  // nothing queued: let the core poll
-    if (it->second.granted || it->second.predecessor.empty()) {
-      // Another acquisition in this process holds the name: wait for a
-      // change here. With no predecessor known (an attempt in flight, or
-      // everything ahead just left) only briefly: the next attempt may win.
-      TimePoint limit = until;
-      if (!it->second.granted) limit = std::min(until, MonotonicClock::now() + milliseconds(5));
+    // The waiting acquisition of this name; if this client has several, the
+    // oldest: what it waits for, every later one waits for too (holders are
+    // a prefix of the queue).
+    const Entry* waiting = nullptr;
+    bool any = false;
+    bool unknown = false;  // one has no member to watch (yet)
+    for (auto it = entries_.lower_bound(EntryId(name, OwnerId()));
+         it != entries_.end() && it->first.first == name; ++it) {
+      any = true;
+      const Entry& e = it->second;
+      if (e.granted) continue;
+      if (e.revision == 0 || (e.predecessor.empty() && !e.watch_range)) {
+        unknown = true;
+      } else if (!waiting || e.revision < waiting->revision) {
+        waiting = &e;
+        owner = it->first.second;
+      }
+    }
+    if (!any) return false;  // nothing queued: let the core poll
+    if (!waiting || unknown) {
+      // An attempt in flight, or everything ahead just left: wait briefly
+      // for a change here; the next attempt may win.
+      const TimePoint limit = std::min(until, MonotonicClock::now() + milliseconds(5));
       const std::uint64_t seen = version_;
       changed_.wait_until(l, stop, limit, [&] { return version_ != seen; });
       return true;
     }
-    predecessor = it->second.predecessor;
-    predecessor_revision = it->second.predecessor_revision;
-    seen_at = it->second.predecessor_seen_at;
-    waits_.emplace(std::string(key), &local);
+    predecessor = waiting->predecessor;
+    predecessor_revision = waiting->predecessor_revision;
+    seen_at = waiting->predecessor_seen_at;
+    revision = waiting->revision;
+    ahead_count = waiting->ahead_count;
+    range = waiting->watch_range;
+    waits_.emplace(name, &local);
   }
   bool gone;
   {
     std::stop_callback forward(stop, [&local] { local.request_stop(); });
-    gone = conn_.WaitForDelete(predecessor, predecessor_revision, seen_at, until,
-                               local.get_token());
+    if (range) {
+      const std::string prefix = QueuePrefix(options_.root, name);
+      gone = conn_.WaitForDeleteIn(prefix, PrefixEnd(prefix), revision - 1, ahead_count, seen_at,
+                                   until, local.get_token());
+    } else {
+      gone = conn_.WaitForDelete(predecessor, predecessor_revision, seen_at, until,
+                                 local.get_token());
+    }
   }
   std::lock_guard l(mu_);
-  if (auto it = entries_.find(key); gone && it != entries_.end() &&
-                                    it->second.predecessor == predecessor &&
-                                    it->second.predecessor_revision == predecessor_revision) {
+  if (auto it = entries_.find(EntryId(name, owner));
+      gone && !range && it != entries_.end() && it->second.predecessor == predecessor &&
+      it->second.predecessor_revision == predecessor_revision) {
     it->second.predecessor_gone = true;
   }
-  for (auto [lo, hi] = waits_.equal_range(key); lo != hi; ++lo) {
+  for (auto [lo, hi] = waits_.equal_range(name); lo != hi; ++lo) {
     if (lo->second == &local) {
       waits_.erase(lo);
       break;

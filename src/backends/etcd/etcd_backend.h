@@ -14,8 +14,11 @@
 // dlock, `etcdctl lock` and Go services using concurrency.Mutex on the same
 // name exclude each other. The uncontended acquire is one transaction; a
 // waiter watches only the key just ahead of it in the queue (FIFO, no herd).
-// One client takes one place per lock name: a second acquisition of a name
-// the same client already holds or waits for queues inside the process.
+// Every acquisition has its own key (a second one of a name in the same
+// client takes a key with its owner id appended), carrying its sharing limit
+// and label: readers, writers and semaphore permits queue together in
+// create order, and a member holds while it is among the first
+// min(limit of itself and of everything ahead) of the queue.
 //
 // docs/backend-etcd.md has the whole story: what survives which fault, and
 // the choices behind it.
@@ -44,7 +47,9 @@ class EtcdBackend : public Backend {
     std::string key;
     std::int64_t create_revision = 0;
     std::int64_t lease = 0;
-    std::string value;  // dlock: the owner id; etcdctl and Go: empty
+    std::string value;  // dlock: the owner id (hex); etcdctl and Go: empty
+    std::uint32_t limit = 1;  // from the value (1 for etcdctl, Go, older dlock)
+    std::string label;
   };
   // The queue of lock `name` (holder first), read from the store.
   virtual Result<std::vector<QueueMember>> Queue(std::string_view name) = 0;

@@ -596,6 +596,22 @@ Result<std::int64_t> Connection::AwaitKeepAlive(KeepAliveCall& call, TimePoint d
 
 bool Connection::WaitForDelete(const std::string& key, std::int64_t revision,
                                std::int64_t seen_at, TimePoint until, std::stop_token stop) {
+  return Watch(key, "", revision, 0, seen_at, until, std::move(stop));
+}
+
+bool Connection::WaitForDeleteIn(const std::string& key, const std::string& range_end,
+                                 std::int64_t max_create_revision, std::int64_t expected,
+                                 std::int64_t seen_at, TimePoint until, std::stop_token stop) {
+  return Watch(key, range_end, max_create_revision, expected, seen_at, until, std::move(stop));
+}
+
+// One key (range_end empty: `revision` is its create_revision) or a range
+// (`revision`: the newest create_revision that counts, `expected` how many
+// keys up to it there were).
+bool Connection::Watch(const std::string& key, const std::string& range_end,
+                       std::int64_t revision, std::int64_t expected, std::int64_t seen_at,
+                       TimePoint until, std::stop_token stop) {
+  const bool range = !range_end.empty();
   const std::size_t index = current_.load() % addresses_.size();
   Endpoint& ep = At(index);
   const Duration budget = until - MonotonicClock::now();
@@ -612,6 +628,10 @@ bool Connection::WaitForDelete(const std::string& key, std::int64_t revision,
   create->set_key(key);
   create->set_start_revision(0);  // the member's next revision: a synced watcher
   create->add_filters(pb::WatchCreateRequest::NOPUT);
+  if (range) {
+    create->set_range_end(range_end);
+    create->set_prev_kv(true);  // to tell the keys ahead from those behind
+  }
   bool gone = false;
   bool member_trouble = false;
   if (stream->Write(request)) {
@@ -629,6 +649,11 @@ bool Connection::WaitForDelete(const std::string& key, std::int64_t revision,
         pb::RangeRequest check;
         check.set_key(key);
         check.set_serializable(true);
+        if (range) {
+          check.set_range_end(range_end);
+          check.set_max_create_revision(revision);
+          check.set_count_only(true);
+        }
         grpc::ClientContext check_context;
         check_context.set_deadline(
             WallDeadline(std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1),
@@ -638,12 +663,19 @@ bool Connection::WaitForDelete(const std::string& key, std::int64_t revision,
           member_trouble = true;
           break;
         }
-        if (found.kvs_size() == 0 || found.kvs(0).create_revision() != revision) gone = true;
+        if (range) {
+          if (found.count() < expected) gone = true;
+        } else if (found.kvs_size() == 0 || found.kvs(0).create_revision() != revision) {
+          gone = true;
+        }
         continue;
       }
       if (response.canceled()) break;
       for (const auto& event : response.events()) {
-        if (event.type() == mvccpb::Event::DELETE) gone = true;
+        if (event.type() != mvccpb::Event::DELETE) continue;
+        if (!range || !event.has_prev_kv() || event.prev_kv().create_revision() <= revision) {
+          gone = true;
+        }
       }
     }
   }

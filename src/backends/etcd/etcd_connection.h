@@ -77,6 +77,14 @@ class Connection {
   // `seen_at`.
   bool WaitForDelete(const std::string& key, std::int64_t revision, std::int64_t seen_at,
                      TimePoint until, std::stop_token stop);
+  // The same for a range: watches [key, range_end) and returns true once a
+  // key in it created at or before `max_create_revision` is deleted, or when
+  // fewer than `expected` such keys are left than were there at `seen_at`
+  // (the keys ahead of a waiter only ever go, so a count says whether one
+  // went). Wakes the semaphore waiters, for which no one key ahead must go.
+  bool WaitForDeleteIn(const std::string& key, const std::string& range_end,
+                       std::int64_t max_create_revision, std::int64_t expected,
+                       std::int64_t seen_at, TimePoint until, std::stop_token stop);
 
   // True after an operation gave up because no member could serve it, until
   // one succeeds: callers with nothing urgent to say may then defer it.
@@ -90,6 +98,8 @@ class Connection {
   Endpoint& At(std::size_t index);
   void Rotate(std::size_t from);
   std::shared_ptr<KeepAliveStream> CurrentStream();
+  bool Watch(const std::string& key, const std::string& range_end, std::int64_t revision,
+             std::int64_t expected, std::int64_t seen_at, TimePoint until, std::stop_token stop);
   template <typename Resp, typename Fn>
   Result<Resp> Call(std::string_view what, TimePoint deadline, bool require_leader, Fn fn);
 

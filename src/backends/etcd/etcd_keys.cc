@@ -174,6 +174,43 @@ std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id) {
   return std::string(queue_prefix) + LeaseHex(lease_id);
 }
 
+std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id,
+                      std::string_view owner_hex) {
+  return MemberKey(queue_prefix, lease_id) + "-" + std::string(owner_hex);
+}
+
+std::string EncodeValue(std::string_view owner_hex, std::uint32_t limit, std::string_view label) {
+  std::string v(owner_hex);
+  if (limit != 1 || !label.empty()) {
+    v += '\n';
+    v += std::to_string(limit);
+    v += '\n';
+    v += label;
+  }
+  return v;
+}
+
+MemberValue DecodeValue(std::string_view value) {
+  MemberValue m;
+  constexpr std::size_t kHex = 32;
+  if (value.size() < kHex || (value.size() > kHex && value[kHex] != '\n')) return m;
+  m.owner_hex = std::string(value.substr(0, kHex));
+  if (value.size() == kHex) return m;
+  value.remove_prefix(kHex + 1);
+  const std::size_t nl = value.find('\n');
+  const std::string_view digits = value.substr(0, nl);
+  std::uint64_t limit = 0;
+  bool ok = !digits.empty() && digits.size() <= 10;
+  for (char c : digits) {
+    if (c < '0' || c > '9') ok = false;
+    if (ok) limit = limit * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  // An unreadable limit counts as exclusive: never more sharing than meant.
+  m.limit = ok && limit >= 1 && limit <= 0xFFFFFFFFu ? static_cast<std::uint32_t>(limit) : 1;
+  if (nl != std::string_view::npos) m.label = std::string(value.substr(nl + 1));
+  return m;
+}
+
 bool IsQueueMember(std::string_view queue_prefix, std::string_view key) {
   if (key.size() <= queue_prefix.size() || key.substr(0, queue_prefix.size()) != queue_prefix) {
     return false;
@@ -199,11 +236,18 @@ std::optional<std::string> LockNameOf(std::string_view root, std::string_view ke
   key.remove_prefix(root.size());
   const std::size_t slash = key.rfind('/');
   if (slash == std::string_view::npos || slash == 0) return std::nullopt;
-  const std::string_view leaf = key.substr(slash + 1);
-  if (leaf.empty() || leaf.size() > 16) return std::nullopt;
-  for (char c : leaf) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  std::string_view leaf = key.substr(slash + 1);
+  auto hex = [](std::string_view s) {
+    for (char c : s) {
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    }
+    return !s.empty();
+  };
+  if (const std::size_t dash = leaf.find('-'); dash != std::string_view::npos) {
+    if (leaf.size() - dash - 1 != 32 || !hex(leaf.substr(dash + 1))) return std::nullopt;
+    leaf = leaf.substr(0, dash);
   }
+  if (leaf.empty() || leaf.size() > 16 || !hex(leaf)) return std::nullopt;
   return std::string(key.substr(0, slash));
 }
 

@@ -8,6 +8,14 @@
 // hex>, attached to its lease; the key with the lowest create_revision holds
 // the lock, and that create_revision is the fencing token.
 //
+// dlock's own members (this version): the first acquisition of a name by a
+// session takes that key; another acquisition of the same name by the same
+// session (another owner in one client: readers, semaphore permits) takes
+// R + N + "/" + <lease hex> + "-" + <owner id hex>. The value is the owner id
+// (32 hex digits), then, for the sharing rule, "\n" + limit + "\n" + label
+// (older dlock wrote the owner id alone: limit 1, no label; Go writes "":
+// no owner, limit 1).
+//
 // Lock names that extend each other ("a" and "a/b") share key space: every
 // key of "a/b" also starts with "a/". etcd's Mutex counts them into "a"'s
 // queue; dlock counts only the direct members of a queue (no '/' after the
@@ -54,12 +62,25 @@ std::string QueuePrefix(std::string_view root, std::string_view name);
 // The queue member key of a session: prefix + lease id as Go's %x prints it.
 std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id);
 std::string LeaseHex(std::int64_t lease_id);
+// The member key of a second acquisition of the name by the same session.
+std::string MemberKey(std::string_view queue_prefix, std::int64_t lease_id,
+                      std::string_view owner_hex);
+
+// What a member's value says (see the layout above).
+struct MemberValue {
+  std::string owner_hex;  // "" for a Go / etcdctl member
+  std::uint32_t limit = 1;
+  std::string label;
+};
+std::string EncodeValue(std::string_view owner_hex, std::uint32_t limit, std::string_view label);
+MemberValue DecodeValue(std::string_view value);
 // True if `key` is a direct member of the queue (not of a longer name's).
 bool IsQueueMember(std::string_view queue_prefix, std::string_view key);
 // The range_end that makes a range cover every key starting with `prefix`
 // ("\0", meaning "to the end", when no such bound exists).
 std::string PrefixEnd(std::string_view prefix);
-// For a key R + N + "/" + <hex>, the lock name N; nullopt for any other key.
+// For a key R + N + "/" + <hex> (or <hex>-<32 hex>), the lock name N;
+// nullopt for any other key.
 std::optional<std::string> LockNameOf(std::string_view root, std::string_view key);
 
 }  // namespace dlock::etcd

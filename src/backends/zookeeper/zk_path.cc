@@ -176,8 +176,10 @@ std::string GuidOf(const OwnerId& owner) {
          hex.substr(16, 4) + "-" + hex.substr(20, 12);
 }
 
-std::string LockNodePrefix(const OwnerId& owner) {
-  return std::string(kProtectedPrefix) + GuidOf(owner) + "-" + std::string(kLockMarker);
+std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit) {
+  std::string p = std::string(kProtectedPrefix) + GuidOf(owner) + "-";
+  if (limit != 1) p += "n" + std::to_string(limit) + "-";
+  return p + std::string(kLockMarker);
 }
 
 std::optional<LockNode> ParseLockNode(std::string_view name) {
@@ -193,13 +195,37 @@ std::optional<LockNode> ParseLockNode(std::string_view name) {
   LockNode node;
   node.name = std::string(name);
   node.sequence = std::stoll(std::string(digits));
-  if (name.starts_with(kProtectedPrefix) &&
-      name.size() == kProtectedPrefix.size() + kGuidChars + 1 + kLockMarker.size() +
-                         kSequenceDigits &&
-      name[kProtectedPrefix.size() + kGuidChars] == '-') {
-    node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
+  const std::size_t guid_end = kProtectedPrefix.size() + kGuidChars;
+  const std::size_t marker_at = name.size() - kSequenceDigits - kLockMarker.size();
+  if (name.starts_with(kProtectedPrefix) && marker_at >= guid_end + 1 && name[guid_end] == '-') {
+    // Between the guid's '-' and "lock-": nothing, or "n<limit>-".
+    const std::string_view tag = name.substr(guid_end + 1, marker_at - guid_end - 1);
+    if (tag.empty()) {
+      node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
+    } else if (tag.size() >= 3 && tag.size() <= 12 && tag.front() == 'n' && tag.back() == '-') {
+      const std::string_view digits = tag.substr(1, tag.size() - 2);
+      std::uint64_t limit = 0;
+      bool ok = digits.front() != '0';
+      for (char c : digits) {
+        if (c < '0' || c > '9') ok = false;
+        if (ok) limit = limit * 10 + static_cast<std::uint64_t>(c - '0');
+      }
+      if (ok && limit >= 1 && limit <= 0xFFFFFFFFu) {
+        node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
+        node.limit = static_cast<std::uint32_t>(limit);
+      }
+    }
   }
   return node;
+}
+
+std::size_t HolderCount(const std::vector<LockNode>& sorted) {
+  std::uint32_t limit = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    limit = std::min(limit, sorted[i].limit);
+    if (i + 1 > limit) return i;
+  }
+  return sorted.size();
 }
 
 std::vector<LockNode> SortedContenders(const std::vector<std::string>& children) {

@@ -48,8 +48,12 @@ std::optional<std::string> DecodeSegment(std::string_view segment);
 
 // "0123abcd-..." for an owner: its 32 hex digits as a UUID.
 std::string GuidOf(const OwnerId& owner);
-// "_c_<guid>-lock-": what a lock node's name starts with.
-std::string LockNodePrefix(const OwnerId& owner);
+// "_c_<guid>-lock-": what a lock node's name starts with. A sharing
+// acquisition (limit != 1: a reader, a semaphore permit) says its limit in
+// the name, "_c_<guid>-n<limit>-lock-", so that one getChildren tells every
+// contender's limit; to Curator's InterProcessMutex it is one more
+// contender in sequence order, so Curator and dlock still exclude each other.
+std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit = 1);
 
 // A child of a lock path that contends for the lock: its name ends in
 // "lock-" and a 10-digit sequence (Curator's InterProcessMutex nodes, with
@@ -57,13 +61,17 @@ std::string LockNodePrefix(const OwnerId& owner);
 struct LockNode {
   std::string name;
   std::int64_t sequence = 0;
-  std::string guid;  // empty unless the name is "_c_<guid>-lock-<seq>"
+  std::string guid;  // empty unless the name is "_c_<guid>-[n<limit>-]lock-<seq>"
+  std::uint32_t limit = 1;  // from "n<limit>-"; 1 for every other node
 };
 std::optional<LockNode> ParseLockNode(std::string_view name);
 
 // The contenders among `children`, in the order the lock grants them
 // (Curator's: by sequence).
 std::vector<LockNode> SortedContenders(const std::vector<std::string>& children);
+// How many of `sorted` hold the lock: node i holds iff i + 1 <= the smallest
+// limit among nodes 0..i (holders are always a prefix of the queue).
+std::size_t HolderCount(const std::vector<LockNode>& sorted);
 
 // The owner a guid names (a UUID's 32 hex digits), or an empty OwnerId.
 OwnerId OwnerOfGuid(std::string_view guid);

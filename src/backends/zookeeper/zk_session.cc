@@ -19,11 +19,19 @@ void LogToStderrIfAsked(const char* message) {
   if (wanted) std::fprintf(stderr, "zookeeper: %s\n", message);
 }
 
+// Without DLOCK_ZK_LOG the C client's logging is switched off altogether
+// (level 0), not merely discarded by the callback: the client formats a
+// server's address for its messages into one static buffer
+// (format_endpoint_info), which the I/O threads of two sessions in one
+// process write at once when both lose their connection (ThreadSanitizer
+// reports it; issue #7). With logging off the formatting never runs. With
+// DLOCK_ZK_LOG set the messages come back, and with them that race in the
+// library (garbled addresses in log lines at worst).
 void SetLogLevelOnce() {
   static const bool done = [] {
     const char* v = std::getenv("DLOCK_ZK_LOG");
     zoo_set_debug_level(v && *v && std::strcmp(v, "0") != 0 ? ZOO_LOG_LEVEL_INFO
-                                                           : ZOO_LOG_LEVEL_ERROR);
+                                                           : static_cast<ZooLogLevel>(0));
     return true;
   }();
   (void)done;
@@ -257,6 +265,13 @@ std::shared_ptr<Op> Session::Create(const std::string& path, std::string_view da
 std::shared_ptr<Op> Session::Children(const std::string& path, DoneHandler on_done) {
   return Start(std::move(on_done), [&](const void* ctx) {
     return zoo_aget_children2(zh_, path.c_str(), 0, &Completions::StringsStat, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::WatchChildren(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_awget_children2(zh_, path.c_str(), &Session::OnWatch, this,
+                               &Completions::StringsStat, ctx);
   });
 }
 

@@ -112,6 +112,9 @@ class Session {
   std::shared_ptr<Op> Create(const std::string& path, std::string_view data, int flags,
                              DoneHandler on_done = {});
   std::shared_ptr<Op> Children(const std::string& path, DoneHandler on_done = {});
+  // getChildren2 with a watch: the next change of `path`'s children reaches
+  // the NodeHandler (ZOO_CHILD_EVENT, `path`).
+  std::shared_ptr<Op> WatchChildren(const std::string& path, DoneHandler on_done = {});
   // With `watch`, a node event for `path` later reaches the NodeHandler.
   std::shared_ptr<Op> Exists(const std::string& path, bool watch, DoneHandler on_done = {});
   std::shared_ptr<Op> Get(const std::string& path, DoneHandler on_done = {});

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -42,7 +43,27 @@ std::string Basename(std::string_view path) {
 
 std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-std::string NodeData(const OwnerId& owner) {
+std::string JsonEscaped(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;  // UTF-8 passes as is
+    }
+  }
+  return out;
+}
+
+// The node's data: who made it, for people and for `dlock status`. The limit
+// is also in the node's name (what the lock recipe reads); the label only here.
+std::string NodeData(const OwnerId& owner, std::uint32_t limit, std::string_view label) {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   std::string h;
@@ -50,7 +71,36 @@ std::string NodeData(const OwnerId& owner) {
     if (*p != '"' && *p != '\\' && static_cast<unsigned char>(*p) >= 0x20) h += *p;
   }
   return "{\"dlock\":1,\"owner\":\"" + owner.ToString() + "\",\"host\":\"" + h +
-         "\",\"pid\":" + std::to_string(getpid()) + "}";
+         "\",\"pid\":" + std::to_string(getpid()) + ",\"limit\":" + std::to_string(limit) +
+         ",\"label\":\"" + JsonEscaped(label) + "\"}";
+}
+
+// The "label" NodeData wrote; "" for nodes without one (Curator's, older
+// dlock's).
+std::string LabelOf(std::string_view data) {
+  constexpr std::string_view kField = "\"label\":\"";
+  const std::size_t at = data.find(kField);
+  if (at == std::string_view::npos) return "";
+  std::string out;
+  for (std::size_t i = at + kField.size(); i < data.size(); ++i) {
+    const char ch = data[i];
+    if (ch == '"') return out;
+    if (ch != '\\') {
+      out += ch;
+      continue;
+    }
+    if (++i >= data.size()) break;
+    if (data[i] == 'u' && i + 4 < data.size()) {
+      unsigned v = 0;
+      if (std::sscanf(std::string(data.substr(i + 1, 4)).c_str(), "%4x", &v) == 1 && v < 0x80) {
+        out += static_cast<char>(v);
+      }
+      i += 4;
+    } else {
+      out += data[i];
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -67,7 +117,9 @@ struct Contender {
   std::string key;
   OwnerId owner;
   std::string lock_path;
-  std::string prefix;  // "_c_<guid>-lock-"
+  std::string prefix;  // "_c_<guid>-lock-", or "_c_<guid>-n<limit>-lock-"
+  std::uint32_t limit = 1;
+  std::string label;
   std::uint64_t gen = 0;
   Phase phase = Phase::kFresh;
   std::shared_ptr<Op> create;    // kCreating
@@ -75,9 +127,14 @@ struct Contender {
   std::string node;              // our node's name once known
   FencingToken token = 0;        // its czxid
   // kWaiting: how many contenders were ahead at the last look, and the one
-  // just ahead, whose deletion this waiter watches.
+  // whose deletion this waiter watches: one without whose going it cannot
+  // be granted (the node just ahead for a limit-1 contender, the nearest
+  // limit-1 node ahead for a sharing one).
   std::size_t ahead = 0;
   std::string predecessor;  // full path
+  // No such node (a semaphore waiter behind sharing nodes only): a watch on
+  // the lock path's children instead, and a look at every change.
+  bool watch_children = false;
   bool pred_gone = false;
   bool watch_armed = false;
   // The parent's cversion at the last look applied: looks answered out of
@@ -152,6 +209,8 @@ struct ZooKeeperBackend::Impl {
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
                    bool* found, std::vector<LockNode>* others);
   void ArmNodeWatch(const Live& live, const std::shared_ptr<Contender>& c);
+  Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> Walk(const Live& live,
+                                                                          std::string_view prefix);
 
   // --- the keeper thread -----------------------------------------------------
 
@@ -247,7 +306,13 @@ void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::s
   bool woke = false;
   for (auto& [k, c] : contenders) {
     if (c->gen != g) continue;
-    if (c->phase == Contender::Phase::kWaiting && c->predecessor == path) {
+    if (type == ZOO_CHILD_EVENT && c->phase == Contender::Phase::kWaiting &&
+        c->watch_children && c->lock_path == path) {
+      c->watch_armed = false;  // one-shot: the next wait arms it again
+      look.push_back(c);
+      woke = true;
+    } else if (c->phase == Contender::Phase::kWaiting && !c->predecessor.empty() &&
+               c->predecessor == path) {
       if (type == ZOO_DELETED_EVENT) {
         c->pred_gone = true;
         if (c->ahead == 1) {
@@ -290,7 +355,9 @@ std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest&
     slot->key = r.key;
     slot->owner = r.owner;
     slot->lock_path = path;
-    slot->prefix = LockNodePrefix(r.owner);
+    slot->limit = std::max<std::uint32_t>(1, r.limit);
+    slot->label = r.label;
+    slot->prefix = LockNodePrefix(r.owner, slot->limit);
     slot->gen = g;
   }
   return slot;
@@ -300,7 +367,8 @@ Status ZooKeeperBackend::Impl::StartCreate(const Live& live, const std::shared_p
   // The create and a look at the siblings go out back to back: the server
   // answers the read after applying the write, so one round trip tells both
   // our sequence and who is ahead.
-  auto create = live.session->Create(c->lock_path + "/" + c->prefix, NodeData(c->owner),
+  auto create = live.session->Create(c->lock_path + "/" + c->prefix,
+                                     NodeData(c->owner, c->limit, c->label),
                                      ZOO_EPHEMERAL_SEQUENTIAL);
   auto children = live.session->Children(c->lock_path);
   std::lock_guard lock(mu);
@@ -435,14 +503,37 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
   if (mine == sorted.size()) return false;
   c.looked_at_cversion = cversion;
   c.ahead = mine;
-  if (mine == 0) {
+  // The sharing rule: granted iff mine + 1 <= the smallest limit among
+  // ourselves and every node ahead (holders or waiters).
+  std::uint32_t limit = std::max<std::uint32_t>(1, c.limit);
+  for (std::size_t i = 0; i <= mine; ++i) limit = std::min(limit, sorted[i].limit);
+  if (mine + 1 <= limit) {
     c.phase = Contender::Phase::kHeld;
     return true;
   }
   c.phase = Contender::Phase::kWaiting;
-  const std::string pred = c.lock_path + "/" + sorted[mine - 1].name;
-  if (pred != c.predecessor) {
-    c.predecessor = pred;
+  std::size_t target = mine;  // none
+  if (c.limit == 1) {
+    target = mine - 1;
+  } else {
+    for (std::size_t j = mine; j-- > 0;) {
+      if (sorted[j].limit == 1) {
+        target = j;
+        break;
+      }
+    }
+  }
+  if (target != mine) {
+    const std::string pred = c.lock_path + "/" + sorted[target].name;
+    if (pred != c.predecessor || c.watch_children) {
+      c.predecessor = pred;
+      c.watch_children = false;
+      c.watch_armed = false;
+      c.pred_gone = false;
+    }
+  } else if (!c.watch_children) {
+    c.predecessor.clear();
+    c.watch_children = true;
     c.watch_armed = false;
     c.pred_gone = false;
   }
@@ -855,7 +946,26 @@ bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
   std::shared_ptr<Session> s = m.session;
   for (auto& c : mine) {
     if (c->pred_gone) return true;
-    if (!c->watch_armed && s) {
+    if (!c->watch_armed && s && c->watch_children) {
+      c->watch_armed = true;
+      std::weak_ptr<Contender> weak = c;
+      const std::string lock_path = c->lock_path;
+      lock.unlock();
+      (void)s->WatchChildren(lock_path, [&m, weak](const Reply& r) {
+        auto c = weak.lock();
+        if (!c) return;
+        std::lock_guard lock(m.mu);
+        if (!c->watch_children) return;
+        if (r.rc != ZOK) {
+          c->watch_armed = false;  // not set: the next wait tries again
+        } else if (c->phase == Contender::Phase::kWaiting &&
+                   !m.ApplyLookLocked(*c, SortedContenders(r.children), r.stat.cversion)) {
+          c->watch_armed = false;  // our node is gone: the next attempt looks
+        }
+        m.cv.notify_all();
+      });
+      lock.lock();
+    } else if (!c->watch_armed && s) {
       c->watch_armed = true;
       std::weak_ptr<Contender> weak = c;
       const std::string pred = c->predecessor;
@@ -889,18 +999,18 @@ bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
   return true;
 }
 
-Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) {
-  Impl& m = *impl_;
-  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
-  if (!live.ok()) return live.status();
+// The lock paths under `prefix` (a key prefix) that have contenders, with
+// their contenders in grant order.
+Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> ZooKeeperBackend::Impl::Walk(
+    const Live& live, std::string_view prefix) {
   std::string_view p = prefix;
   if (p.starts_with('/')) p.remove_prefix(1);
   const auto slash = p.rfind('/');
   const std::string_view dir = slash == std::string_view::npos ? "" : p.substr(0, slash);
   const std::string partial(slash == std::string_view::npos ? p : p.substr(slash + 1));
-  std::string start = m.root;
+  std::string start = root;
   if (!dir.empty()) {
-    auto d = LockPath(m.options.chroot, dir);
+    auto d = LockPath(options.chroot, dir);
     if (!d.ok()) return d.status();
     start = *d;
   }
@@ -908,17 +1018,16 @@ Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) 
     return parent == "/" ? "/" + child : parent + "/" + child;
   };
 
-  std::vector<HolderInfo> out;
+  std::vector<std::pair<std::string, std::vector<LockNode>>> out;
   std::vector<std::string> level = {start};
   std::size_t visited = 0;
   bool first = true;
   while (!level.empty()) {
     std::vector<std::shared_ptr<Op>> ops;
-    for (const auto& path : level) ops.push_back(live->session->Children(path));
+    for (const auto& path : level) ops.push_back(live.session->Children(path));
     std::vector<std::string> next;
-    std::vector<std::pair<std::string, LockNode>> holders;  // path, lowest node
     for (std::size_t i = 0; i < level.size(); ++i) {
-      const Reply* r = ops[i]->Wait(m.attempt_timeout);
+      const Reply* r = ops[i]->Wait(attempt_timeout);
       if (r == nullptr) return UnavailableError("ZooKeeper did not list " + level[i] + " in time");
       if (r->rc == ZNONODE) continue;
       if (r->rc != ZOK) return ZkError(r->rc, "listing " + level[i]);
@@ -929,7 +1038,9 @@ Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) 
       }
       if (!first) {
         auto sorted = SortedContenders(r->children);
-        if (!sorted.empty()) holders.emplace_back(level[i], sorted.front());
+        if (!sorted.empty() && KeyOfPath(options.chroot, level[i])) {
+          out.emplace_back(level[i], std::move(sorted));
+        }
       }
       for (const auto& child : r->children) {
         if (ParseLockNode(child)) continue;
@@ -941,31 +1052,90 @@ Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) 
         next.push_back(join(level[i], child));
       }
     }
-    // The holders' tokens: one pipelined read each.
-    std::vector<std::shared_ptr<Op>> stats;
-    for (const auto& [path, node] : holders) {
-      stats.push_back(live->session->Exists(path + "/" + node.name, false));
-    }
-    for (std::size_t i = 0; i < holders.size(); ++i) {
-      const Reply* r = stats[i]->Wait(m.attempt_timeout);
-      if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
-      if (r->rc != ZOK) continue;  // released meanwhile
-      auto key = KeyOfPath(m.options.chroot, holders[i].first);
-      if (!key) continue;  // not a path dlock makes
-      HolderInfo h;
-      h.key = *key;
-      h.owner = OwnerOfGuid(holders[i].second.guid);
-      h.token = static_cast<FencingToken>(r->stat.czxid);
-      // A session-based lease has no time left of its own: the holder keeps
-      // it while its session lives. Our own session's timeout is what we know.
-      if (r->stat.ephemeral_owner == live->session->id()) h.ttl_remaining = live->session->timeout();
-      out.push_back(std::move(h));
-    }
     level = std::move(next);
     first = false;
   }
-  std::sort(out.begin(), out.end(),
-            [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) {
+  Impl& m = *impl_;
+  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
+  if (!live.ok()) return live.status();
+  auto queues = m.Walk(*live, prefix);
+  if (!queues.ok()) return queues.status();
+  // The holders' tokens and labels: one pipelined read each.
+  struct Want {
+    std::string key;
+    LockNode node;
+    std::shared_ptr<Op> get;
+  };
+  std::vector<Want> wants;
+  for (const auto& [path, sorted] : *queues) {
+    const std::string key = *KeyOfPath(m.options.chroot, path);
+    const std::size_t holders = HolderCount(sorted);
+    for (std::size_t i = 0; i < holders; ++i) {
+      wants.push_back({key, sorted[i], live->session->Get(path + "/" + sorted[i].name)});
+    }
+  }
+  std::vector<HolderInfo> out;
+  for (auto& w : wants) {
+    const Reply* r = w.get->Wait(m.attempt_timeout);
+    if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
+    if (r->rc != ZOK) continue;  // released meanwhile
+    HolderInfo h;
+    h.key = w.key;
+    h.owner = OwnerOfGuid(w.node.guid);
+    h.token = static_cast<FencingToken>(r->stat.czxid);
+    h.limit = w.node.limit;
+    h.label = LabelOf(r->data);
+    // A session-based lease has no time left of its own: the holder keeps
+    // it while its session lives. Our own session's timeout is what we know.
+    // held_for stays empty: the node's ctime is the server's wall clock when
+    // it queued (not when it was granted), and no server "now" is at hand.
+    if (r->stat.ephemeral_owner == live->session->id()) {
+      h.ttl_remaining = live->session->timeout();
+      h.ttl = live->session->timeout();
+    }
+    out.push_back(std::move(h));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+Result<std::vector<WaiterInfo>> ZooKeeperBackend::Waiters(std::string_view prefix) {
+  Impl& m = *impl_;
+  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
+  if (!live.ok()) return live.status();
+  auto queues = m.Walk(*live, prefix);
+  if (!queues.ok()) return queues.status();
+  struct Want {
+    std::string key;
+    LockNode node;
+    std::shared_ptr<Op> get;
+  };
+  std::vector<Want> wants;
+  for (const auto& [path, sorted] : *queues) {
+    const std::string key = *KeyOfPath(m.options.chroot, path);
+    for (std::size_t i = HolderCount(sorted); i < sorted.size(); ++i) {
+      wants.push_back({key, sorted[i], live->session->Get(path + "/" + sorted[i].name)});
+    }
+  }
+  std::vector<WaiterInfo> out;
+  for (auto& w : wants) {
+    const Reply* r = w.get->Wait(m.attempt_timeout);
+    if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
+    if (r->rc != ZOK) continue;  // gone meanwhile
+    WaiterInfo info;
+    info.key = w.key;
+    info.owner = OwnerOfGuid(w.node.guid);
+    info.limit = w.node.limit;
+    info.label = LabelOf(r->data);
+    out.push_back(std::move(info));  // waited_for: no server "now" to count from
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const WaiterInfo& a, const WaiterInfo& b) { return a.key < b.key; });
   return out;
 }
 

@@ -7,6 +7,12 @@
 // waiter watches only its predecessor (FIFO, no herd). The fencing token is
 // the owner node's czxid, which ZAB orders across the ensemble.
 //
+// Sharing (readers, semaphores): a sharing node is named
+// "_c_<guid>-n<limit>-lock-<seq>", and node i holds iff i + 1 <= the smallest
+// limit among nodes 0..i (Curator's nodes count as limit 1). A reader or
+// permit waiter watches the nearest limit-1 node ahead of it; a semaphore
+// waiter with only sharing nodes ahead watches the lock path's children.
+//
 // Liveness is the session, not a per-lock lease: one ZooKeeper session per
 // backend (per Client), shared by all its locks, whose timeout comes from the
 // first acquisition's ttl (or ?session_timeout=) and is negotiated by the
@@ -68,6 +74,8 @@ class ZooKeeperBackend final : public Backend {
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  bool SupportsSharing() const override { return true; }
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
   std::optional<SessionLiveness> Liveness() override;

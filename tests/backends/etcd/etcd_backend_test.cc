@@ -279,6 +279,118 @@ TEST(EtcdBackendTest, TwoAcquisitionsOfOneNameInOneClientExcludeEachOther) {
   EXPECT_GT((*second)->token(), first->token());
 }
 
+// A reader queued behind another waiting reader wakes when the writer ahead
+// of both goes (it watches the writer, not the reader just ahead), and a
+// semaphore waiter, for which no one member ahead must go, wakes when any
+// permit is returned.
+TEST(EtcdBackendTest, SharingWaitersWakePromptly) {
+  const std::string name = UniqueName("rw-wake");
+  auto observer = NewBackend();
+  auto writer_client = NewClient();
+  auto writer = writer_client->TryAcquire(name, Opts(seconds(5)));
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  AcquireOptions read = Opts(seconds(5), seconds(20));
+  read.shared = true;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::thread> threads;
+  std::atomic<int> granted{0};
+  std::vector<TimePoint> granted_at(2);
+  std::vector<Lease> leases(2);
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(NewClient());
+    Client* c = clients.back().get();
+    threads.emplace_back([&, c, i] {
+      auto lease = c->Acquire(name, read);
+      granted_at[i] = MonotonicClock::now();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      leases[i] = std::move(*lease);
+      ++granted;
+    });
+    ASSERT_TRUE(Eventually([&] {
+      auto q = observer->Queue(name);
+      return q.ok() && q->size() == static_cast<std::size_t>(i + 2);
+    })) << "reader " << i << " did not queue";
+  }
+  auto waiters = observer->Waiters(name);
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  EXPECT_EQ(waiters->size(), 2u);
+  const TimePoint released = MonotonicClock::now();
+  ASSERT_TRUE(writer->Release().ok());
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(granted.load(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const auto gap = std::chrono::duration_cast<milliseconds>(granted_at[i] - released);
+    EXPECT_LT(gap, milliseconds(100) * kTimeScale) << "reader " << i << " woke after " << gap.count() << " ms";
+  }
+  EXPECT_GT(leases[1].token(), leases[0].token());
+  auto list = observer->List(name);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u) << "both readers hold";
+  for (auto& l : leases) EXPECT_TRUE(l.Release().ok());
+
+  // A semaphore of two: the third waits, and gets in when the second leaves.
+  const std::string sem = UniqueName("sem-wake");
+  AcquireOptions permit = Opts(seconds(5), seconds(20));
+  permit.permits = 2;
+  auto a = clients[0]->Acquire(sem, permit);
+  auto b = clients[1]->Acquire(sem, permit);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::optional<Result<Lease>> third;
+  TimePoint third_at;
+  std::thread t3([&] {
+    third.emplace(writer_client->Acquire(sem, permit));
+    third_at = MonotonicClock::now();
+  });
+  ASSERT_TRUE(Eventually([&] {
+    auto q = observer->Queue(sem);
+    return q.ok() && q->size() == 3u;
+  }));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(third.has_value()) << "a third holder of two permits";
+  const TimePoint freed = MonotonicClock::now();
+  ASSERT_TRUE(b->Release().ok());
+  t3.join();
+  ASSERT_TRUE(third->ok()) << third->status().ToString();
+  const auto gap = std::chrono::duration_cast<milliseconds>(third_at - freed);
+  EXPECT_LT(gap, milliseconds(100) * kTimeScale) << "the semaphore waiter woke after " << gap.count() << " ms";
+  EXPECT_GT((*third)->token(), b->token());
+  EXPECT_TRUE(a->Release().ok());
+  EXPECT_TRUE((*third)->Release().ok());
+}
+
+// Two owners of one client on one name: the first has the Mutex's key, the
+// second one with its owner id appended; both are listed.
+TEST(EtcdBackendTest, TwoReadersOfOneClientHaveTheirOwnKeys) {
+  auto backend = NewBackend();
+  const std::string name = UniqueName("two-owners");
+  LeaseRequest r1{name, OwnerId(1, 1), seconds(5)};
+  r1.limit = kSharedLimit;
+  r1.label = "first";
+  LeaseRequest r2 = r1;
+  r2.owner = OwnerId(2, 2);
+  r2.label = "second";
+  auto g1 = backend->TryAcquire(r1);
+  auto g2 = backend->TryAcquire(r2);
+  ASSERT_TRUE(g1.ok() && g1->granted && g2.ok() && g2->granted);
+  auto q = backend->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 2);
+  const auto sessions = backend->SessionLeases();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ((*q)[0].key, name + "/" + LeaseHex(sessions[0]));
+  EXPECT_EQ((*q)[1].key, name + "/" + LeaseHex(sessions[0]) + "-" + OwnerId(2, 2).ToString());
+  EXPECT_EQ((*q)[1].limit, kSharedLimit);
+  EXPECT_EQ((*q)[1].label, "second");
+  auto list = backend->List(name);
+  ASSERT_TRUE(list.ok() && list->size() == 2);
+  EXPECT_EQ((*list)[1].owner, OwnerId(2, 2));
+  EXPECT_EQ((*list)[1].ttl, seconds(5));
+  EXPECT_TRUE(backend->Release(name, OwnerId(1, 1)).ok());
+  EXPECT_TRUE(backend->Release(name, OwnerId(2, 2)).ok());
+  q = backend->Queue(name);
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->empty());
+}
+
 TEST(EtcdBackendTest, UnreachableEndpointsFailWithinTheConnectTimeout) {
   ClientOptions o;
   o.connect_timeout = milliseconds(1000);

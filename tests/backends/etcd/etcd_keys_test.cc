@@ -43,6 +43,27 @@ TEST(EtcdKeysTest, LockNameOfKeys) {
   EXPECT_EQ(LockNameOf("", "jobs/a/not-hex"), std::nullopt);
   EXPECT_EQ(LockNameOf("", "plainkey"), std::nullopt);
   EXPECT_EQ(LockNameOf("", "/694d"), std::nullopt);
+  const std::string owner(32, 'a');
+  EXPECT_EQ(LockNameOf("", "jobs/a/694d-" + owner), "jobs/a") << "a second owner of a session";
+  EXPECT_EQ(LockNameOf("", "jobs/a/694d-abc"), std::nullopt);
+  EXPECT_EQ(LockNameOf("", "jobs/a/-" + owner), std::nullopt);
+}
+
+TEST(EtcdKeysTest, MemberValuesCarryLimitAndLabel) {
+  const std::string owner = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(EncodeValue(owner, 1, ""), owner) << "the old format for a plain mutex";
+  MemberValue v = DecodeValue(EncodeValue(owner, 0xFFFFFFFFu, "host:1\nx"));
+  EXPECT_EQ(v.owner_hex, owner);
+  EXPECT_EQ(v.limit, 0xFFFFFFFFu);
+  EXPECT_EQ(v.label, "host:1\nx");
+  v = DecodeValue(owner);  // written by an older dlock
+  EXPECT_EQ(v.owner_hex, owner);
+  EXPECT_EQ(v.limit, 1u);
+  v = DecodeValue("");  // Go's Mutex, etcdctl lock
+  EXPECT_EQ(v.owner_hex, "");
+  EXPECT_EQ(v.limit, 1u);
+  EXPECT_EQ(DecodeValue(owner + "\nx\nlabel").limit, 1u) << "unreadable: exclusive";
+  EXPECT_EQ(DecodeValue(owner + "\n0\n").limit, 1u);
 }
 
 TEST(EtcdUriTest, EndpointsPrefixAndTimeout) {

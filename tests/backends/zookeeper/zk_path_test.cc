@@ -54,6 +54,25 @@ TEST(ZkPathTest, LockNodesFollowCuratorsLayout) {
   EXPECT_EQ(OwnerOfGuid(n->guid), owner);
   // Curator without protection, and a sub-key that is not a contender.
   EXPECT_TRUE(ParseLockNode("lock-0000000001").has_value());
+  // A sharing node says its limit; to Curator it is one more contender.
+  EXPECT_EQ(LockNodePrefix(owner, 3), "_c_01234567-89ab-cdef-fedc-ba9876543210-n3-lock-");
+  auto shared = ParseLockNode(LockNodePrefix(owner, 0xFFFFFFFFu) + "0000000043");
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->limit, 0xFFFFFFFFu);
+  EXPECT_EQ(shared->guid, GuidOf(owner));
+  EXPECT_EQ(shared->sequence, 43);
+  EXPECT_EQ(ParseLockNode(LockNodePrefix(owner) + "0000000042")->limit, 1u);
+  auto odd = ParseLockNode("_c_01234567-89ab-cdef-fedc-ba9876543210-x-lock-0000000001");
+  ASSERT_TRUE(odd.has_value()) << "still a contender";
+  EXPECT_EQ(odd->limit, 1u) << "an unknown tag is exclusive";
+  EXPECT_EQ(odd->guid, "");
+  std::vector<LockNode> q(4);
+  for (auto& n : q) n.limit = 0xFFFFFFFFu;
+  EXPECT_EQ(HolderCount(q), 4u) << "readers share";
+  q[2].limit = 1;
+  EXPECT_EQ(HolderCount(q), 2u) << "a writer waits for the readers ahead, and those behind it";
+  q[0].limit = 2;
+  EXPECT_EQ(HolderCount(q), 2u);
   EXPECT_FALSE(ParseLockNode("b").has_value());
   EXPECT_FALSE(ParseLockNode("lock-12").has_value());
   auto sorted = SortedContenders({"_c_" + std::string(36, 'a') + "-lock-0000000010", "b",

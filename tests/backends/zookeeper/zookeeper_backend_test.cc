@@ -460,5 +460,79 @@ TEST(ZooKeeperBackendTest, BadInputIsRefusedWithinTheDeadline) {
   }
 }
 
+// A reader queued behind another waiting reader wakes when the writer ahead
+// of both goes (it watches the writer, not the reader just ahead); a
+// semaphore waiter, for which no one node ahead must go, wakes when any
+// permit is returned. Sharing nodes say their limit in their name.
+TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
+  const std::string key = UniqueKey("rw-wake");
+  Observer observer;
+  auto writer_client = NewClient();
+  auto writer = writer_client->TryAcquire(key, Opts(seconds(5)));
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  AcquireOptions read = Opts(seconds(5), seconds(20));
+  read.shared = true;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::thread> threads;
+  std::vector<TimePoint> granted_at(2);
+  std::vector<Lease> leases(2);
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(NewClient());
+    Client* c = clients.back().get();
+    threads.emplace_back([&, c, i] {
+      auto lease = c->Acquire(key, read);
+      granted_at[i] = MonotonicClock::now();
+      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      leases[i] = std::move(*lease);
+    });
+    ASSERT_TRUE(observer.WaitForContenders(key, static_cast<std::size_t>(i + 2)));
+  }
+  auto nodes = observer.Contenders(key);
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0].limit, 1u);
+  EXPECT_EQ(nodes[1].limit, kSharedLimit);
+  auto waiters = clients[0]->Waiters(key);
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  EXPECT_EQ(waiters->size(), 2u);
+  const TimePoint released = MonotonicClock::now();
+  ASSERT_TRUE(writer->Release().ok());
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 2; ++i) {
+    const auto gap = std::chrono::duration_cast<milliseconds>(granted_at[i] - released);
+    EXPECT_LT(gap, milliseconds(200)) << "reader " << i << " woke after " << gap.count() << " ms";
+  }
+  ASSERT_TRUE(leases[0] && leases[1]);
+  EXPECT_GT(leases[1].token(), leases[0].token());
+  auto list = clients[0]->List(key);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u) << "both readers hold";
+  for (auto& l : leases) EXPECT_TRUE(l.Release().ok());
+
+  const std::string sem = UniqueKey("sem-wake");
+  AcquireOptions permit = Opts(seconds(5), seconds(20));
+  permit.permits = 2;
+  auto a = clients[0]->Acquire(sem, permit);
+  auto b = clients[1]->Acquire(sem, permit);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::optional<Result<Lease>> third;
+  TimePoint third_at;
+  std::thread t3([&] {
+    third.emplace(writer_client->Acquire(sem, permit));
+    third_at = MonotonicClock::now();
+  });
+  ASSERT_TRUE(observer.WaitForContenders(sem, 3));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(third.has_value()) << "a third holder of two permits";
+  const TimePoint freed = MonotonicClock::now();
+  ASSERT_TRUE(b->Release().ok());
+  t3.join();
+  ASSERT_TRUE(third->ok()) << third->status().ToString();
+  const auto gap = std::chrono::duration_cast<milliseconds>(third_at - freed);
+  EXPECT_LT(gap, milliseconds(200)) << "the semaphore waiter woke after " << gap.count() << " ms";
+  EXPECT_GT((*third)->token(), b->token());
+  EXPECT_TRUE(a->Release().ok());
+  EXPECT_TRUE((*third)->Release().ok());
+}
+
 }  // namespace
 }  // namespace dlock::zookeeper
