@@ -79,8 +79,12 @@ std::string HolderText(const HolderInfo& h) {
       out << ", renewals STOPPED (last " << Dur(ago) << " ago; expires in "
           << Dur(h.ttl_remaining) << ")";
     }
-  } else {
+  } else if (h.ttl_remaining > milliseconds(0)) {
     out << ", " << Dur(h.ttl_remaining) << " left";
+  } else {
+    // ZooKeeper, another client's node: it exists only while that client's
+    // session does, so its being listed is the sign of life.
+    out << ", alive while its store session is (no lease time reported)";
   }
   return out.str();
 }
