@@ -321,23 +321,15 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
   const std::string what = "acquire " + Quoted(request.key);
   const std::string channel = WakeChannel(options_.connect.db, request.key);
-  const std::string keys[] = {LockName(request.key),       CounterName(request.key),
-                              QueueName(request.key),      QueueExpiryName(request.key),
-                              QueueInfoName(request.key),  HoldersName(request.key),
-                              HoldInfoName(request.key)};
-  const std::string owner = request.owner.ToString();
+  // As few arguments as possible (each costs the server on every call); the
+  // script names the key's other Redis keys from the lock's.
+  const std::string keys[] = {LockName(request.key), CounterName(request.key),
+                              QueueName(request.key)};
   const std::string ttl = std::to_string(request.ttl.count());
-  // Only an exclusive request without lock-delay may take the fast path (the
-  // lock key alone, "owner|ttl|granted|label" with the grant time unknown).
-  const bool plain = request.limit == 1 && request.lock_delay == milliseconds(0);
-  const std::string args[] = {owner,
-                              ttl,
-                              std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()),
-                              channel,
-                              std::to_string(request.limit),
-                              std::to_string(request.lock_delay.count()),
-                              request.label,
-                              plain ? owner + "|" + ttl + "||" + request.label : std::string()};
+  const std::string args[] = {
+      request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
+      std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
+      std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()), channel};
   std::vector<Command> extra;
   milliseconds timeout = options_.timeout;
   if (options_.wait_replicas > 0) {
@@ -386,7 +378,9 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
     }
     return Attempt{true, *token, milliseconds(0)};
   }
-  if (request.queue_ttl > milliseconds(0)) tls_pending = {id_, channel, args[0], ticket};
+  if (request.queue_ttl > milliseconds(0)) {
+    tls_pending = {id_, channel, request.owner.ToString(), ticket};
+  }
   return Attempt{false, 0, milliseconds(std::max<long long>(0, left))};
 }
 
@@ -434,8 +428,7 @@ Result<bool> RedisBackend::IsDone(std::string_view key) {
 Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + Quoted(key) + " done";
-  const std::string keys[] = {LockName(key), CounterName(key), DoneName(key), HoldersName(key),
-                              HoldInfoName(key)};
+  const std::string keys[] = {LockName(key), CounterName(key), DoneName(key)};
   const std::string args[] = {owner.ToString()};
   std::vector<Command> extra;
   milliseconds timeout = options_.timeout;
@@ -466,8 +459,7 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + Quoted(key);
-  const std::string keys[] = {LockName(key),      QueueName(key),   QueueExpiryName(key),
-                              QueueInfoName(key), HoldersName(key), HoldInfoName(key)};
+  const std::string keys[] = {LockName(key), QueueName(key)};
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
   auto conn = Take(what);
   if (!conn.ok()) return conn.status();
@@ -492,8 +484,6 @@ std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
     if (!result[i].ok()) continue;
     index.push_back(i);
     keys.push_back(LockName(leases[i].key));
-    keys.push_back(HoldersName(leases[i].key));
-    keys.push_back(HoldInfoName(leases[i].key));
     args.push_back(leases[i].owner.ToString());
     args.push_back(std::to_string(leases[i].ttl.count()));
     shortest = std::min(shortest, leases[i].ttl);
@@ -566,15 +556,11 @@ Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
   constexpr std::size_t kFields = 8;  // see scripts::List
   std::vector<HolderInfo> holders;
   for (std::size_t start = 0; start < names->size(); start += kListBatch) {
-    std::vector<std::string> batch;  // lock, counter, holders, hinfo, lock, ...
+    std::vector<std::string> batch;  // lock names
     std::vector<std::optional<std::string>> batch_keys;
     for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
-      const std::string& lock = (*names)[i];
-      batch.push_back(lock);
-      batch.push_back(CounterNameOfLock(lock));
-      batch.push_back(SiblingName(lock, "lock", "holders"));
-      batch.push_back(SiblingName(lock, "lock", "hinfo"));
-      batch_keys.push_back(KeyFromLockName(lock));
+      batch.push_back((*names)[i]);
+      batch_keys.push_back(KeyFromLockName((*names)[i]));
     }
     auto replies = (*conn)->Eval(scripts::List(), batch, {}, {}, options_.timeout, what);
     if (!replies.ok()) return replies.status();
@@ -629,14 +615,11 @@ Result<std::vector<WaiterInfo>> RedisBackend::Waiters(std::string_view prefix) {
   constexpr std::size_t kFields = 5;  // see scripts::Waiters
   std::vector<WaiterInfo> waiters;
   for (std::size_t start = 0; start < names->size(); start += kListBatch) {
-    std::vector<std::string> batch;  // queue, qexp, qinfo, queue, ...
+    std::vector<std::string> batch;  // queue names
     std::vector<std::optional<std::string>> batch_keys;
     for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
-      const std::string& queue = (*names)[i];
-      batch.push_back(queue);
-      batch.push_back(SiblingName(queue, "queue", "qexp"));
-      batch.push_back(SiblingName(queue, "queue", "qinfo"));
-      batch_keys.push_back(KeyFromQueueName(queue));
+      batch.push_back((*names)[i]);
+      batch_keys.push_back(KeyFromQueueName((*names)[i]));
     }
     auto replies = (*conn)->Eval(scripts::Waiters(), batch, {}, {}, options_.timeout, what);
     if (!replies.ok()) return replies.status();

@@ -91,12 +91,8 @@ std::string QueuePattern(std::string_view prefix) {
 }
 
 std::string CounterNameOfLock(std::string_view lock_name) {
-  return SiblingName(lock_name, "lock", "token");
-}
-
-std::string SiblingName(std::string_view name, std::string_view from, std::string_view role) {
-  std::string out(name.substr(0, name.size() - from.size()));
-  return out += role;
+  std::string name(lock_name.substr(0, lock_name.size() - 4));  // drop "lock"
+  return name + "token";
 }
 
 namespace {

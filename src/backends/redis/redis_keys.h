@@ -53,9 +53,6 @@ std::string LockPattern(std::string_view prefix);
 std::string QueuePattern(std::string_view prefix);
 // CounterName(K) from LockName(K).
 std::string CounterNameOfLock(std::string_view lock_name);
-// The name of another role of the same key, from LockName(K) or
-// QueueName(K) (`from` is that name's role).
-std::string SiblingName(std::string_view name, std::string_view from, std::string_view role);
 // The lock key K back from a name LockName(K); nullopt for other names.
 std::optional<std::string> KeyFromLockName(std::string_view name);
 // The lock key K back from a name QueueName(K); nullopt for other names.

@@ -133,10 +133,12 @@ local function wake(queue, qexp, qinfo, channel, n, lim, now, skip)
 end
 )lua";
 
-// KEYS: lock, counter, queue, qexp, qinfo, holders, hinfo.
-// ARGV: owner, ttl_ms, queue_ttl_ms, channel, limit, lock_delay_ms, label,
-// and the exclusive value "owner|ttl||label" ("" unless limit is 1 and there
-// is no lock-delay: only such a request may take the fast path).
+// KEYS: lock, counter, queue. ARGV: "owner|ttl_ms||label" (the value of an
+// exclusive holding, with its grant time unknown), ttl_ms, "limit|
+// lock_delay_ms" (only "1|0" may take the fast path), queue_ttl_ms, channel.
+// The other keys of the lock key (qexp, qinfo, holders, hinfo: same hash
+// tag, so the same slot) are named from KEYS[1] on the slow path: each
+// argument costs the server about 0.1 us on every call, the fast path too.
 // Returns {1, token, ttl_ms} when granted (a fresh grant bumps the counter;
 // an owner already holding it gets its token back and a fresh ttl), else
 // {0, 0, ms until a holding ends, or, with no holder, until the place of the
@@ -151,11 +153,12 @@ end
 inline const Script& Acquire() {
   static const Script s(std::string(R"lua(
 local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
-local owner, ttl = ARGV[1], ARGV[2]
+local ttl = ARGV[2]
 local head = redis.call('LINDEX', queue, 0)
-if not head and ARGV[8] ~= '' and redis.call('SET', lock, ARGV[8], 'NX', 'PX', ttl) then
+if not head and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX', ttl) then
   return {1, redis.call('INCR', counter), tonumber(ttl)}
 end
+local owner = string.sub(ARGV[1], 1, 32)
 local held = redis.call('GET', lock)
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   local o, vt, vg = string.match(held, '^(%x+)|(%d*)|(%d*)|')
@@ -165,9 +168,12 @@ if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   end
 end
 )lua") + kLib + R"lua(
-local qexp, qinfo, holders, hinfo = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local qttl, channel = tonumber(ARGV[3]), ARGV[4]
-local limit, delay, label = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local base = string.sub(lock, 1, -5)
+local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
+local qttl, channel = tonumber(ARGV[4]), ARGV[5]
+local limit, delay = string.match(ARGV[3], '^(%d+)|(%d+)$')
+limit, delay = tonumber(limit), tonumber(delay)
+local label = string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   extend_lock(lock, held, ttl)
   return {1, redis.call('GET', counter), tonumber(ttl)}
@@ -276,7 +282,8 @@ return {0, 0, left}
   return s;
 }
 
-// KEYS: lock, queue, qexp, qinfo, holders, hinfo. ARGV: owner, channel.
+// KEYS: lock, queue (the others are named from KEYS[1]). ARGV: owner,
+// channel.
 // Ends the owner's holding if it has one (1); otherwise drops the owner's
 // place in the queue (a waiter giving up) and returns 0 when nobody holds
 // the key, -1 when another owner does. A holding inside its lock-delay is
@@ -295,7 +302,8 @@ if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   redis.call('PUBLISH', channel, head)
 end
 )lua") + kLib + R"lua(
-local qexp, qinfo, holders, hinfo = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local base = string.sub(lock, 1, -5)
+local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
 if head then
   if qlimit(redis.call('HGET', qinfo, head)) > 1 then
     wake(queue, qexp, qinfo, channel, 0, 4294967295, clock(), head)
@@ -335,14 +343,16 @@ return 0
   return s;
 }
 
-// KEYS: lock_1, holders_1, hinfo_1, lock_2, ... ARGV: owner_1, ttl_ms_1,
+// KEYS: lock_1, lock_2, ... (holders and hinfo named from each). ARGV:
+// owner_1, ttl_ms_1,
 // owner_2, ttl_ms_2, ... One result per lease: 1 renewed, 0 not held by that
 // owner any more (ended, released, or inside its lock-delay).
 inline const Script& Renew() {
   static const Script s(std::string(kLib) + R"lua(
 local out, now = {}, nil
-for i = 1, #KEYS / 3 do
-  local lock, holders, hinfo = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+for i, lock in ipairs(KEYS) do
+  local base = string.sub(lock, 1, -5)
+  local holders, hinfo = base .. 'holders', base .. 'hinfo'
   local owner, ttl = ARGV[2 * i - 1], ARGV[2 * i]
   local held = redis.call('GET', lock)
   out[i] = 0
@@ -367,8 +377,8 @@ return out
   return s;
 }
 
-// KEYS: lock_1, counter_1, holders_1, hinfo_1, lock_2, ... (locks found by
-// SCAN). Returns, per holding whose lease runs: the index of its lock (1..),
+// KEYS: lock_1, lock_2, ... (found by SCAN; counter, holders and hinfo are
+// named from each). Returns, per holding whose lease runs: the index of its lock (1..),
 // owner, ms left, token, ttl (-1 unknown), held for (ms, -1 unknown), limit,
 // label.
 inline const Script& List() {
@@ -379,8 +389,9 @@ local function add(i, owner, left, token, ttl, held_for, limit, label)
     out[#out + 1] = v
   end
 end
-for i = 1, #KEYS / 4 do
-  local lock, counter, holders, hinfo = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+for i, lock in ipairs(KEYS) do
+  local base = string.sub(lock, 1, -5)
+  local counter, holders, hinfo = base .. 'token', base .. 'holders', base .. 'hinfo'
   local held = redis.call('GET', lock)
   if held == '*' then
     local z = redis.call('ZRANGE', holders, 0, -1, 'WITHSCORES')
@@ -405,16 +416,18 @@ return out
   return s;
 }
 
-// KEYS: queue_1, qexp_1, qinfo_1, queue_2, ... (queues found by SCAN).
+// KEYS: queue_1, queue_2, ... (found by SCAN; qexp and qinfo are named
+// from each).
 // Returns, per live waiter in queue order: the index of its queue (1..),
 // owner, limit, waited for (ms, -1 unknown), label.
 inline const Script& Waiters() {
   static const Script s(std::string(kLib) + R"lua(
 local out, now = {}, clock()
-for i = 1, #KEYS / 3 do
-  local q = redis.call('LRANGE', KEYS[3 * i - 2], 0, -1)
-  local exps = hmget(KEYS[3 * i - 1], q)
-  local infos = hmget(KEYS[3 * i], q)
+for i, queue in ipairs(KEYS) do
+  local base = string.sub(queue, 1, -6)
+  local q = redis.call('LRANGE', queue, 0, -1)
+  local exps = hmget(base .. 'qexp', q)
+  local infos = hmget(base .. 'qinfo', q)
   for j, w in ipairs(q) do
     if tonumber(exps[j] or '0') > now then
       local lim, waited, lab = '1', '-1', ''
@@ -431,16 +444,17 @@ return out
   return s;
 }
 
-// Backend::MarkDone. KEYS: lock, counter, done, holders, hinfo. ARGV:
-// owner. Sets the run-once record (to the holder's token) only while the
+// Backend::MarkDone. KEYS: lock, counter, done (holders and hinfo named
+// from the lock). ARGV: owner. Sets the run-once record (to the holder's token) only while the
 // owner holds the lock: 1, or 0 when it does not.
 inline const Script& MarkDone() {
   static const Script s(std::string(kLib) + R"lua(
 local held = redis.call('GET', KEYS[1])
 local tok
 if held == '*' then
-  local h = parse_hold(redis.call('HGET', KEYS[5], ARGV[1]))
-  local ends = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
+  local base = string.sub(KEYS[1], 1, -5)
+  local h = parse_hold(redis.call('HGET', base .. 'hinfo', ARGV[1]))
+  local ends = tonumber(redis.call('ZSCORE', base .. 'holders', ARGV[1]))
   if h and ends and ends - h.delay > clock() then tok = h.token end
 elseif held and string.sub(held, 1, 32) == ARGV[1] then
   tok = redis.call('GET', KEYS[2]) or '1'
