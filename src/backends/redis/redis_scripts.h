@@ -489,6 +489,45 @@ return {1, tonumber(ARGV[2])}
   return s;
 }
 
+// Redlock renewal, per node (the lock key holds the owner). KEYS: lock keys.
+// ARGV: owner_1, ttl_ms_1, owner_2, ttl_ms_2, ... One result per key: 1
+// renewed, 0 not held by that owner any more.
+inline const Script& RedlockRenew() {
+  static const Script s(R"lua(
+local out = {}
+for i, lock in ipairs(KEYS) do
+  if redis.call('GET', lock) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', lock, ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+)lua");
+  return s;
+}
+
+// Redlock List, per node (the layout of the previous version: the lock key
+// holds the owner). KEYS: lock_1, counter_1, lock_2, counter_2, ...
+// Returns name, owner, pttl, token for each held one.
+inline const Script& RedlockList() {
+  static const Script s(R"lua(
+local out = {}
+for i = 1, #KEYS, 2 do
+  local held = redis.call('GET', KEYS[i])
+  if held then
+    out[#out + 1] = KEYS[i]
+    out[#out + 1] = held
+    out[#out + 1] = redis.call('PTTL', KEYS[i])
+    out[#out + 1] = redis.call('GET', KEYS[i + 1]) or '0'
+  end
+end
+return out
+)lua");
+  return s;
+}
+
 // Redlock release, per node. KEYS: lock. ARGV: owner. 1 / 0 / -1 as Release.
 inline const Script& RedlockRelease() {
   static const Script s(R"lua(
