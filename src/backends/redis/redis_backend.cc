@@ -153,6 +153,9 @@ class RedisBackend final : public Backend {
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  bool SupportsLockDelay() const override { return true; }
+  bool SupportsSharing() const override { return true; }
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override { return options_.describe; }
   Status Ping() override;
@@ -186,6 +189,9 @@ class RedisBackend final : public Backend {
   Result<Handle> Take(std::string_view what);
   void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
   Subscriber& EnsureSubscriber();
+  // The names SCAN MATCH `pattern` finds, sorted, without duplicates.
+  Result<std::vector<std::string>> Scan(Handle& conn, const std::string& pattern,
+                                        const std::string& what);
 
   const RedisOptions options_;
   const std::shared_ptr<Clock> clock_;
@@ -308,13 +314,22 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
   if (request.queue_ttl < milliseconds(0)) {
     return InvalidArgumentError("acquire: queue_ttl is negative");
   }
+  if (request.lock_delay < milliseconds(0) || request.lock_delay > kMaxTtl) {
+    return InvalidArgumentError("acquire: lock_delay is out of range");
+  }
+  if (request.limit == 0) return InvalidArgumentError("acquire: limit is 0");
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
   const std::string what = "acquire " + Quoted(request.key);
   const std::string channel = WakeChannel(options_.connect.db, request.key);
+  // As few arguments as possible (each costs the server on every call); the
+  // script names the key's other Redis keys from the lock's.
   const std::string keys[] = {LockName(request.key), CounterName(request.key),
-                              QueueName(request.key), QueueExpiryName(request.key)};
-  const std::string args[] = {request.owner.ToString(), std::to_string(request.ttl.count()),
-                              std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()),
-                              channel};
+                              QueueName(request.key)};
+  const std::string ttl = std::to_string(request.ttl.count());
+  const std::string args[] = {
+      request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
+      std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
+      std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()), channel};
   std::vector<Command> extra;
   milliseconds timeout = options_.timeout;
   if (options_.wait_replicas > 0) {
@@ -363,7 +378,9 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
     }
     return Attempt{true, *token, milliseconds(0)};
   }
-  if (request.queue_ttl > milliseconds(0)) tls_pending = {id_, channel, args[0], ticket};
+  if (request.queue_ttl > milliseconds(0)) {
+    tls_pending = {id_, channel, request.owner.ToString(), ticket};
+  }
   return Attempt{false, 0, milliseconds(std::max<long long>(0, left))};
 }
 
@@ -442,7 +459,7 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + Quoted(key);
-  const std::string keys[] = {LockName(key), QueueName(key), QueueExpiryName(key)};
+  const std::string keys[] = {LockName(key), QueueName(key)};
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
   auto conn = Take(what);
   if (!conn.ok()) return conn.status();
@@ -499,22 +516,19 @@ std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
   return result;
 }
 
-Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
-  const std::string what = "list " + Quoted(prefix);
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
+Result<std::vector<std::string>> RedisBackend::Scan(Handle& conn, const std::string& pattern,
+                                                    const std::string& what) {
   std::vector<std::string> names;
   std::string cursor = "0";
-  const std::string pattern = LockPattern(prefix);
   do {
-    auto reply = (*conn)->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
-                               options_.timeout, what);
+    auto reply = conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
+                            options_.timeout, what);
     if (!reply.ok()) return reply.status();
     const redisReply* r = reply->get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_ARRAY) {
-      return OddReply("a SCAN reply", (*conn)->server(), what);
+      return OddReply("a SCAN reply", conn->server(), what);
     }
     cursor = ReplyString(r->element[0]);
     for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
@@ -523,38 +537,122 @@ Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
   } while (cursor != "0");
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
 
+// A number the List or Waiters script returned as a decimal string.
+long long ReplyNumber(const redisReply* r, long long otherwise) {
+  long long v = 0;
+  return ReplyInt(r, &v) ? v : otherwise;
+}
+
+Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
+  const std::string what = "list " + Quoted(prefix);
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto names = Scan(*conn, LockPattern(prefix), what);
+  if (!names.ok()) return names.status();
+
+  constexpr std::size_t kFields = 8;  // see scripts::List
   std::vector<HolderInfo> holders;
-  for (std::size_t start = 0; start < names.size(); start += kListBatch) {
-    std::vector<std::string> batch;  // lock, counter, lock, counter, ...
-    for (std::size_t i = start; i < std::min(names.size(), start + kListBatch); ++i) {
-      batch.push_back(names[i]);
-      batch.push_back(CounterNameOfLock(names[i]));
+  for (std::size_t start = 0; start < names->size(); start += kListBatch) {
+    std::vector<std::string> batch;  // lock names
+    std::vector<std::optional<std::string>> batch_keys;
+    for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
+      batch.push_back((*names)[i]);
+      batch_keys.push_back(KeyFromLockName((*names)[i]));
     }
     auto replies = (*conn)->Eval(scripts::List(), batch, {}, {}, options_.timeout, what);
     if (!replies.ok()) return replies.status();
     const redisReply* r = (*replies)[0].get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 4 != 0) {
-      return OddReply("name, owner, pttl, token quadruples", (*conn)->server(), what);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % kFields != 0) {
+      return OddReply("holdings of " + std::to_string(kFields) + " fields", (*conn)->server(),
+                      what);
     }
-    for (std::size_t i = 0; i < r->elements; i += 4) {
-      auto key = KeyFromLockName(ReplyString(r->element[i]));
-      long long pttl = 0, token = 0;
-      ReplyInt(r->element[i + 2], &pttl);
-      if (!key || !key->starts_with(prefix) || pttl <= 0) continue;
-      auto owner = OwnerId::Parse(ReplyString(r->element[i + 1]));
-      if (!owner.ok() || !ReplyInt(r->element[i + 3], &token) || token <= 0) {
-        return InternalError(what + ": lock " + ReplyString(r->element[i]) + " on " +
-                             (*conn)->server() + " holds a malformed value (not written by dlock?)");
+    for (std::size_t i = 0; i < r->elements; i += kFields) {
+      const redisReply* const* f = r->element + i;
+      const long long index = ReplyNumber(f[0], 0);
+      if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
+        return OddReply("a lock index", (*conn)->server(), what);
       }
-      holders.push_back(HolderInfo{std::move(*key), *owner, static_cast<FencingToken>(token),
-                                   milliseconds(pttl)});
+      const auto& key = batch_keys[index - 1];
+      const long long pttl = ReplyNumber(f[2], 0);
+      if (!key || !key->starts_with(prefix) || pttl <= 0) continue;
+      auto owner = OwnerId::Parse(ReplyString(f[1]));
+      const long long token = ReplyNumber(f[3], 0);
+      if (!owner.ok() || token <= 0) {
+        return InternalError(what + ": lock of " + Quoted(*key) + " on " + (*conn)->server() +
+                             " holds a malformed value (not written by dlock?)");
+      }
+      HolderInfo h;
+      h.key = *key;
+      h.owner = *owner;
+      h.token = static_cast<FencingToken>(token);
+      h.ttl_remaining = milliseconds(pttl);
+      h.ttl = milliseconds(std::max(0LL, ReplyNumber(f[4], 0)));
+      if (const long long held_for = ReplyNumber(f[5], -1); held_for >= 0) {
+        h.held_for = milliseconds(held_for);
+      }
+      h.limit = static_cast<std::uint32_t>(ReplyNumber(f[6], 1));
+      h.label = ReplyString(f[7]);
+      holders.push_back(std::move(h));
     }
   }
-  std::sort(holders.begin(), holders.end(),
-            [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
+  std::stable_sort(holders.begin(), holders.end(), [](const HolderInfo& a, const HolderInfo& b) {
+    return a.key != b.key ? a.key < b.key : a.token < b.token;
+  });
   return holders;
+}
+
+Result<std::vector<WaiterInfo>> RedisBackend::Waiters(std::string_view prefix) {
+  const std::string what = "list the waiters of " + Quoted(prefix);
+  auto conn = Take(what);
+  if (!conn.ok()) return conn.status();
+  auto names = Scan(*conn, QueuePattern(prefix), what);
+  if (!names.ok()) return names.status();
+
+  constexpr std::size_t kFields = 5;  // see scripts::Waiters
+  std::vector<WaiterInfo> waiters;
+  for (std::size_t start = 0; start < names->size(); start += kListBatch) {
+    std::vector<std::string> batch;  // queue names
+    std::vector<std::optional<std::string>> batch_keys;
+    for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
+      batch.push_back((*names)[i]);
+      batch_keys.push_back(KeyFromQueueName((*names)[i]));
+    }
+    auto replies = (*conn)->Eval(scripts::Waiters(), batch, {}, {}, options_.timeout, what);
+    if (!replies.ok()) return replies.status();
+    const redisReply* r = (*replies)[0].get();
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % kFields != 0) {
+      return OddReply("waiters of " + std::to_string(kFields) + " fields", (*conn)->server(),
+                      what);
+    }
+    for (std::size_t i = 0; i < r->elements; i += kFields) {
+      const redisReply* const* f = r->element + i;
+      const long long index = ReplyNumber(f[0], 0);
+      if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
+        return OddReply("a queue index", (*conn)->server(), what);
+      }
+      const auto& key = batch_keys[index - 1];
+      if (!key || !key->starts_with(prefix)) continue;
+      auto owner = OwnerId::Parse(ReplyString(f[1]));
+      if (!owner.ok()) continue;  // not written by dlock
+      WaiterInfo w;
+      w.key = *key;
+      w.owner = *owner;
+      w.limit = static_cast<std::uint32_t>(ReplyNumber(f[2], 1));
+      if (const long long waited = ReplyNumber(f[3], -1); waited >= 0) {
+        w.waited_for = milliseconds(waited);
+      }
+      w.label = ReplyString(f[4]);
+      waiters.push_back(std::move(w));
+    }
+  }
+  std::stable_sort(waiters.begin(), waiters.end(),
+                   [](const WaiterInfo& a, const WaiterInfo& b) { return a.key < b.key; });
+  return waiters;
 }
 
 template <typename MakeOptions>

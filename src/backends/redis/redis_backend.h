@@ -16,6 +16,10 @@
 // `WAIT N wait_timeout`, and a grant fewer than N replicas confirmed is
 // reported as kUnavailable (the core retries with the same owner, or
 // releases). Waiters are served in arrival order and woken by pub/sub.
+// redis:// and redis+sentinel:// share keys (read-write locks, semaphores:
+// SupportsSharing), enforce lock-delay by Redis's clock, keep labels and
+// list waiters; the uncontended exclusive acquire stays the three-call fast
+// path of one script.
 //
 // Redlock has no ordered token across nodes: its grants carry token 0 (never
 // a real token; dlock's fences refuse it) and Describe() says "contested".

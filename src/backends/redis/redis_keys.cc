@@ -4,6 +4,7 @@ namespace dlock::redis {
 namespace {
 
 constexpr std::string_view kLockSuffix = "}:lock";
+constexpr std::string_view kQueueSuffix = "}:queue";
 constexpr std::string_view kNamePrefix = "dlock:{";
 
 std::string Name(std::string_view key, std::string_view role) {
@@ -69,6 +70,9 @@ std::string LockName(std::string_view key) { return Name(key, "lock"); }
 std::string CounterName(std::string_view key) { return Name(key, "token"); }
 std::string QueueName(std::string_view key) { return Name(key, "queue"); }
 std::string QueueExpiryName(std::string_view key) { return Name(key, "qexp"); }
+std::string QueueInfoName(std::string_view key) { return Name(key, "qinfo"); }
+std::string HoldersName(std::string_view key) { return Name(key, "holders"); }
+std::string HoldInfoName(std::string_view key) { return Name(key, "hinfo"); }
 std::string FenceName(std::string_view key) { return Name(key, "fence"); }
 std::string DoneName(std::string_view key) { return Name(key, "done"); }
 
@@ -81,17 +85,32 @@ std::string LockPattern(std::string_view prefix) {
          GlobEscape(kLockSuffix);
 }
 
+std::string QueuePattern(std::string_view prefix) {
+  return std::string(kNamePrefix) + GlobEscape(EscapeKey(prefix)) + "*" +
+         GlobEscape(kQueueSuffix);
+}
+
 std::string CounterNameOfLock(std::string_view lock_name) {
   std::string name(lock_name.substr(0, lock_name.size() - 4));  // drop "lock"
   return name + "token";
 }
 
-std::optional<std::string> KeyFromLockName(std::string_view name) {
-  if (!name.starts_with(kNamePrefix) || !name.ends_with(kLockSuffix)) return std::nullopt;
+namespace {
+std::optional<std::string> KeyFromName(std::string_view name, std::string_view suffix) {
+  if (!name.starts_with(kNamePrefix) || !name.ends_with(suffix)) return std::nullopt;
   name.remove_prefix(kNamePrefix.size());
-  name.remove_suffix(kLockSuffix.size());
+  name.remove_suffix(suffix.size());
   if (name.empty()) return std::nullopt;
   return UnescapeKey(name);
+}
+}  // namespace
+
+std::optional<std::string> KeyFromLockName(std::string_view name) {
+  return KeyFromName(name, kLockSuffix);
+}
+
+std::optional<std::string> KeyFromQueueName(std::string_view name) {
+  return KeyFromName(name, kQueueSuffix);
 }
 
 }  // namespace dlock::redis

@@ -7,6 +7,10 @@
 //                     while the lock exists, its value is the holder's token
 //   dlock:{E}:queue   list of waiting owners, in arrival order
 //   dlock:{E}:qexp    hash owner -> expiry of that waiter's place (server ms)
+//   dlock:{E}:qinfo   hash owner -> "limit|since|label" of that waiter
+//   dlock:{E}:holders zset owner -> end of the holding (lease end + lock
+//                     delay, server ms), for shared and lock-delay holdings
+//   dlock:{E}:hinfo   hash owner -> "token|limit|ttl|delay|granted|label"
 //   dlock:{E}:fence   highest token admitted by fence::Redis (a string)
 //   dlock:{E}:done    run-once record (Backend::MarkDone): the token of the
 //                     lease that set it; never expires
@@ -36,16 +40,23 @@ std::string LockName(std::string_view key);
 std::string CounterName(std::string_view key);
 std::string QueueName(std::string_view key);
 std::string QueueExpiryName(std::string_view key);
+std::string QueueInfoName(std::string_view key);
+std::string HoldersName(std::string_view key);
+std::string HoldInfoName(std::string_view key);
 std::string FenceName(std::string_view key);
 std::string DoneName(std::string_view key);
 std::string WakeChannel(int db, std::string_view key);
 
 // For SCAN MATCH: every lock whose key starts with `prefix`.
 std::string LockPattern(std::string_view prefix);
+// ... every wait queue whose key starts with `prefix`.
+std::string QueuePattern(std::string_view prefix);
 // CounterName(K) from LockName(K).
 std::string CounterNameOfLock(std::string_view lock_name);
 // The lock key K back from a name LockName(K); nullopt for other names.
 std::optional<std::string> KeyFromLockName(std::string_view name);
+// The lock key K back from a name QueueName(K); nullopt for other names.
+std::optional<std::string> KeyFromQueueName(std::string_view name);
 
 }  // namespace dlock::redis
 

@@ -5,75 +5,276 @@
 #ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_SCRIPTS_H_
 #define DLOCK_SRC_BACKENDS_REDIS_REDIS_SCRIPTS_H_
 
+#include <string>
+
 #include "backends/redis/redis_conn.h"
 
 namespace dlock::redis::scripts {
 
-// The lock key holds the owner id; its token is the counter's value, which
-// only a grant changes (INCR and SET in one script), so while the lock
-// exists the counter names its token. The fast paths (a free key nobody
-// waits for; an uncontended release) make as few redis.call()s as possible:
-// each one costs the server about a microsecond.
+// Layout (redis_keys.h, docs/backend-redis.md). The lock key is what the
+// fast paths look at; it exists exactly while somebody holds the key (or an
+// ended holding's lock-delay runs):
+//  - an exclusive holding without lock-delay (the common case) is the lock
+//    key alone: "owner|ttl|granted|label", PX = the lease. Its token is the
+//    counter's value, which only a grant changes (INCR and SET in one
+//    script), so while it exists the counter names its token. `granted` (the
+//    grant time, server ms) is left empty by the fast path, which does not
+//    read the clock; the first extension fills it in (as long as the value
+//    was never extended, it was granted ttl - PTTL ago). A value of the
+//    previous version is the owner alone.
+//  - shared holdings (read locks, semaphore permits) and holdings with a
+//    lock-delay are members of the `holders` zset, scored by their end (the
+//    lease's end + its lock-delay, server ms), with "token|limit|ttl|delay|
+//    granted|label" in the `hinfo` hash; the lock key is then the guard "*",
+//    expiring with the last of them. A holding whose lease has ended but whose
+//    end has not is inside its lock-delay: it holds nothing (no renewal,
+//    release or retry) but still counts against the sharing rule.
+// Waiters: the `queue` list (arrival order), `qexp` (owner -> place expiry)
+// and `qinfo` (owner -> "limit|since|label").
+// The fast paths (a free key nobody waits for; an uncontended release) make
+// as few redis.call()s as possible, before any Lua function is defined:
+// each call costs the server about a microsecond.
 
-// KEYS: lock, counter, queue, qexp. ARGV: owner, ttl_ms, queue_ttl_ms, channel.
-// Returns {1, token, ttl_ms} when granted (a fresh grant bumps the counter;
-// the owner already holding it gets its token back and a fresh ttl), else
-// {0, 0, ms until the holder's lease, or the waiter ahead's place, expires}.
-// A free key goes only to the live head of the queue, or to anyone when
-// nobody waits. A refused caller with queue_ttl_ms > 0 takes (or keeps) its
-// place at the tail, for queue_ttl_ms from now. A wake-up (PUBLISH on the
-// channel) names the waiter it is for: here, the new head after dead heads
-// were dropped. (A grant wakes nobody: the next in line finds the new
-// lease's expiry at its next place refresh, within kPlaceRefresh.)
-inline const Script& Acquire() {
-  static const Script s(R"lua(
-local lock, counter, queue, qexp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, ttl, qttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local head = redis.call('LINDEX', queue, 0)
-if not head and redis.call('SET', lock, owner, 'NX', 'PX', ttl) then
-  return {1, redis.call('INCR', counter), ttl}
+// Helpers shared by the slow paths.
+inline constexpr const char* kLib = R"lua(
+local function fmt(x) return string.format('%.0f', x) end
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local held = redis.call('GET', lock)
-if held == owner then
-  redis.call('PEXPIRE', lock, ttl)
-  return {1, redis.call('GET', counter), ttl}
+-- An exclusive holding's value: owner, ttl and grant time (nil when
+-- unknown), label.
+local function parse_lock(v)
+  local o, t, g, l = string.match(v, '^(%x+)|(%d*)|(%d*)|(.*)$')
+  if not o then return v, nil, nil, '' end
+  return o, tonumber(t), tonumber(g), l
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local pruned = false
-while head do
-  if tonumber(redis.call('HGET', qexp, head) or '0') > now then break end
-  redis.call('LPOP', queue)
-  redis.call('HDEL', qexp, head)
-  pruned = true
-  head = redis.call('LINDEX', queue, 0)
+local function parse_hold(v)
+  if not v then return nil end
+  local tok, lim, t, d, g, l = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  if not tok then return nil end
+  return {token = tok, limit = tonumber(lim), ttl = tonumber(t), delay = tonumber(d),
+          granted = tonumber(g), label = l}
 end
-if not held and (not head or head == owner) then
-  if head then
-    redis.call('LPOP', queue)
-    redis.call('HDEL', qexp, owner)
+local function hold_value(h)
+  return h.token .. '|' .. fmt(h.limit) .. '|' .. fmt(h.ttl) .. '|' .. fmt(h.delay) .. '|' ..
+         fmt(h.granted) .. '|' .. h.label
+end
+local function qlimit(v)
+  return v and tonumber(string.match(v, '^(%d+)|')) or 1
+end
+-- HMGET in slices (unpack has a stack limit).
+local function hmget(hash, fields)
+  local out = {}
+  for i = 1, #fields, 512 do
+    local r = redis.call('HMGET', hash, unpack(fields, i, math.min(#fields, i + 511)))
+    for j = 1, #r do out[i + j - 1] = r[j] end
   end
-  redis.call('SET', lock, owner, 'PX', ttl)
-  return {1, redis.call('INCR', counter), ttl}
+  return out
+end
+-- A fresh ttl for the exclusive holding `held` in `lock`, keeping (or
+-- inferring, the first time) its grant time.
+local function extend_lock(lock, held, ttl)
+  local o, vt, vg, lab = parse_lock(held)
+  if not vt or (vg and vt == tonumber(ttl)) then
+    redis.call('PEXPIRE', lock, ttl)
+    return
+  end
+  if not vg then vg = clock() - (vt - redis.call('PTTL', lock)) end
+  redis.call('SET', lock, o .. '|' .. ttl .. '|' .. fmt(vg) .. '|' .. lab, 'PX', ttl)
+end
+-- The holdings in the zset, after dropping those whose end has passed.
+local function load_holders(holders, hinfo, now)
+  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', fmt(now))
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', fmt(now))
+    for i = 1, #dead, 512 do
+      redis.call('HDEL', hinfo, unpack(dead, i, math.min(#dead, i + 511)))
+    end
+  end
+  local z = redis.call('ZRANGE', holders, 0, -1, 'WITHSCORES')
+  local owners, hs = {}, {}
+  for i = 1, #z, 2 do owners[#owners + 1] = z[i] end
+  local infos = hmget(hinfo, owners)
+  for i, o in ipairs(owners) do
+    local h = parse_hold(infos[i]) or
+              {token = '0', limit = 1, ttl = 0, delay = 0, granted = 0, label = ''}
+    h.owner = o
+    h.ends = tonumber(z[2 * i])
+    hs[i] = h
+  end
+  return hs, #dead > 0
+end
+-- The lock key as the guard, until the last holding in the zset ends.
+local function guard(lock, holders, hinfo)
+  local at = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]
+  redis.call('SET', lock, '*')
+  redis.call('PEXPIREAT', lock, at)
+  redis.call('PEXPIREAT', holders, at)
+  redis.call('PEXPIREAT', hinfo, at)
+end
+-- Wakes (PUBLISH of the owner id) each live waiter among the first 256 that
+-- the sharing rule admits now, given n holders whose smallest limit is lim:
+-- a prefix of the queue. Not `skip`.
+local function wake(queue, qexp, qinfo, channel, n, lim, now, skip)
+  local q = redis.call('LRANGE', queue, 0, 255)
+  if #q == 0 then return end
+  local exps = redis.call('HMGET', qexp, unpack(q))
+  local infos = redis.call('HMGET', qinfo, unpack(q))
+  for i, w in ipairs(q) do
+    if tonumber(exps[i] or '0') > now then
+      local l = qlimit(infos[i])
+      if l < lim then lim = l end
+      n = n + 1
+      if n > lim then return end
+      if w ~= skip then redis.call('PUBLISH', channel, w) end
+    end
+  end
+end
+)lua";
+
+// KEYS: lock, counter, queue. ARGV: "owner|ttl_ms||label" (the value of an
+// exclusive holding, with its grant time unknown), ttl_ms, "limit|
+// lock_delay_ms" (only "1|0" may take the fast path), queue_ttl_ms, channel.
+// The other keys of the lock key (qexp, qinfo, holders, hinfo: same hash
+// tag, so the same slot) are named from KEYS[1] on the slow path: each
+// argument costs the server about 0.1 us on every call, the fast path too.
+// Returns {1, token, ttl_ms} when granted (a fresh grant bumps the counter;
+// an owner already holding it gets its token back and a fresh ttl), else
+// {0, 0, ms until a holding ends, or, with no holder, until the place of the
+// waiter ahead expires}.
+// The sharing rule (backend.h): granted iff holders (including those inside
+// their lock-delay) + live waiters ahead + 1 <= the smallest limit among
+// them and this request. A refused caller with queue_ttl_ms > 0 takes (or
+// keeps) its place at the tail, for queue_ttl_ms from now. Dead waiters
+// ahead are dropped. A wake-up (PUBLISH on the channel) names the waiter it
+// is for: after dead waiters or holdings were dropped, or a shared grant,
+// each waiter the rule now admits.
+inline const Script& Acquire() {
+  static const Script s(std::string(R"lua(
+local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
+local ttl = ARGV[2]
+local head = redis.call('LINDEX', queue, 0)
+if not head and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX', ttl) then
+  return {1, redis.call('INCR', counter), tonumber(ttl)}
+end
+local owner = string.sub(ARGV[1], 1, 32)
+local held = redis.call('GET', lock)
+if held and held ~= '*' and string.sub(held, 1, 32) == owner then
+  local o, vt, vg = string.match(held, '^(%x+)|(%d*)|(%d*)|')
+  if not o or (vg ~= '' and vt == ttl) then
+    redis.call('PEXPIRE', lock, ttl)
+    return {1, redis.call('GET', counter), tonumber(ttl)}
+  end
+end
+)lua") + kLib + R"lua(
+local base = string.sub(lock, 1, -5)
+local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
+local qttl, channel = tonumber(ARGV[4]), ARGV[5]
+local limit, delay = string.match(ARGV[3], '^(%d+)|(%d+)$')
+limit, delay = tonumber(limit), tonumber(delay)
+local label = string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''
+if held and held ~= '*' and string.sub(held, 1, 32) == owner then
+  extend_lock(lock, held, ttl)
+  return {1, redis.call('GET', counter), tonumber(ttl)}
+end
+local now = clock()
+local hs, pruned = {}, false
+local hn, hlim = 0, 4294967295  -- holders, and their smallest limit
+if held == '*' then
+  hs, pruned = load_holders(holders, hinfo, now)
+  for _, h in ipairs(hs) do
+    if h.owner == owner and h.ends - h.delay > now then  -- a retry
+      h.ttl = tonumber(ttl)
+      redis.call('ZADD', holders, fmt(now + h.ttl + h.delay), owner)
+      redis.call('HSET', hinfo, owner, hold_value(h))
+      guard(lock, holders, hinfo)
+      return {1, h.token, h.ttl}
+    end
+    hn = hn + 1
+    if h.limit < hlim then hlim = h.limit end
+  end
+  if hn == 0 then
+    redis.call('DEL', lock, holders, hinfo)
+    held = nil
+  end
+elseif held then
+  hn, hlim = 1, 1
+end
+local n, lim = hn + 1, math.min(limit, hlim)
+local queued, first = false, nil
+local from = 0
+while n <= lim do
+  local q = redis.call('LRANGE', queue, from, from + 255)
+  if #q == 0 then break end
+  local exps = redis.call('HMGET', qexp, unpack(q))
+  local infos = redis.call('HMGET', qinfo, unpack(q))
+  local removed = 0
+  for i, w in ipairs(q) do
+    if w == owner then
+      queued = true
+      break
+    end
+    local e = tonumber(exps[i] or '0')
+    if e <= now then
+      redis.call('LREM', queue, 1, w)
+      redis.call('HDEL', qexp, w)
+      redis.call('HDEL', qinfo, w)
+      removed = removed + 1
+      pruned = true
+    else
+      first = first or e
+      n = n + 1
+      lim = math.min(lim, qlimit(infos[i]))
+      if n > lim then break end
+    end
+  end
+  if queued or #q < 256 then break end
+  from = from + 256 - removed
+end
+if n <= lim then
+  if queued then
+    redis.call('LREM', queue, 1, owner)
+    redis.call('HDEL', qexp, owner)
+    redis.call('HDEL', qinfo, owner)
+  end
+  local tok = redis.call('INCR', counter)
+  if limit == 1 and delay == 0 and not held then
+    redis.call('SET', lock, owner .. '|' .. ttl .. '|' .. fmt(now) .. '|' .. label, 'PX', ttl)
+  else
+    redis.call('ZADD', holders, fmt(now + tonumber(ttl) + delay), owner)
+    redis.call('HSET', hinfo, owner, hold_value({token = fmt(tok), limit = limit,
+               ttl = tonumber(ttl), delay = delay, granted = now, label = label}))
+    guard(lock, holders, hinfo)
+    if limit > 1 then
+      wake(queue, qexp, qinfo, channel, hn + 1, math.min(limit, hlim), now, owner)
+    end
+  end
+  return {1, tok, tonumber(ttl)}
 end
 if qttl > 0 then
-  if redis.call('HSET', qexp, owner, now + qttl) == 1 then
+  if redis.call('HSET', qexp, owner, fmt(now + qttl)) == 1 then
     redis.call('RPUSH', queue, owner)
+    redis.call('HSET', qinfo, owner, fmt(limit) .. '|' .. fmt(now) .. '|' .. label)
   end
   if redis.call('PTTL', queue) < qttl then
     redis.call('PEXPIRE', queue, qttl)
     redis.call('PEXPIRE', qexp, qttl)
+    redis.call('PEXPIRE', qinfo, qttl)
   end
-  if not head then head = owner end
 end
-if pruned and not held and head ~= owner then
-  redis.call('PUBLISH', ARGV[4], head)
+if pruned and (not held or held == '*') then
+  wake(queue, qexp, qinfo, channel, hn, hlim, now, owner)
 end
 local left = 0
-if held then
+if held and held ~= '*' then
   left = redis.call('PTTL', lock)
-elseif head then
-  left = tonumber(redis.call('HGET', qexp, head) or now) - now
+elseif hn > 0 then
+  left = hs[1].ends
+  for _, h in ipairs(hs) do left = math.min(left, h.ends) end
+  left = left - now
+elseif first then
+  left = first - now
 end
 if left < 0 then left = 0 end
 return {0, 0, left}
@@ -81,48 +282,94 @@ return {0, 0, left}
   return s;
 }
 
-// KEYS: lock, queue, qexp. ARGV: owner, channel.
-// Deletes the lock if the owner holds it (1); otherwise drops the owner's
+// KEYS: lock, queue (the others are named from KEYS[1]). ARGV: owner,
+// channel.
+// Ends the owner's holding if it has one (1); otherwise drops the owner's
 // place in the queue (a waiter giving up) and returns 0 when nobody holds
-// the key, -1 when another owner does. When the key became free (or the
-// head left) and somebody waits, publishes the owner id of the waiter
-// whose turn it is: only that one wakes.
+// the key, -1 when another owner does. A holding inside its lock-delay is
+// not held. Then wakes each waiter the sharing rule now admits (for an
+// exclusive release: the head, and those behind it if it is a reader).
 inline const Script& Release() {
-  static const Script s(R"lua(
-local lock, queue, qexp = KEYS[1], KEYS[2], KEYS[3]
-local owner = ARGV[1]
+  static const Script s(std::string(R"lua(
+local lock, queue = KEYS[1], KEYS[2]
+local owner, channel = ARGV[1], ARGV[2]
 local held = redis.call('GET', lock)
-if held == owner then
+local head
+if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   redis.call('DEL', lock)
-  local head = redis.call('LINDEX', queue, 0)
-  if head then redis.call('PUBLISH', ARGV[2], head) end
+  head = redis.call('LINDEX', queue, 0)
+  if not head then return 1 end
+  redis.call('PUBLISH', channel, head)
+end
+)lua") + kLib + R"lua(
+local base = string.sub(lock, 1, -5)
+local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
+if head then
+  if qlimit(redis.call('HGET', qinfo, head)) > 1 then
+    wake(queue, qexp, qinfo, channel, 0, 4294967295, clock(), head)
+  end
   return 1
 end
-if redis.call('HDEL', qexp, owner) == 1 then
-  local was_head = redis.call('LINDEX', queue, 0) == owner
-  redis.call('LREM', queue, 1, owner)
-  if was_head and not held then
-    local head = redis.call('LINDEX', queue, 0)
-    if head then redis.call('PUBLISH', ARGV[2], head) end
+local now, mine, live = nil, false, false
+local hn, hlim = 0, 4294967295
+if held == '*' then
+  now = clock()
+  local hs = load_holders(holders, hinfo, now)
+  for _, h in ipairs(hs) do
+    if h.owner == owner and h.ends - h.delay > now then
+      mine = true
+      redis.call('ZREM', holders, owner)
+      redis.call('HDEL', hinfo, owner)
+    else
+      hn = hn + 1
+      hlim = math.min(hlim, h.limit)
+      if h.ends - h.delay > now then live = true end
+    end
   end
+  if hn == 0 then redis.call('DEL', lock, holders, hinfo) end
 end
-if held then return -1 end
+local left = redis.call('HDEL', qexp, owner) == 1
+if left then
+  redis.call('LREM', queue, 1, owner)
+  redis.call('HDEL', qinfo, owner)
+end
+if (mine or left) and (not held or held == '*') then
+  wake(queue, qexp, qinfo, channel, hn, hlim, now or clock(), owner)
+end
+if mine then return 1 end
+if live or (held and held ~= '*') then return -1 end
 return 0
 )lua");
   return s;
 }
 
-// KEYS: lock keys. ARGV: owner_1, ttl_ms_1, owner_2, ttl_ms_2, ...
-// One result per key: 1 renewed, 0 not held by that owner any more.
+// KEYS: lock_1, lock_2, ... (holders and hinfo named from each). ARGV:
+// owner_1, ttl_ms_1,
+// owner_2, ttl_ms_2, ... One result per lease: 1 renewed, 0 not held by that
+// owner any more (ended, released, or inside its lock-delay).
 inline const Script& Renew() {
-  static const Script s(R"lua(
-local out = {}
+  static const Script s(std::string(kLib) + R"lua(
+local out, now = {}, nil
 for i, lock in ipairs(KEYS) do
-  if redis.call('GET', lock) == ARGV[2 * i - 1] then
-    redis.call('PEXPIRE', lock, ARGV[2 * i])
+  local base = string.sub(lock, 1, -5)
+  local holders, hinfo = base .. 'holders', base .. 'hinfo'
+  local owner, ttl = ARGV[2 * i - 1], ARGV[2 * i]
+  local held = redis.call('GET', lock)
+  out[i] = 0
+  if held == '*' then
+    now = now or clock()
+    local h = parse_hold(redis.call('HGET', hinfo, owner))
+    local ends = tonumber(redis.call('ZSCORE', holders, owner))
+    if h and ends and ends - h.delay > now then
+      h.ttl = tonumber(ttl)
+      redis.call('ZADD', holders, fmt(now + h.ttl + h.delay), owner)
+      redis.call('HSET', hinfo, owner, hold_value(h))
+      guard(lock, holders, hinfo)
+      out[i] = 1
+    end
+  elseif held and string.sub(held, 1, 32) == owner then
+    extend_lock(lock, held, ttl)
     out[i] = 1
-  else
-    out[i] = 0
   end
 end
 return out
@@ -130,18 +377,38 @@ return out
   return s;
 }
 
-// KEYS: lock_1, counter_1, lock_2, counter_2, ... (locks found by SCAN).
-// Returns name, owner, pttl, token for each held one.
+// KEYS: lock_1, lock_2, ... (found by SCAN; counter, holders and hinfo are
+// named from each). Returns, per holding whose lease runs: the index of its lock (1..),
+// owner, ms left, token, ttl (-1 unknown), held for (ms, -1 unknown), limit,
+// label.
 inline const Script& List() {
-  static const Script s(R"lua(
-local out = {}
-for i = 1, #KEYS, 2 do
-  local held = redis.call('GET', KEYS[i])
-  if held then
-    out[#out + 1] = KEYS[i]
-    out[#out + 1] = held
-    out[#out + 1] = redis.call('PTTL', KEYS[i])
-    out[#out + 1] = redis.call('GET', KEYS[i + 1]) or '0'
+  static const Script s(std::string(kLib) + R"lua(
+local out, now = {}, clock()
+local function add(i, owner, left, token, ttl, held_for, limit, label)
+  for _, v in ipairs({i, owner, left, token, ttl, held_for, limit, label}) do
+    out[#out + 1] = v
+  end
+end
+for i, lock in ipairs(KEYS) do
+  local base = string.sub(lock, 1, -5)
+  local counter, holders, hinfo = base .. 'token', base .. 'holders', base .. 'hinfo'
+  local held = redis.call('GET', lock)
+  if held == '*' then
+    local z = redis.call('ZRANGE', holders, 0, -1, 'WITHSCORES')
+    for j = 1, #z, 2 do
+      local h = parse_hold(redis.call('HGET', hinfo, z[j]))
+      local ends = tonumber(z[j + 1])
+      if h and ends - h.delay > now then
+        add(i, z[j], fmt(ends - h.delay - now), h.token, fmt(h.ttl),
+            fmt(math.max(0, now - h.granted)), fmt(h.limit), h.label)
+      end
+    end
+  elseif held then
+    local o, vt, vg, lab = parse_lock(held)
+    local pttl = redis.call('PTTL', lock)
+    local held_for = -1
+    if vg then held_for = math.max(0, now - vg) elseif vt then held_for = math.max(0, vt - pttl) end
+    add(i, o, pttl, redis.call('GET', counter) or '0', fmt(vt or -1), fmt(held_for), '1', lab)
   end
 end
 return out
@@ -149,13 +416,51 @@ return out
   return s;
 }
 
-// Backend::MarkDone. KEYS: lock, counter, done. ARGV: owner. Sets the
-// run-once record (to the holder's token) only while the owner holds the
-// lock: 1, or 0 when it does not.
+// KEYS: queue_1, queue_2, ... (found by SCAN; qexp and qinfo are named
+// from each).
+// Returns, per live waiter in queue order: the index of its queue (1..),
+// owner, limit, waited for (ms, -1 unknown), label.
+inline const Script& Waiters() {
+  static const Script s(std::string(kLib) + R"lua(
+local out, now = {}, clock()
+for i, queue in ipairs(KEYS) do
+  local base = string.sub(queue, 1, -6)
+  local q = redis.call('LRANGE', queue, 0, -1)
+  local exps = hmget(base .. 'qexp', q)
+  local infos = hmget(base .. 'qinfo', q)
+  for j, w in ipairs(q) do
+    if tonumber(exps[j] or '0') > now then
+      local lim, waited, lab = '1', '-1', ''
+      if infos[j] then
+        local a, b, c = string.match(infos[j], '^(%d+)|(%d+)|(.*)$')
+        if a then lim, waited, lab = a, fmt(math.max(0, now - tonumber(b))), c end
+      end
+      for _, v in ipairs({i, w, lim, waited, lab}) do out[#out + 1] = v end
+    end
+  end
+end
+return out
+)lua");
+  return s;
+}
+
+// Backend::MarkDone. KEYS: lock, counter, done (holders and hinfo named
+// from the lock). ARGV: owner. Sets the run-once record (to the holder's token) only while the
+// owner holds the lock: 1, or 0 when it does not.
 inline const Script& MarkDone() {
-  static const Script s(R"lua(
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[3], redis.call('GET', KEYS[2]) or '1')
+  static const Script s(std::string(kLib) + R"lua(
+local held = redis.call('GET', KEYS[1])
+local tok
+if held == '*' then
+  local base = string.sub(KEYS[1], 1, -5)
+  local h = parse_hold(redis.call('HGET', base .. 'hinfo', ARGV[1]))
+  local ends = tonumber(redis.call('ZSCORE', base .. 'holders', ARGV[1]))
+  if h and ends and ends - h.delay > clock() then tok = h.token end
+elseif held and string.sub(held, 1, 32) == ARGV[1] then
+  tok = redis.call('GET', KEYS[2]) or '1'
+end
+if not tok then return 0 end
+redis.call('SET', KEYS[3], tok)
 return 1
 )lua");
   return s;
@@ -180,6 +485,45 @@ if held and held ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, tonumber(ARGV[2])}
+)lua");
+  return s;
+}
+
+// Redlock renewal, per node (the lock key holds the owner). KEYS: lock keys.
+// ARGV: owner_1, ttl_ms_1, owner_2, ttl_ms_2, ... One result per key: 1
+// renewed, 0 not held by that owner any more.
+inline const Script& RedlockRenew() {
+  static const Script s(R"lua(
+local out = {}
+for i, lock in ipairs(KEYS) do
+  if redis.call('GET', lock) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', lock, ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+)lua");
+  return s;
+}
+
+// Redlock List, per node (the layout of the previous version: the lock key
+// holds the owner). KEYS: lock_1, counter_1, lock_2, counter_2, ...
+// Returns name, owner, pttl, token for each held one.
+inline const Script& RedlockList() {
+  static const Script s(R"lua(
+local out = {}
+for i = 1, #KEYS, 2 do
+  local held = redis.call('GET', KEYS[i])
+  if held then
+    out[#out + 1] = KEYS[i]
+    out[#out + 1] = held
+    out[#out + 1] = redis.call('PTTL', KEYS[i])
+    out[#out + 1] = redis.call('GET', KEYS[i + 1]) or '0'
+  end
+end
+return out
 )lua");
   return s;
 }

@@ -305,7 +305,7 @@ std::vector<Status> RedlockBackend::Renew(std::span<const LeaseRequest> leases) 
   }
   if (index.empty()) return result;
   std::lock_guard lock(mu_);
-  std::vector<NodeResult> results = EvalAll(scripts::Renew(), keys, args, "redlock renew");
+  std::vector<NodeResult> results = EvalAll(scripts::RedlockRenew(), keys, args, "redlock renew");
   for (std::size_t j = 0; j < index.size(); ++j) {
     std::size_t renewed = 0, lost = 0;
     Status last_error = UnavailableError("redlock renew: no node answered");
@@ -372,7 +372,7 @@ Result<std::vector<HolderInfo>> RedlockBackend::List(std::string_view prefix) {
       pairs.push_back(name);
       pairs.push_back(CounterNameOfLock(name));
     }
-    auto replies = n.conn->Eval(scripts::List(), pairs, {}, {}, node_timeout_ * 10, what);
+    auto replies = n.conn->Eval(scripts::RedlockList(), pairs, {}, {}, node_timeout_ * 10, what);
     if (!replies.ok() || (*replies)[0]->type != REDIS_REPLY_ARRAY) continue;
     const redisReply* r = (*replies)[0].get();
     for (std::size_t i = 0; i + 3 < r->elements; i += 4) {

@@ -479,5 +479,186 @@ TEST_F(RedisServer, FenceAdmitsNewerTokensAndRejectsOlderOnes) {
   EXPECT_EQ(fence::Redis::RecordKey(lock), FenceName(lock));
 }
 
+// ------------------------------------------- #10: sharing, labels, lock-delay
+
+// Redis's own clock (TIME), in ms.
+long long RedisNowMs(redisContext* c) {
+  ReplyPtr t = Cmd(c, {"TIME"});
+  if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return -1;
+  return std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
+}
+
+LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds ttl,
+                 milliseconds lock_delay = milliseconds(0), std::uint32_t limit = 1,
+                 milliseconds queue_ttl = milliseconds(0)) {
+  LeaseRequest r{key, owner, ttl, queue_ttl, lock_delay};
+  r.limit = limit;
+  r.label = "redis-test";
+  return r;
+}
+
+TEST_F(RedisServer, LockDelayHoldsTheKeyAfterAnExpiryByRedisClock) {
+  auto b = OpenRaw(uri_);
+  ASSERT_TRUE(b && b->SupportsLockDelay());
+  const std::string key = UniqueKey("lock-delay");
+  const OwnerId holder(1, 1), next(2, 2);
+  const milliseconds ttl(300), delay(700);
+  ASSERT_TRUE(b->TryAcquire(Req(key, holder, ttl, delay))->granted);
+  // The store's record of the holding: its end is the lease's end + delay.
+  ReplyPtr score = Cmd(admin_.get(), {"ZSCORE", HoldersName(key), holder.ToString()});
+  ASSERT_TRUE(score && score->type == REDIS_REPLY_STRING);
+  const long long end = std::atoll(score->str);
+  const long long lease_end = end - delay.count();
+  // The holder dies (like SIGKILL: no renewal, no release). Another owner
+  // tries until it is granted; each attempt is bracketed by Redis's TIME.
+  bool refused_inside_delay = false;
+  long long granted_before = -1;
+  for (int i = 0; i < 1000; ++i) {
+    const long long before = RedisNowMs(admin_.get());
+    // (With a lock-delay of its own, so that its grant time is recorded.)
+    auto a = b->TryAcquire(Req(key, next, milliseconds(10'000), milliseconds(1)));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    const long long after = RedisNowMs(admin_.get());
+    if (a->granted) {
+      granted_before = after;
+      break;
+    }
+    if (before > lease_end) {
+      refused_inside_delay = true;
+      // The lease has ended: the holder holds nothing any more...
+      auto renewed = b->Renew(std::vector<LeaseRequest>{Req(key, holder, ttl)});
+      EXPECT_EQ(renewed[0].code(), StatusCode::kNotOwner);
+      EXPECT_TRUE(b->List(key)->empty());
+      // ...not even by retrying: its own delay counts against it too.
+      EXPECT_FALSE(b->TryAcquire(Req(key, holder, ttl, delay))->granted);
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_GT(granted_before, 0) << "never granted";
+  EXPECT_TRUE(refused_inside_delay) << "no attempt fell between the lease's end and the delay's";
+  // The grant time the store recorded (its TIME inside the script) is not
+  // before the end of the delay.
+  // hinfo: token|limit|ttl|delay|granted|label.
+  const std::string v =
+      ReplyString(Cmd(admin_.get(), {"HGET", HoldInfoName(key), next.ToString()}).get());
+  std::size_t g = 0;
+  for (int field = 0; field < 4 && g != std::string::npos; ++field) g = v.find('|', g + 1);
+  ASSERT_NE(g, std::string::npos) << v;
+  const long long granted_at = std::atoll(v.c_str() + g + 1);
+  EXPECT_GE(granted_at, end) << v;
+  EXPECT_LE(granted_at, granted_before);
+  ASSERT_TRUE(b->Release(key, next).ok());
+}
+
+TEST_F(RedisServer, LockDelayDoesNotFollowACleanRelease) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("lock-delay-clean");
+  ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(10'000), milliseconds(10'000)))
+                  ->granted);
+  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(10'000)))->granted);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  auto next = b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(10'000)));
+  ASSERT_TRUE(next.ok());
+  EXPECT_TRUE(next->granted) << "a clean release left a lock-delay behind";
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", HoldersName(key)})->integer, 0);
+  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  // And the fast path is open again: the lock key is gone.
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", LockName(key)})->integer, 0);
+}
+
+TEST_F(RedisServer, ListKeepsTheGrantTimeAcrossRenewals) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("held-for");
+  ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(10'000)))->granted);
+  std::this_thread::sleep_for(milliseconds(50));
+  auto before = b->List(key);
+  ASSERT_TRUE(before.ok() && before->size() == 1u);
+  EXPECT_EQ((*before)[0].ttl, milliseconds(10'000));
+  EXPECT_EQ((*before)[0].label, "redis-test");
+  ASSERT_TRUE((*before)[0].held_for.has_value());
+  EXPECT_GE(*(*before)[0].held_for, milliseconds(40));
+  auto renewed = b->Renew(std::vector<LeaseRequest>{Req(key, OwnerId(1, 1), milliseconds(20'000))});
+  ASSERT_TRUE(renewed[0].ok());
+  auto after = b->List(key);
+  ASSERT_TRUE(after.ok() && after->size() == 1u);
+  EXPECT_EQ((*after)[0].ttl, milliseconds(20'000));
+  EXPECT_GT((*after)[0].ttl_remaining, milliseconds(10'000));
+  ASSERT_TRUE((*after)[0].held_for.has_value());
+  EXPECT_GE(*(*after)[0].held_for, *(*before)[0].held_for) << "the renewal reset the grant time";
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(RedisServer, HoldingsOfThePreviousVersionAreRead) {
+  // The previous layout: the lock key holds the owner alone.
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("old-format");
+  const OwnerId old(7, 7);
+  ASSERT_EQ(ReplyString(Cmd(admin_.get(), {"SET", CounterName(key), "41"}).get()), "OK");
+  ASSERT_EQ(ReplyString(Cmd(admin_.get(), {"SET", LockName(key), old.ToString(), "PX", "10000"}).get()),
+            "OK");
+  auto list = b->List(key);
+  ASSERT_TRUE(list.ok() && list->size() == 1u) << list.status().ToString();
+  EXPECT_EQ((*list)[0].owner, old);
+  EXPECT_EQ((*list)[0].token, 41u);
+  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(8, 8), milliseconds(1000)))->granted);
+  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(8, 8), milliseconds(1000), {}, kSharedLimit))->granted);
+  auto retry = b->TryAcquire(Req(key, old, milliseconds(10'000)));
+  ASSERT_TRUE(retry.ok() && retry->granted);
+  EXPECT_EQ(retry->token, 41u);
+  EXPECT_TRUE(b->Renew(std::vector<LeaseRequest>{Req(key, old, milliseconds(10'000))})[0].ok());
+  ASSERT_TRUE(b->Release(key, old).ok());
+  auto next = b->TryAcquire(Req(key, OwnerId(8, 8), milliseconds(1000)));
+  ASSERT_TRUE(next.ok() && next->granted);
+  EXPECT_EQ(next->token, 42u) << "the counter goes on";
+  ASSERT_TRUE(b->Release(key, OwnerId(8, 8)).ok());
+}
+
+TEST_F(RedisServer, AWriterReleaseWakesEveryQueuedReader) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("readers-wake");
+  ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(10'000)))->granted);
+  std::vector<std::string> readers;
+  for (std::uint64_t i = 10; i < 13; ++i) {
+    const OwnerId r(i, i);
+    readers.push_back(r.ToString());
+    EXPECT_FALSE(b->TryAcquire(Req(key, r, milliseconds(10'000), {}, kSharedLimit,
+                                   milliseconds(5000)))
+                     ->granted);
+  }
+  // A writer behind them is not woken.
+  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(20, 20), milliseconds(10'000), {}, 1,
+                                 milliseconds(5000)))
+                   ->granted);
+  auto waiters = b->Waiters(key);
+  ASSERT_TRUE(waiters.ok() && waiters->size() == 4u) << waiters.status().ToString();
+  EXPECT_EQ((*waiters)[0].limit, kSharedLimit);
+  EXPECT_EQ((*waiters)[3].limit, 1u);
+  EXPECT_EQ((*waiters)[3].label, "redis-test");
+  EXPECT_TRUE((*waiters)[0].waited_for.has_value());
+
+  ContextPtr sub = Admin(PortOf(uri_));
+  const std::string channel = WakeChannel(0, key);
+  ReplyPtr ok(static_cast<redisReply*>(redisCommand(sub.get(), "SUBSCRIBE %b", channel.data(),
+                                                    channel.size())));
+  ASSERT_TRUE(ok);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  std::vector<std::string> woken;
+  for (int i = 0; i < 3; ++i) {
+    void* reply = nullptr;
+    ASSERT_EQ(redisGetReply(sub.get(), &reply), REDIS_OK);
+    ReplyPtr message(static_cast<redisReply*>(reply));
+    ASSERT_EQ(message->elements, 3u);
+    woken.push_back(ReplyString(message->element[2]));
+  }
+  EXPECT_EQ(woken, readers);
+  for (std::uint64_t i = 10; i < 13; ++i) {
+    EXPECT_TRUE(b->TryAcquire(Req(key, OwnerId(i, i), milliseconds(10'000), {}, kSharedLimit,
+                                  milliseconds(5000)))
+                    ->granted);
+  }
+  for (std::uint64_t i = 10; i < 13; ++i) EXPECT_TRUE(b->Release(key, OwnerId(i, i)).ok());
+  EXPECT_TRUE(b->Release(key, OwnerId(20, 20)).ok());
+}
+
 }  // namespace
 }  // namespace dlock::redis
