@@ -19,9 +19,15 @@ namespace {
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-// Bumped when the tables change shape; kept in the tables' comments.
-constexpr const char* kLocksComment = "dlock locks, schema 1";
-constexpr const char* kQueueComment = "dlock wait queue, schema 1";
+// Bumped when the tables change shape; kept in the tables' comments. Schema
+// 2 added the holder's ttl, lock-delay and label, the waiter's limit and
+// label, and the run-once table; a schema-1 table is migrated in place
+// (kCreateSql, under the same advisory lock as creation).
+constexpr const char* kLocksComment = "dlock locks, schema 2";
+constexpr const char* kQueueComment = "dlock wait queue, schema 2";
+constexpr const char* kDoneComment = "dlock run-once marks, schema 2";
+constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
+constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 
 // A renewal waits at most this fraction of its shortest TTL (and at least
 // kMinRenewBudget): a renewal answered later is useless anyway (the core
@@ -29,7 +35,8 @@ constexpr const char* kQueueComment = "dlock wait queue, schema 1";
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
 
-// {t} is the locks table, {q} the queue table, both quoted identifiers.
+// {t} is the locks table, {q} the queue table, {d} the run-once table, all
+// quoted identifiers.
 //
 // Session set-up, one round trip: do the tables exist and are they dlock's;
 // and a session that would commit asynchronously (synchronous_commit=off
@@ -39,13 +46,18 @@ constexpr const char* kCheckSql = R"sql(
 SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class'),
        to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
        CASE WHEN current_setting('synchronous_commit') = 'off'
-            THEN set_config('synchronous_commit', 'on', false) END
+            THEN set_config('synchronous_commit', 'on', false) END,
+       to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class')
 )sql";
 
 // Many clients may start at once against an empty database: the advisory
 // lock makes them create the tables one after the other, and the second
 // finds them there (CREATE TABLE IF NOT EXISTS alone can fail on a race in
-// the catalogs).
+// the catalogs). A schema-1 table (from the previous dlock) gains the new
+// columns, with defaults that keep its rows' meaning (no lock-delay, limit
+// 1, no label), and its comment says schema 2 (a schema-1 dlock then refuses
+// to open it; one already running keeps excluding correctly, since holders
+// still live in the same rows, but ignores lock-delays).
 constexpr const char* kCreateSql = R"sql(
 BEGIN;
 SELECT pg_advisory_xact_lock({lock_id});
@@ -53,42 +65,70 @@ DO $dlock$
 BEGIN
   IF to_regclass('{t}') IS NULL THEN
     CREATE TABLE {t} (
-      key         bytea PRIMARY KEY,
-      owner       text,
-      token       bigint NOT NULL CHECK (token > 0),
-      expires_at  timestamptz,
-      acquired_at timestamptz
+      key           bytea PRIMARY KEY,
+      owner         text,
+      token         bigint NOT NULL CHECK (token > 0),
+      expires_at    timestamptz,
+      acquired_at   timestamptz,
+      ttl_ms        bigint,
+      lock_delay_ms bigint NOT NULL DEFAULT 0,
+      label         text
     ) WITH (fillfactor = 90);
+    COMMENT ON TABLE {t} IS '{locks_comment}';
+  ELSIF obj_description(to_regclass('{t}'), 'pg_class') = '{locks_comment_v1}' THEN
+    ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ttl_ms bigint,
+                    ADD COLUMN IF NOT EXISTS lock_delay_ms bigint NOT NULL DEFAULT 0,
+                    ADD COLUMN IF NOT EXISTS label text;
     COMMENT ON TABLE {t} IS '{locks_comment}';
   END IF;
   IF to_regclass('{q}') IS NULL THEN
     CREATE TABLE {q} (
-      key         bytea NOT NULL,
-      owner       text NOT NULL,
-      enqueued_at timestamptz NOT NULL,
-      expires_at  timestamptz NOT NULL,
+      key          bytea NOT NULL,
+      owner        text NOT NULL,
+      enqueued_at  timestamptz NOT NULL,
+      expires_at   timestamptz NOT NULL,
+      holder_limit bigint NOT NULL DEFAULT 1,
+      label        text NOT NULL DEFAULT '',
       PRIMARY KEY (key, owner)
     );
     COMMENT ON TABLE {q} IS '{queue_comment}';
+  ELSIF obj_description(to_regclass('{q}'), 'pg_class') = '{queue_comment_v1}' THEN
+    ALTER TABLE {q} ADD COLUMN IF NOT EXISTS holder_limit bigint NOT NULL DEFAULT 1,
+                    ADD COLUMN IF NOT EXISTS label text NOT NULL DEFAULT '';
+    COMMENT ON TABLE {q} IS '{queue_comment}';
+  END IF;
+  IF to_regclass('{d}') IS NULL THEN
+    CREATE TABLE {d} (
+      key     bytea PRIMARY KEY,
+      owner   text NOT NULL,
+      token   bigint NOT NULL,
+      done_at timestamptz NOT NULL
+    );
+    COMMENT ON TABLE {d} IS '{done_comment}';
   END IF;
 END
 $dlock$;
 COMMIT;
 )sql";
 
-// Acquire, one statement: $1 key, $2 owner, $3 ttl_ms, $4 queue_ttl_ms,
-// $5 channel, $6 key hash text.
-//  - held:   the live holder, if any (expiry by the server's clock).
+// Acquire, one statement, built from this one template for both prepared
+// forms: dlock_acquire (a waiting attempt, with the queue CTEs) and
+// dlock_acquire_once (a single attempt, the uncontended fast path: the queue
+// is only read). $1 key, $2 owner, $3 ttl_ms, $4 lock_delay_ms, $5 label;
+// waiting only: $6 queue_ttl_ms, $7 channel, $8 key hash text.
+//  - held:   the holder whose lease still counts: live, or expired but
+//            inside its lock-delay (expiry by the server's clock).
 //  - mine:   this owner's live place in the queue.
 //  - ahead:  a live waiter that goes before us: any live waiter for a single
-//            attempt ($4 = 0) or a first-time waiter, else those that came
-//            first (enqueued_at, owner as the tie-break).
-//  - granted: the upsert, attempted only when we already hold the key (a
-//            retried request gets the same token back) or when nobody holds
-//            it and nobody is ahead. Its WHERE is evaluated on the latest row
-//            version under the row lock, so two grants can never overlap: a
-//            free, expired, or our own row is taken, a live holder's is not.
-//            token + 1 for a new grant, the same token for our own row.
+//            attempt or a first-time waiter, else those that came first
+//            (enqueued_at, owner as the tie-break).
+//  - granted: the upsert, attempted only when we hold the key live (a
+//            retried request gets the same token back) or when nobody's
+//            lease counts and nobody is ahead. Its WHERE is evaluated on the
+//            latest row version under the row lock, so two grants can never
+//            overlap: a free row, our own live one, or one whose lease and
+//            lock-delay have both passed is taken; no other.
+//            token + 1 for a new grant, the same token for our own live row.
 //  - enqueued: a refused waiter takes (or keeps, while live) its place.
 //  - dequeued: a granted owner leaves the queue, with any expired entries.
 //  - told:   a grant tells the next waiter in line (NOTIFY, payload
@@ -101,43 +141,65 @@ COMMIT;
 //            releaser already chose to notify, and would then sleep out its
 //            queue refresh; the one notified instead finds it first and
 //            passes the wake-up on.
-// The queue statements run only when needed, so an uncontended single
-// attempt writes one row, and a refused one writes nothing.
-constexpr const char* kAcquireSql = R"sql(
+// A refused single attempt writes nothing.
+constexpr const char* kAcquireTemplate = R"sql(
 WITH
 held AS (
-  SELECT owner, expires_at FROM {t}
-  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
-mine AS (
+  SELECT owner, expires_at, lock_delay_ms FROM {t}
+  WHERE key = $1 AND owner IS NOT NULL
+    AND expires_at + lock_delay_ms * interval '1 millisecond' > clock_timestamp()),
+{queue_read}
+granted AS (
+  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at, ttl_ms, lock_delay_ms, label)
+  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp(),
+         $3, $4, $5
+  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND expires_at > clock_timestamp())
+     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead))
+  ON CONFLICT (key) DO UPDATE SET
+    token         = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                         THEN l.token ELSE l.token + 1 END,
+    acquired_at   = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                         THEN l.acquired_at ELSE excluded.acquired_at END,
+    owner         = excluded.owner,
+    expires_at    = excluded.expires_at,
+    ttl_ms        = excluded.ttl_ms,
+    lock_delay_ms = excluded.lock_delay_ms,
+    label         = excluded.label
+  WHERE l.owner IS NULL
+     OR (l.owner = excluded.owner AND l.expires_at > clock_timestamp())
+     OR l.expires_at + l.lock_delay_ms * interval '1 millisecond' <= clock_timestamp()
+  RETURNING l.token){queue_write}
+SELECT (SELECT token FROM granted),
+       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at
+                  + lock_delay_ms * interval '1 millisecond' - clock_timestamp()) * 1000))::bigint
+        FROM held WHERE owner <> $2){queue_counts}
+)sql";
+
+constexpr const char* kAcquireQueueRead = R"sql(mine AS (
   SELECT enqueued_at FROM {q}
   WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()),
 ahead AS (
   SELECT 1 FROM {q} AS w
   WHERE w.key = $1 AND w.owner <> $2 AND w.expires_at > clock_timestamp()
-    AND ($4 = 0 OR NOT EXISTS (SELECT 1 FROM mine)
+    AND (NOT EXISTS (SELECT 1 FROM mine)
          OR (w.enqueued_at, w.owner) < ((SELECT enqueued_at FROM mine), $2))
-  LIMIT 1),
-granted AS (
-  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
-  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
-  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
-     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead))
-  ON CONFLICT (key) DO UPDATE SET
-    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
-                       ELSE excluded.acquired_at END,
-    owner       = excluded.owner,
-    expires_at  = excluded.expires_at
-  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
-  RETURNING l.token),
+  LIMIT 1),)sql";
+
+constexpr const char* kAcquireOnceQueueRead = R"sql(ahead AS (
+  SELECT 1 FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+  LIMIT 1),)sql";
+
+constexpr const char* kAcquireQueueWrite = R"sql(,
 enqueued AS (
-  INSERT INTO {q} AS w (key, owner, enqueued_at, expires_at)
-  SELECT $1, $2, clock_timestamp(), clock_timestamp() + $4 * interval '1 millisecond'
-  WHERE $4 > 0 AND NOT EXISTS (SELECT 1 FROM granted)
+  INSERT INTO {q} AS w (key, owner, enqueued_at, expires_at, holder_limit, label)
+  SELECT $1, $2, clock_timestamp(), clock_timestamp() + $6 * interval '1 millisecond', 1, $5
+  WHERE NOT EXISTS (SELECT 1 FROM granted)
   ON CONFLICT (key, owner) DO UPDATE SET
     enqueued_at = CASE WHEN w.expires_at > clock_timestamp() THEN w.enqueued_at
                        ELSE excluded.enqueued_at END,
-    expires_at  = excluded.expires_at
+    expires_at  = excluded.expires_at,
+    label       = excluded.label
   RETURNING 1),
 dequeued AS (
   DELETE FROM {q}
@@ -150,46 +212,35 @@ successor AS (
   ORDER BY enqueued_at, owner
   LIMIT 1),
 told AS (
-  SELECT pg_notify($5, $6 || ' ' || owner || ' ' || $3) FROM successor
+  SELECT pg_notify($7, $8 || ' ' || owner || ' ' || $3) FROM successor
   WHERE EXISTS (SELECT 1 FROM granted)),
 nudged AS (
-  SELECT pg_notify($5, $6 || ' ' || owner) FROM successor
-  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held))
-SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2),
-       (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
-       (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged)
-)sql";
+  SELECT pg_notify($7, $8 || ' ' || owner) FROM successor
+  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held)))sql";
 
-// A single attempt ($4 = 0 above), the uncontended fast path: the same
-// decision without the queue writes. $1 key, $2 owner, $3 ttl_ms.
-constexpr const char* kAcquireOnceSql = R"sql(
-WITH
-held AS (
-  SELECT owner, expires_at FROM {t}
-  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
-queued AS (
-  SELECT 1 FROM {q}
-  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
-  LIMIT 1),
-granted AS (
-  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
-  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
-  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
-     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM queued))
-  ON CONFLICT (key) DO UPDATE SET
-    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
-                       ELSE excluded.acquired_at END,
-    owner       = excluded.owner,
-    expires_at  = excluded.expires_at
-  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
-  RETURNING l.token)
-SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2)
-)sql";
+constexpr const char* kAcquireQueueCounts = R"sql(,
+       (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
+       (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged))sql";
+
+// The two prepared forms of kAcquireTemplate.
+std::string AcquireSql(bool waiting) {
+  std::string sql = kAcquireTemplate;
+  auto put = [&](const std::string& name, const char* text) {
+    const std::size_t pos = sql.find(name);
+    sql.replace(pos, name.size(), text);
+  };
+  put("{queue_read}", waiting ? kAcquireQueueRead : kAcquireOnceQueueRead);
+  put("{queue_write}", waiting ? kAcquireQueueWrite : "");
+  put("{queue_counts}", waiting ? kAcquireQueueCounts : "");
+  return sql;
+}
+
+// The holding that Release frees: this owner's, unless it expired and is
+// still inside its lock-delay (an unclean end keeps the key closed for the
+// delay, even when the late holder then releases).
+#define DLOCK_PG_RELEASABLE                                                      \
+  "key = $1 AND owner = $2 AND NOT (expires_at <= clock_timestamp() AND "       \
+  "expires_at + lock_delay_ms * interval '1 millisecond' > clock_timestamp())"
 
 // Release of a held lease by an owner that has no place in the queue (it
 // was granted, which removed its place): free the row and NOTIFY, one row
@@ -199,7 +250,7 @@ constexpr const char* kReleaseHeldSql = R"sql(
 WITH
 released AS (
   UPDATE {t} SET owner = NULL, expires_at = NULL
-  WHERE key = $1 AND owner = $2
+  WHERE )sql" DLOCK_PG_RELEASABLE R"sql(
   RETURNING 1),
 head AS (
   SELECT owner FROM {q}
@@ -219,7 +270,7 @@ constexpr const char* kReleaseSql = R"sql(
 WITH
 released AS (
   UPDATE {t} SET owner = NULL, expires_at = NULL
-  WHERE key = $1 AND owner = $2
+  WHERE )sql" DLOCK_PG_RELEASABLE R"sql(
   RETURNING 1),
 left_queue AS (
   DELETE FROM {q} WHERE key = $1 AND owner = $2
@@ -239,13 +290,14 @@ notified AS (
 SELECT (SELECT count(*) FROM released), EXISTS (SELECT 1 FROM other),
        (SELECT count(*) FROM notified)
 )sql";
+#undef DLOCK_PG_RELEASABLE
 
 // Renew every due lease of a client, one statement: $1 keys (hex), $2
 // owners, $3 ttl_ms, as arrays. Only a live lease of the same owner is
 // extended (an expired one may be taken over at any moment: it is lost).
 constexpr const char* kRenewSql = R"sql(
 UPDATE {t} AS l
-SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
+SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond', ttl_ms = r.ttl_ms
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms)
 WHERE l.key = decode(r.key_hex, 'hex') AND l.owner = r.owner
   AND l.expires_at > clock_timestamp()
@@ -263,12 +315,41 @@ ON CONFLICT (key) DO UPDATE SET token = l.token % 1000000000 + 1
 // A key range rather than LIKE: keys may hold '%', '_' and any byte.
 constexpr const char* kListSql = R"sql(
 SELECT encode(key, 'hex'), owner, token,
-       GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
+       GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint,
+       coalesce(ttl_ms, 0),
+       floor(extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::bigint,
+       coalesce(label, '')
 FROM {t}
 WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
   AND owner IS NOT NULL AND expires_at > clock_timestamp()
 ORDER BY key
 )sql";
+
+constexpr const char* kWaitersSql = R"sql(
+SELECT encode(key, 'hex'), owner, holder_limit, label,
+       floor(extract(epoch FROM clock_timestamp() - enqueued_at) * 1000)::bigint
+FROM {q}
+WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND expires_at > clock_timestamp()
+ORDER BY key, enqueued_at, owner
+)sql";
+
+// Run-once marks: only the key's live holder may set one. FOR UPDATE
+// re-reads the holder's row at its latest version (and re-checks the
+// expiry) under the row lock, so a grant to someone else that committed
+// meanwhile is seen. $1 key, $2 owner.
+constexpr const char* kMarkDoneSql = R"sql(
+WITH h AS (
+  SELECT token FROM {t}
+  WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+  FOR UPDATE)
+INSERT INTO {d} AS d (key, owner, token, done_at)
+SELECT $1, $2, token, clock_timestamp() FROM h
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+  done_at = excluded.done_at
+RETURNING 1
+)sql";
+
+constexpr const char* kIsDoneSql = "SELECT 1 FROM {d} WHERE key = $1";
 
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
   for (const auto& [name, value] : values) {
@@ -366,6 +447,7 @@ class PostgresBackend final : public Backend {
         clock_(options_.clock ? options_.clock : DefaultClock()),
         locks_(Quoted(options_.table)),
         queue_(Quoted(options_.table + "_queue")),
+        done_(Quoted(options_.table + "_done")),
         listener_(options_.conninfo, options_.table, options_.connect_timeout,
                   options_.describe) {}
 
@@ -381,6 +463,10 @@ class PostgresBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override { return options_.describe; }
+  bool SupportsLockDelay() const override { return true; }
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
   Status Ping() override {
     auto r = Run("dlock_ping", Params(), CallDeadline(), "ping");
     return r.ok() ? Status::Ok() : r.status();
@@ -400,6 +486,7 @@ class PostgresBackend final : public Backend {
   const std::shared_ptr<Clock> clock_;
   const std::string locks_;  // quoted
   const std::string queue_;  // quoted
+  const std::string done_;   // quoted
 
   // Owners (with their keys) that may have a place in the wait queue: a
   // waiting attempt was sent and no grant answered it. Their release takes
@@ -442,13 +529,18 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     return Await(conn, deadline, what, where);
   };
 
-  auto check = run(kCheckSql, {locks_, queue_}, "check the lock tables");
+  auto check = run(kCheckSql, {locks_, queue_, done_}, "check the lock tables");
   if (!check.ok()) return check.status();
   const PGresult* r = check->get();
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
+  const bool have_done = Value(r, 0, 5) == "t";
+  // Tables of the previous schema are migrated (kCreateSql).
+  const bool old_locks = have_locks && Value(r, 0, 1) == kLocksCommentV1;
+  const bool old_queue = have_queue && Value(r, 0, 3) == kQueueCommentV1;
   auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
-    if (exists && Value(r, 0, col) != comment) {
+    const std::string found = Value(r, 0, col);
+    if (exists && found != comment && found != kLocksCommentV1 && found != kQueueCommentV1) {
       return FailedPreconditionError(
           "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
           "' expected as its comment, found '" + Value(r, 0, col) +
@@ -458,14 +550,19 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
   };
   DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, locks_));
   DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, queue_));
-  if (!have_locks || !have_queue) {
+  DLOCK_RETURN_IF_ERROR(verify(have_done, 6, kDoneComment, done_));
+  if (!have_locks || !have_queue || !have_done || old_locks || old_queue) {
     const std::uint64_t lock_id = KeyHash("dlock schema " + options_.table) >> 1;
     const std::string sql =
         Substitute(kCreateSql, {{"t", locks_},
                                 {"q", queue_},
+                                {"d", done_},
                                 {"lock_id", std::to_string(lock_id)},
                                 {"locks_comment", kLocksComment},
-                                {"queue_comment", kQueueComment}});
+                                {"queue_comment", kQueueComment},
+                                {"done_comment", kDoneComment},
+                                {"locks_comment_v1", kLocksCommentV1},
+                                {"queue_comment_v1", kQueueCommentV1}});
     auto created = run(sql, {}, ("create the lock tables " + locks_).c_str());
     if (!created.ok()) {
       // A failed statement inside BEGIN leaves the transaction open.
@@ -474,17 +571,21 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     }
   }
   std::string prepare;
-  auto add = [&](const char* name, const char* types, const char* sql) {
+  auto add = [&](const char* name, const char* types, const std::string& sql) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
-               Substitute(sql, {{"t", locks_}, {"q", queue_}}) + ";\n";
+               Substitute(sql, {{"t", locks_}, {"q", queue_}, {"d", done_}}) + ";\n";
   };
-  add("dlock_acquire", "(bytea, text, bigint, bigint, text, text)", kAcquireSql);
-  add("dlock_acquire_once", "(bytea, text, bigint)", kAcquireOnceSql);
+  add("dlock_acquire", "(bytea, text, bigint, bigint, text, bigint, text, text)",
+      AcquireSql(true));
+  add("dlock_acquire_once", "(bytea, text, bigint, bigint, text)", AcquireSql(false));
   add("dlock_release", "(bytea, text, text, text)", kReleaseSql);
   add("dlock_release_held", "(bytea, text, text, text)", kReleaseHeldSql);
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
   add("dlock_list", "(bytea, bytea)", kListSql);
   add("dlock_ping", "", kPingSql);
+  add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
+  add("dlock_mark_done", "(bytea, text)", kMarkDoneSql);
+  add("dlock_is_done", "(bytea)", kIsDoneSql);
   auto prepared = run(prepare, {}, "prepare statements");
   if (!prepared.ok()) return prepared.status();
   return Status::Ok();
@@ -552,7 +653,14 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
 Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
   if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.limit != 1) {
+    return InvalidArgumentError("acquire: " + options_.describe + " does not share keys");
+  }
+  if (request.lock_delay < milliseconds(0)) {
+    return InvalidArgumentError("acquire: lock_delay is negative");
+  }
   if (request.queue_ttl < milliseconds(0)) {
     return InvalidArgumentError("acquire: queue_ttl is negative");
   }
@@ -566,7 +674,11 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   }
 
   Params params;
-  params.Bytes(request.key).Text(owner).Int(request.ttl.count());
+  params.Bytes(request.key)
+      .Text(owner)
+      .Int(request.ttl.count())
+      .Int(request.lock_delay.count())
+      .Text(request.label);
   if (waiting) {
     params.Int(request.queue_ttl.count())
         .Text(ChannelName(options_.table, hash))
@@ -686,9 +798,70 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
     info.owner = *owner;
     info.token = static_cast<FencingToken>(IntValue(r, row, 2));
     info.ttl_remaining = milliseconds(IntValue(r, row, 3));
+    info.ttl = milliseconds(IntValue(r, row, 4));
+    if (!IsNull(r, row, 5)) info.held_for = milliseconds(std::max<std::int64_t>(0, IntValue(r, row, 5)));
+    info.label = Value(r, row, 6);
     holders.push_back(std::move(info));
   }
   return holders;
+}
+
+Result<std::vector<WaiterInfo>> PostgresBackend::Waiters(std::string_view prefix) {
+  const std::string what = "list the waiters for '" + std::string(prefix) + "'";
+  const std::optional<std::string> end = PrefixEnd(prefix);
+  Params params;
+  params.Bytes(prefix);
+  if (end) {
+    params.Bytes(*end);
+  } else {
+    params.Null();
+  }
+  auto result = Run("dlock_waiters", params, CallDeadline(), what);
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  std::vector<WaiterInfo> waiters;
+  for (int row = 0; row < PQntuples(r); ++row) {
+    WaiterInfo info;
+    if (!HexDecode(Value(r, row, 0), &info.key)) {
+      return InternalError(what + ": the server returned a malformed key");
+    }
+    Result<OwnerId> owner = OwnerId::Parse(Value(r, row, 1));
+    if (!owner.ok()) {
+      return InternalError(what + ": queue row for key " + info.key + " in " + queue_ +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    info.owner = *owner;
+    info.limit = static_cast<std::uint32_t>(IntValue(r, row, 2));
+    info.label = Value(r, row, 3);
+    info.waited_for = milliseconds(std::max<std::int64_t>(0, IntValue(r, row, 4)));
+    waiters.push_back(std::move(info));
+  }
+  return waiters;
+}
+
+Result<bool> PostgresBackend::IsDone(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  Params params;
+  params.Bytes(key);
+  auto result = Run("dlock_is_done", params, CallDeadline(),
+                    "read the done mark of " + std::string(key));
+  if (!result.ok()) return result.status();
+  return PQntuples(result->get()) > 0;
+}
+
+// Committed durably (the session's synchronous_commit is on) before it
+// returns OK.
+Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "mark " + std::string(key) + " done";
+  Params params;
+  params.Bytes(key).Text(owner.ToString());
+  auto result = Run("dlock_mark_done", params, CallDeadline(), what);
+  if (!result.ok()) return result.status();
+  if (PQntuples(result->get()) == 0) {
+    return NotOwnerError(what + ": this owner no longer holds the lock");
+  }
+  return Status::Ok();
 }
 
 bool PostgresBackend::WaitForRelease(std::string_view key, TimePoint until,
