@@ -277,6 +277,63 @@ TEST_F(PostgresBackendTest, OnlyTheHolderMarksARunDone) {
   EXPECT_TRUE(*other->IsDone(key));
 }
 
+// Shared holders live in the key's row (the first in its columns, the
+// others in `sharers`): each is renewed, released, listed and marked done on
+// its own, one batch may renew two permits of one key, and a permit that
+// expires keeps its place for its lock-delay.
+TEST_F(PostgresBackendTest, SharedHoldersAreEachTheirOwn) {
+  auto b = Raw();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->SupportsSharing());
+  const std::string key = Unique("permits");
+  auto req = [&](std::uint64_t i, milliseconds ttl) {
+    LeaseRequest r{key, OwnerId(i, i), ttl};
+    r.limit = 3;
+    r.label = "permit-" + std::to_string(i);
+    return r;
+  };
+  std::vector<FencingToken> tokens;
+  for (std::uint64_t i = 1; i <= 3; ++i) {
+    LeaseRequest r = req(i, milliseconds(i == 3 ? 300 : 5000));
+    if (i == 3) r.lock_delay = milliseconds(1500);
+    auto g = b->TryAcquire(r);
+    ASSERT_TRUE(g.ok() && g->granted) << i << " " << g.status().ToString();
+    tokens.push_back(g->token);
+  }
+  EXPECT_LT(tokens[0], tokens[1]);
+  EXPECT_LT(tokens[1], tokens[2]);
+  auto renewed = b->Renew(std::vector<LeaseRequest>{req(1, milliseconds(5000)),
+                                                    req(2, milliseconds(5000))});
+  ASSERT_EQ(renewed.size(), 2u);
+  EXPECT_TRUE(renewed[0].ok()) << renewed[0].ToString();
+  EXPECT_TRUE(renewed[1].ok()) << renewed[1].ToString();
+  auto list = b->List(key);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*list)[i].token, tokens[i]);
+    EXPECT_EQ((*list)[i].limit, 3u);
+    EXPECT_EQ((*list)[i].label, "permit-" + std::to_string(i + 1));
+    EXPECT_TRUE((*list)[i].held_for.has_value());
+  }
+  EXPECT_TRUE(b->MarkDone(key, OwnerId(2, 2)).ok()) << "a sharer is a holder";
+  // Permit 3 expires: it keeps its place for its lock-delay.
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE(b->TryAcquire(req(4, milliseconds(5000)))->granted) << "inside the lock-delay";
+  EXPECT_EQ(b->List(key)->size(), 2u);
+  // The first holder leaves; the sharer stays held and a new permit is free.
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  auto renew2 = b->Renew(std::vector<LeaseRequest>{req(2, milliseconds(5000))});
+  EXPECT_TRUE(renew2[0].ok()) << renew2[0].ToString();
+  auto g5 = b->TryAcquire(req(5, milliseconds(5000)));
+  ASSERT_TRUE(g5.ok() && g5->granted);
+  EXPECT_GT(g5->token, tokens[2]);
+  EXPECT_EQ(b->Release(key, OwnerId(9, 9)).code(), StatusCode::kNotOwner);
+  EXPECT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  EXPECT_TRUE(b->Release(key, OwnerId(5, 5)).ok());
+  EXPECT_TRUE(b->List(key)->empty());
+}
+
 TEST_F(PostgresBackendTest, ATableThatIsNotDlocksIsRefused) {
   const std::string table = Unique("foreign");
   auto admin = AdminConnect();
