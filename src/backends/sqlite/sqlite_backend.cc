@@ -553,8 +553,10 @@ class SqliteBackend final : public Backend {
     }
   };
   Result<KeyState> ReadState(std::string_view key, std::string_view owner, const BootTime& now);
-  // Whether a waiter of ours may take `key` now by the sharing rule.
-  Result<bool> MayTakeNow(std::string_view key);
+  // Whether a waiter of ours may take `key` now by the sharing rule; if
+  // not, *expiry_ms is how long until the first holding that blocks it
+  // lapses (-1: none does; only a write can change the answer).
+  Result<bool> MayTakeNow(std::string_view key, std::int64_t* expiry_ms);
   BootTime StoreNow() const {
     return options_.store_clock ? options_.store_clock() : ReadBootTime();
   }
@@ -866,7 +868,8 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   return attempt;
 }
 
-Result<bool> SqliteBackend::MayTakeNow(std::string_view key) {
+Result<bool> SqliteBackend::MayTakeNow(std::string_view key, std::int64_t* expiry_ms) {
+  *expiry_ms = -1;
   std::lock_guard lock(mu_);
   auto mine = waiting_.find(key);
   if (mine == waiting_.end()) return true;  // not queued here: let the core try
@@ -875,6 +878,9 @@ Result<bool> SqliteBackend::MayTakeNow(std::string_view key) {
     Result<KeyState> state = ReadState(key, owner, now);
     if (!state.ok()) return state.status();
     if (state->mine != 0 || (!state->mine_delay && state->Admits(limit))) return true;
+    if (state->holders > 0 && (*expiry_ms < 0 || state->wait_ms < *expiry_ms)) {
+      *expiry_ms = std::max<std::int64_t>(0, state->wait_ms);
+    }
   }
   return false;
 }
@@ -911,8 +917,16 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
   std::int64_t recheck_us = 0;
   for (;;) {
     // Checked after the watch is armed, so a change in between is not missed.
-    auto may = MayTakeNow(key);
+    std::int64_t expiry_ms = -1;
+    auto may = MayTakeNow(key, &expiry_ms);
     if (!may.ok() || *may || stop.stop_requested()) return true;
+    // A holding that blocks us may lapse before `until` without any write
+    // (a holder that died or paused): wake then too. The core's own bound
+    // comes from the holder seen at its last attempt, which may have been
+    // none (the key was free, another waiter first), or another holder.
+    if (expiry_ms >= 0) {
+      until = std::min(until, MonotonicClock::now() + std::chrono::milliseconds(expiry_ms + 1));
+    }
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
         until - MonotonicClock::now());
     if (left <= std::chrono::microseconds(0)) return true;
