@@ -220,13 +220,18 @@ granted AS (
         'l', excluded.holder_limit, 'b', excluded.label)) END
   WHERE {p_mine} OR {s_mine}
      OR (NOT {mine_counts}
-         AND {p_counts}::int + (SELECT count(*) FROM jsonb_array_elements(l.sharers) AS e
-                                 WHERE (e->>'u')::timestamptz > excluded.acquired_at) + 1
-             <= least(excluded.holder_limit,
-                      CASE WHEN {p_counts} THEN l.holder_limit END,
-                      (SELECT min((e->>'l')::bigint) FROM jsonb_array_elements(l.sharers) AS e
-                       WHERE (e->>'u')::timestamptz > excluded.acquired_at)))
-  RETURNING CASE WHEN l.owner = $2 THEN l.holder_token
+         AND CASE WHEN l.sharers = '[]'::jsonb
+                  THEN {p_counts}::int + 1
+                       <= least(excluded.holder_limit, CASE WHEN {p_counts} THEN l.holder_limit END)
+                  ELSE {p_counts}::int
+                       + (SELECT count(*) FROM jsonb_array_elements(l.sharers) AS e
+                          WHERE (e->>'u')::timestamptz > excluded.acquired_at) + 1
+                       <= least(excluded.holder_limit,
+                                CASE WHEN {p_counts} THEN l.holder_limit END,
+                                (SELECT min((e->>'l')::bigint)
+                                 FROM jsonb_array_elements(l.sharers) AS e
+                                 WHERE (e->>'u')::timestamptz > excluded.acquired_at)) END)
+  RETURNING CASE WHEN l.owner = $2 OR l.sharers = '[]'::jsonb THEN l.holder_token
                  ELSE (SELECT max((e->>'t')::bigint) FROM jsonb_array_elements(l.sharers) AS e
                        WHERE e->>'o' = $2) END AS token){queue_write}
 SELECT (SELECT token FROM granted),
@@ -244,8 +249,8 @@ const std::map<std::string, std::string>& AcquireConditions() {
       {"p_mine",
        "coalesce(" "(l.owner = excluded.owner AND l.expires_at > excluded.acquired_at)" ", false)"},
       {"s_mine",
-       "coalesce(" "EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e WHERE e->>'o' = excluded.owner "
-       "AND (e->>'x')::timestamptz > excluded.acquired_at)" ", false)"},
+       "coalesce(" "(l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e WHERE e->>'o' = excluded.owner "
+       "AND (e->>'x')::timestamptz > excluded.acquired_at))" ", false)"},
       // The primary holding counts (held, or inside its lock-delay).
       {"p_counts",
        "coalesce(" "(l.owner IS NOT NULL AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > "
@@ -253,21 +258,22 @@ const std::map<std::string, std::string>& AcquireConditions() {
       // Any holding of ours counts (one inside its lock-delay waits it out).
       {"mine_counts",
        "coalesce(" "((l.owner = excluded.owner AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' "
-       "> excluded.acquired_at) OR EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
-       "WHERE e->>'o' = excluded.owner AND (e->>'u')::timestamptz > excluded.acquired_at))" ", false)"},
+       "> excluded.acquired_at) OR (l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
+       "WHERE e->>'o' = excluded.owner AND (e->>'u')::timestamptz > excluded.acquired_at)))" ", false)"},
       // A new grant that goes to the primary: no retry, and no primary
       // holding counts.
       {"new_p",
        "(NOT coalesce(l.owner = excluded.owner AND l.expires_at > excluded.acquired_at, false) "
-       "AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
-       "WHERE e->>'o' = excluded.owner AND (e->>'x')::timestamptz > excluded.acquired_at) "
+       "AND NOT (l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
+       "WHERE e->>'o' = excluded.owner AND (e->>'x')::timestamptz > excluded.acquired_at)) "
        "AND NOT coalesce(l.owner IS NOT NULL AND l.expires_at + l.lock_delay_ms * interval "
        "'1 millisecond' > excluded.acquired_at, false))"},
       // The sharers that still count.
       {"s_live",
+       "(CASE WHEN l.sharers = '[]'::jsonb THEN l.sharers ELSE "
        "(SELECT coalesce(jsonb_agg(e ORDER BY i), '[]'::jsonb) FROM "
        "jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i) "
-       "WHERE (e->>'u')::timestamptz > excluded.acquired_at)"},
+       "WHERE (e->>'u')::timestamptz > excluded.acquired_at) END)"},
   };
   return *conditions;
 }
@@ -342,12 +348,15 @@ released AS (
   UPDATE {t} AS l SET
     owner = CASE WHEN {p_free} THEN NULL ELSE l.owner END,
     expires_at = CASE WHEN {p_free} THEN NULL ELSE l.expires_at END,
-    sharers = (SELECT coalesce(jsonb_agg(e ORDER BY i), '[]'::jsonb)
+    sharers = CASE WHEN l.sharers = '[]'::jsonb THEN l.sharers ELSE
+              (SELECT coalesce(jsonb_agg(e ORDER BY i), '[]'::jsonb)
                FROM jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i)
-               WHERE (e->>'u')::timestamptz > c.now AND NOT {s_free})
+               WHERE (e->>'u')::timestamptz > c.now AND NOT {s_free}) END
   FROM c
   WHERE l.key = $1
-    AND ({p_free} OR EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e WHERE {s_free}))
+    AND ({p_free} OR (l.sharers <> '[]'::jsonb
+                      AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                                  WHERE {s_free})))
   RETURNING 1),
 head AS (
   SELECT owner, holder_limit FROM {q}
