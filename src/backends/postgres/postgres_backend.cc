@@ -19,9 +19,15 @@ namespace {
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-// Bumped when the tables change shape; kept in the tables' comments.
-constexpr const char* kLocksComment = "dlock locks, schema 1";
-constexpr const char* kQueueComment = "dlock wait queue, schema 1";
+// Bumped when the tables change shape; kept in the tables' comments. Schema
+// 2 added the holder's ttl, lock-delay and label, the waiter's limit and
+// label, and the run-once table; a schema-1 table is migrated in place
+// (kCreateSql, under the same advisory lock as creation).
+constexpr const char* kLocksComment = "dlock locks, schema 2";
+constexpr const char* kQueueComment = "dlock wait queue, schema 2";
+constexpr const char* kDoneComment = "dlock run-once marks, schema 2";
+constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
+constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 
 // A renewal waits at most this fraction of its shortest TTL (and at least
 // kMinRenewBudget): a renewal answered later is useless anyway (the core
@@ -29,7 +35,8 @@ constexpr const char* kQueueComment = "dlock wait queue, schema 1";
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
 
-// {t} is the locks table, {q} the queue table, both quoted identifiers.
+// {t} is the locks table, {q} the queue table, {d} the run-once table, all
+// quoted identifiers.
 //
 // Session set-up, one round trip: do the tables exist and are they dlock's;
 // and a session that would commit asynchronously (synchronous_commit=off
@@ -39,13 +46,18 @@ constexpr const char* kCheckSql = R"sql(
 SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class'),
        to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
        CASE WHEN current_setting('synchronous_commit') = 'off'
-            THEN set_config('synchronous_commit', 'on', false) END
+            THEN set_config('synchronous_commit', 'on', false) END,
+       to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class')
 )sql";
 
 // Many clients may start at once against an empty database: the advisory
 // lock makes them create the tables one after the other, and the second
 // finds them there (CREATE TABLE IF NOT EXISTS alone can fail on a race in
-// the catalogs).
+// the catalogs). A schema-1 table (from the previous dlock) gains the new
+// columns, with defaults that keep its rows' meaning (no lock-delay, limit
+// 1, no label), and its comment says schema 2 (a schema-1 dlock then refuses
+// to open it; one already running keeps excluding correctly, since holders
+// still live in the same rows, but ignores lock-delays).
 constexpr const char* kCreateSql = R"sql(
 BEGIN;
 SELECT pg_advisory_xact_lock({lock_id});
@@ -53,42 +65,95 @@ DO $dlock$
 BEGIN
   IF to_regclass('{t}') IS NULL THEN
     CREATE TABLE {t} (
-      key         bytea PRIMARY KEY,
-      owner       text,
-      token       bigint NOT NULL CHECK (token > 0),
-      expires_at  timestamptz,
-      acquired_at timestamptz
+      key           bytea PRIMARY KEY,
+      owner         text,
+      token         bigint NOT NULL CHECK (token > 0),
+      expires_at    timestamptz,
+      acquired_at   timestamptz,
+      ttl_ms        bigint,
+      lock_delay_ms bigint NOT NULL DEFAULT 0,
+      label         text,
+      holder_limit  bigint NOT NULL DEFAULT 1,
+      holder_token  bigint,
+      sharers       jsonb NOT NULL DEFAULT '[]'
     ) WITH (fillfactor = 90);
+    COMMENT ON TABLE {t} IS '{locks_comment}';
+  ELSIF obj_description(to_regclass('{t}'), 'pg_class') = '{locks_comment_v1}' THEN
+    ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ttl_ms bigint,
+                    ADD COLUMN IF NOT EXISTS lock_delay_ms bigint NOT NULL DEFAULT 0,
+                    ADD COLUMN IF NOT EXISTS label text,
+                    ADD COLUMN IF NOT EXISTS holder_limit bigint NOT NULL DEFAULT 1,
+                    ADD COLUMN IF NOT EXISTS holder_token bigint,
+                    ADD COLUMN IF NOT EXISTS sharers jsonb NOT NULL DEFAULT '[]';
+    -- Schema 1 kept one holder per key, whose token was the counter.
+    UPDATE {t} SET holder_token = token WHERE owner IS NOT NULL;
     COMMENT ON TABLE {t} IS '{locks_comment}';
   END IF;
   IF to_regclass('{q}') IS NULL THEN
     CREATE TABLE {q} (
-      key         bytea NOT NULL,
-      owner       text NOT NULL,
-      enqueued_at timestamptz NOT NULL,
-      expires_at  timestamptz NOT NULL,
+      key          bytea NOT NULL,
+      owner        text NOT NULL,
+      enqueued_at  timestamptz NOT NULL,
+      expires_at   timestamptz NOT NULL,
+      holder_limit bigint NOT NULL DEFAULT 1,
+      label        text NOT NULL DEFAULT '',
       PRIMARY KEY (key, owner)
     );
     COMMENT ON TABLE {q} IS '{queue_comment}';
+  ELSIF obj_description(to_regclass('{q}'), 'pg_class') = '{queue_comment_v1}' THEN
+    ALTER TABLE {q} ADD COLUMN IF NOT EXISTS holder_limit bigint NOT NULL DEFAULT 1,
+                    ADD COLUMN IF NOT EXISTS label text NOT NULL DEFAULT '';
+    COMMENT ON TABLE {q} IS '{queue_comment}';
+  END IF;
+  IF to_regclass('{d}') IS NULL THEN
+    CREATE TABLE {d} (
+      key     bytea PRIMARY KEY,
+      owner   text NOT NULL,
+      token   bigint NOT NULL,
+      done_at timestamptz NOT NULL
+    );
+    COMMENT ON TABLE {d} IS '{done_comment}';
   END IF;
 END
 $dlock$;
 COMMIT;
 )sql";
 
-// Acquire, one statement: $1 key, $2 owner, $3 ttl_ms, $4 queue_ttl_ms,
-// $5 channel, $6 key hash text.
-//  - held:   the live holder, if any (expiry by the server's clock).
+// Holders. The first holder of a key lives in the key's row itself (owner,
+// holder_token, expires_at, acquired_at, ttl_ms, lock_delay_ms, label,
+// holder_limit: "the primary"), so an exclusive lock is the same one-row
+// HOT update as before sharing. Further holders of a shared key (readers,
+// semaphore permits) live in the same row's `sharers`, a jsonb array of
+// {"o": owner, "t": token, "x": expires_at, "u": expires_at + lock_delay,
+//  "a": acquired_at, "ttl": ttl_ms, "d": lock_delay_ms, "l": limit,
+//  "b": label}. Keeping every holder in the one row is what makes the
+// sharing rule exact: the upsert's WHERE and SET are evaluated on the
+// latest row version under its row lock, so a concurrent grant is always
+// seen (a second table read by the statement's snapshot would not be).
+// A holding counts (for the sharing rule) while expires_at + lock_delay is
+// ahead of the server's clock; it is held while expires_at is.
+
+// Acquire, one statement, built from this one template for both prepared
+// forms: dlock_acquire (a waiting attempt, with the queue CTEs) and
+// dlock_acquire_once (a single attempt, the uncontended fast path: the queue
+// is only read). $1 key, $2 owner, $3 ttl_ms, $4 lock_delay_ms, $5 label,
+// $6 limit; waiting only: $7 queue_ttl_ms, $8 channel, $9 key hash text.
+//  - c:      the statement's one reading of the server's clock. Taken
+//            before any row lock wait, so expiry is judged late, never
+//            early, and every expression below agrees on it.
+//  - held:   the holdings that count, from the statement's snapshot.
 //  - mine:   this owner's live place in the queue.
-//  - ahead:  a live waiter that goes before us: any live waiter for a single
-//            attempt ($4 = 0) or a first-time waiter, else those that came
-//            first (enqueued_at, owner as the tie-break).
-//  - granted: the upsert, attempted only when we already hold the key (a
-//            retried request gets the same token back) or when nobody holds
-//            it and nobody is ahead. Its WHERE is evaluated on the latest row
-//            version under the row lock, so two grants can never overlap: a
-//            free, expired, or our own row is taken, a live holder's is not.
-//            token + 1 for a new grant, the same token for our own row.
+//  - ahead:  live waiters that go before us (all of them for a single
+//            attempt or a first-time waiter), their number and smallest
+//            limit.
+//  - granted: the upsert, attempted only when we hold the key live (a
+//            retried request gets the same token back) or when the sharing
+//            rule admits us by the snapshot and the queue. Its WHERE
+//            re-checks the rule on the latest row version under the row
+//            lock (the queue part only decides who may try: fairness, never
+//            exclusion). A new grant takes token + 1 and goes to the primary
+//            when no primary holding counts, else into sharers; lapsed
+//            sharers are dropped on the way.
 //  - enqueued: a refused waiter takes (or keeps, while live) its place.
 //  - dequeued: a granted owner leaves the queue, with any expired entries.
 //  - told:   a grant tells the next waiter in line (NOTIFY, payload
@@ -101,43 +166,142 @@ COMMIT;
 //            releaser already chose to notify, and would then sleep out its
 //            queue refresh; the one notified instead finds it first and
 //            passes the wake-up on.
-// The queue statements run only when needed, so an uncontended single
-// attempt writes one row, and a refused one writes nothing.
-constexpr const char* kAcquireSql = R"sql(
+// A refused single attempt writes nothing.
+constexpr const char* kAcquireTemplate = R"sql(
 WITH
+c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 held AS (
-  SELECT owner, expires_at FROM {t}
-  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
-mine AS (
+  SELECT l.owner, l.expires_at + l.lock_delay_ms * interval '1 millisecond' AS until,
+         l.holder_limit AS lim, l.expires_at > c.now AS live
+  FROM {t} AS l, c
+  WHERE l.key = $1 AND l.owner IS NOT NULL
+    AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now
+  UNION ALL
+  SELECT e->>'o', (e->>'u')::timestamptz, (e->>'l')::bigint, (e->>'x')::timestamptz > c.now
+  FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
+  WHERE l.key = $1 AND (e->>'u')::timestamptz > c.now),
+{queue_read}
+granted AS (
+  INSERT INTO {t} AS l (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
+                        lock_delay_ms, label, holder_limit, sharers)
+  SELECT $1, $2, 1, 1, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6, '[]'
+  FROM c
+  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND live)
+     OR (NOT EXISTS (SELECT 1 FROM held WHERE owner = $2)
+         AND (SELECT count(*) FROM held) + (SELECT n FROM ahead) + 1
+             <= least($6, (SELECT min(lim) FROM held), (SELECT lim FROM ahead)))
+  ON CONFLICT (key) DO UPDATE SET
+    token = CASE WHEN {p_mine} OR {s_mine} THEN l.token ELSE l.token + 1 END,
+    owner = CASE WHEN {new_p} THEN excluded.owner ELSE l.owner END,
+    holder_token = CASE WHEN {new_p} THEN l.token + 1 ELSE l.holder_token END,
+    expires_at = CASE WHEN {p_mine} OR {new_p} THEN excluded.expires_at ELSE l.expires_at END,
+    acquired_at = CASE WHEN {new_p} THEN excluded.acquired_at ELSE l.acquired_at END,
+    ttl_ms = CASE WHEN {p_mine} OR {new_p} THEN excluded.ttl_ms ELSE l.ttl_ms END,
+    lock_delay_ms = CASE WHEN {p_mine} OR {new_p} THEN excluded.lock_delay_ms
+                         ELSE l.lock_delay_ms END,
+    label = CASE WHEN {p_mine} OR {new_p} THEN excluded.label ELSE l.label END,
+    holder_limit = CASE WHEN {new_p} THEN excluded.holder_limit ELSE l.holder_limit END,
+    sharers = CASE
+      WHEN {p_mine} THEN l.sharers
+      WHEN {s_mine} THEN (
+        SELECT jsonb_agg(CASE WHEN e->>'o' = excluded.owner
+                              THEN e || jsonb_build_object(
+                                'x', excluded.expires_at,
+                                'u', excluded.expires_at
+                                       + excluded.lock_delay_ms * interval '1 millisecond',
+                                'ttl', excluded.ttl_ms, 'd', excluded.lock_delay_ms)
+                              ELSE e END ORDER BY i)
+        FROM jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i))
+      WHEN {new_p} THEN {s_live}
+      ELSE {s_live} || jsonb_build_array(jsonb_build_object(
+        'o', excluded.owner, 't', l.token + 1, 'x', excluded.expires_at,
+        'u', excluded.expires_at + excluded.lock_delay_ms * interval '1 millisecond',
+        'a', excluded.acquired_at, 'ttl', excluded.ttl_ms, 'd', excluded.lock_delay_ms,
+        'l', excluded.holder_limit, 'b', excluded.label)) END
+  WHERE {p_mine} OR {s_mine}
+     OR (NOT {mine_counts}
+         AND CASE WHEN l.sharers = '[]'::jsonb
+                  THEN {p_counts}::int + 1
+                       <= least(excluded.holder_limit, CASE WHEN {p_counts} THEN l.holder_limit END)
+                  ELSE {p_counts}::int
+                       + (SELECT count(*) FROM jsonb_array_elements(l.sharers) AS e
+                          WHERE (e->>'u')::timestamptz > excluded.acquired_at) + 1
+                       <= least(excluded.holder_limit,
+                                CASE WHEN {p_counts} THEN l.holder_limit END,
+                                (SELECT min((e->>'l')::bigint)
+                                 FROM jsonb_array_elements(l.sharers) AS e
+                                 WHERE (e->>'u')::timestamptz > excluded.acquired_at)) END)
+  RETURNING CASE WHEN l.owner = $2 OR l.sharers = '[]'::jsonb THEN l.holder_token
+                 ELSE (SELECT max((e->>'t')::bigint) FROM jsonb_array_elements(l.sharers) AS e
+                       WHERE e->>'o' = $2) END AS token){queue_write}
+SELECT (SELECT token FROM granted),
+       (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
+        FROM held WHERE owner <> $2){queue_counts}
+)sql";
+
+// Conditions on the existing row `l` inside the upsert's DO UPDATE, where
+// `excluded` is the request (excluded.acquired_at is the statement's now).
+// Each is coalesced to false: a free row's owner and expiry are NULL, and
+// NOT NULL would be NULL, not true.
+const std::map<std::string, std::string>& AcquireConditions() {
+  static const auto* conditions = new std::map<std::string, std::string>{
+      // Our live primary holding / our live sharer holding: a retry.
+      {"p_mine",
+       "coalesce(" "(l.owner = excluded.owner AND l.expires_at > excluded.acquired_at)" ", false)"},
+      {"s_mine",
+       "coalesce(" "(l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e WHERE e->>'o' = excluded.owner "
+       "AND (e->>'x')::timestamptz > excluded.acquired_at))" ", false)"},
+      // The primary holding counts (held, or inside its lock-delay).
+      {"p_counts",
+       "coalesce(" "(l.owner IS NOT NULL AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > "
+       "excluded.acquired_at)" ", false)"},
+      // Any holding of ours counts (one inside its lock-delay waits it out).
+      {"mine_counts",
+       "coalesce(" "((l.owner = excluded.owner AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' "
+       "> excluded.acquired_at) OR (l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
+       "WHERE e->>'o' = excluded.owner AND (e->>'u')::timestamptz > excluded.acquired_at)))" ", false)"},
+      // A new grant that goes to the primary: no retry, and no primary
+      // holding counts.
+      {"new_p",
+       "(NOT coalesce(l.owner = excluded.owner AND l.expires_at > excluded.acquired_at, false) "
+       "AND NOT (l.sharers <> '[]'::jsonb AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
+       "WHERE e->>'o' = excluded.owner AND (e->>'x')::timestamptz > excluded.acquired_at)) "
+       "AND NOT coalesce(l.owner IS NOT NULL AND l.expires_at + l.lock_delay_ms * interval "
+       "'1 millisecond' > excluded.acquired_at, false))"},
+      // The sharers that still count.
+      {"s_live",
+       "(CASE WHEN l.sharers = '[]'::jsonb THEN l.sharers ELSE "
+       "(SELECT coalesce(jsonb_agg(e ORDER BY i), '[]'::jsonb) FROM "
+       "jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i) "
+       "WHERE (e->>'u')::timestamptz > excluded.acquired_at) END)"},
+  };
+  return *conditions;
+}
+
+constexpr const char* kAcquireQueueRead = R"sql(mine AS (
   SELECT enqueued_at FROM {q}
   WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()),
 ahead AS (
-  SELECT 1 FROM {q} AS w
+  SELECT count(*) AS n, min(holder_limit) AS lim FROM {q} AS w
   WHERE w.key = $1 AND w.owner <> $2 AND w.expires_at > clock_timestamp()
-    AND ($4 = 0 OR NOT EXISTS (SELECT 1 FROM mine)
-         OR (w.enqueued_at, w.owner) < ((SELECT enqueued_at FROM mine), $2))
-  LIMIT 1),
-granted AS (
-  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
-  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
-  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
-     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead))
-  ON CONFLICT (key) DO UPDATE SET
-    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
-                       ELSE excluded.acquired_at END,
-    owner       = excluded.owner,
-    expires_at  = excluded.expires_at
-  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
-  RETURNING l.token),
+    AND (NOT EXISTS (SELECT 1 FROM mine)
+         OR (w.enqueued_at, w.owner) < ((SELECT enqueued_at FROM mine), $2))),)sql";
+
+constexpr const char* kAcquireOnceQueueRead = R"sql(ahead AS (
+  SELECT count(*) AS n, min(holder_limit) AS lim FROM {q}
+  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()),)sql";
+
+constexpr const char* kAcquireQueueWrite = R"sql(,
 enqueued AS (
-  INSERT INTO {q} AS w (key, owner, enqueued_at, expires_at)
-  SELECT $1, $2, clock_timestamp(), clock_timestamp() + $4 * interval '1 millisecond'
-  WHERE $4 > 0 AND NOT EXISTS (SELECT 1 FROM granted)
+  INSERT INTO {q} AS w (key, owner, enqueued_at, expires_at, holder_limit, label)
+  SELECT $1, $2, clock_timestamp(), clock_timestamp() + $7 * interval '1 millisecond', $6, $5
+  WHERE NOT EXISTS (SELECT 1 FROM granted)
   ON CONFLICT (key, owner) DO UPDATE SET
-    enqueued_at = CASE WHEN w.expires_at > clock_timestamp() THEN w.enqueued_at
-                       ELSE excluded.enqueued_at END,
-    expires_at  = excluded.expires_at
+    enqueued_at  = CASE WHEN w.expires_at > clock_timestamp() THEN w.enqueued_at
+                        ELSE excluded.enqueued_at END,
+    expires_at   = excluded.expires_at,
+    holder_limit = excluded.holder_limit,
+    label        = excluded.label
   RETURNING 1),
 dequeued AS (
   DELETE FROM {q}
@@ -150,106 +314,152 @@ successor AS (
   ORDER BY enqueued_at, owner
   LIMIT 1),
 told AS (
-  SELECT pg_notify($5, $6 || ' ' || owner || ' ' || $3) FROM successor
+  SELECT pg_notify($8, $9 || ' ' || owner || ' ' || $3) FROM successor
   WHERE EXISTS (SELECT 1 FROM granted)),
 nudged AS (
-  SELECT pg_notify($5, $6 || ' ' || owner) FROM successor
-  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held))
-SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2),
+  SELECT pg_notify($8, $9 || ' ' || owner) FROM successor
+  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held)))sql";
+
+constexpr const char* kAcquireQueueCounts = R"sql(,
        (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
-       (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged)
-)sql";
+       (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged))sql";
 
-// A single attempt ($4 = 0 above), the uncontended fast path: the same
-// decision without the queue writes. $1 key, $2 owner, $3 ttl_ms.
-constexpr const char* kAcquireOnceSql = R"sql(
-WITH
-held AS (
-  SELECT owner, expires_at FROM {t}
-  WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()),
-queued AS (
-  SELECT 1 FROM {q}
-  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
-  LIMIT 1),
-granted AS (
-  INSERT INTO {t} AS l (key, owner, token, expires_at, acquired_at)
-  SELECT $1, $2, 1, clock_timestamp() + $3 * interval '1 millisecond', clock_timestamp()
-  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2)
-     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM queued))
-  ON CONFLICT (key) DO UPDATE SET
-    token       = CASE WHEN l.owner = excluded.owner THEN l.token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN l.owner = excluded.owner THEN l.acquired_at
-                       ELSE excluded.acquired_at END,
-    owner       = excluded.owner,
-    expires_at  = excluded.expires_at
-  WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
-  RETURNING l.token)
-SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2)
-)sql";
+// The two prepared forms of kAcquireTemplate.
+std::string AcquireSql(bool waiting) {
+  std::string sql = kAcquireTemplate;
+  auto put = [&](const std::string& name, const char* text) {
+    const std::size_t pos = sql.find(name);
+    sql.replace(pos, name.size(), text);
+  };
+  put("{queue_read}", waiting ? kAcquireQueueRead : kAcquireOnceQueueRead);
+  put("{queue_write}", waiting ? kAcquireQueueWrite : "");
+  put("{queue_counts}", waiting ? kAcquireQueueCounts : "");
+  return sql;
+}
 
-// Release of a held lease by an owner that has no place in the queue (it
-// was granted, which removed its place): free the row and NOTIFY, one row
-// back. No row back (nothing released): kReleaseSql decides why.
-// $1 key, $2 owner, $3 channel, $4 key hash text.
-constexpr const char* kReleaseHeldSql = R"sql(
-WITH
+// Release: frees this owner's holding (primary or sharer), unless it expired
+// and is still inside its lock-delay (an unclean end keeps the key closed
+// for the delay, even when the late holder then releases); drops lapsed
+// sharers on the way. {released} is shared by both release statements.
+// $1 key, $2 owner.
+constexpr const char* kReleasedCte = R"sql(
+c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 released AS (
-  UPDATE {t} SET owner = NULL, expires_at = NULL
-  WHERE key = $1 AND owner = $2
+  UPDATE {t} AS l SET
+    owner = CASE WHEN {p_free} THEN NULL ELSE l.owner END,
+    expires_at = CASE WHEN {p_free} THEN NULL ELSE l.expires_at END,
+    sharers = CASE WHEN l.sharers = '[]'::jsonb THEN l.sharers ELSE
+              (SELECT coalesce(jsonb_agg(e ORDER BY i), '[]'::jsonb)
+               FROM jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i)
+               WHERE (e->>'u')::timestamptz > c.now AND NOT {s_free}) END
+  FROM c
+  WHERE l.key = $1
+    AND ({p_free} OR (l.sharers <> '[]'::jsonb
+                      AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                                  WHERE {s_free})))
   RETURNING 1),
 head AS (
-  SELECT owner FROM {q}
+  SELECT owner, holder_limit FROM {q}
   WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
   ORDER BY enqueued_at, owner
-  LIMIT 1)
-SELECT pg_notify($3, $4 || ' ' || coalesce((SELECT owner FROM head), '')) FROM released
+  LIMIT 1),)sql";
+
+const std::map<std::string, std::string>& ReleaseConditions() {
+  static const auto* conditions = new std::map<std::string, std::string>{
+      {"p_free",
+       "coalesce(" "(l.owner = $2 AND NOT (l.expires_at <= c.now AND "
+       "l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now))" ", false)"},
+      {"s_free",
+       "coalesce(" "(e->>'o' = $2 AND NOT ((e->>'x')::timestamptz <= c.now AND "
+       "(e->>'u')::timestamptz > c.now))" ", false)"},
+  };
+  return *conditions;
+}
+
+// The NOTIFY after a release names the head of the queue, so only the next
+// in line wakes; when that head shares (a reader, a permit), everybody on
+// the key wakes (the empty owner), as several may now be admitted.
+constexpr const char* kHeadOwnerSql =
+    "coalesce((SELECT CASE WHEN holder_limit = 1 THEN owner ELSE '' END FROM head), '')";
+
+// Release of a held lease by an owner that has no place in the queue (it
+// was granted, which removed its place): free the holding and NOTIFY, one
+// row back. No row back (nothing released): kReleaseSql decides why.
+// $1 key, $2 owner, $3 channel, $4 key hash text.
+constexpr const char* kReleaseHeldSql = R"sql(
+WITH {released}
+unused AS (SELECT 1)
+SELECT pg_notify($3, $4 || ' ' || {head_owner}) FROM released
 )sql";
 
 // Release, one statement: $1 key, $2 owner, $3 channel, $4 key hash text.
-// Frees our row (keeping its token counter), drops our place in the queue,
-// and NOTIFYs, in the same transaction, the head of the queue (or everybody
-// on the key when nobody queues): after a release of the key, or after a
-// waiter that gave up left a free key's queue. `other` tells kNotOwner from
+// Frees our holding (keeping the row's token counter), drops our place in
+// the queue, and NOTIFYs, in the same transaction, the head of the queue
+// (or everybody on the key): after a release of the key, or after a waiter
+// that gave up left a free key's queue. `other` tells kNotOwner from
 // "nobody holds it" (OK: release is idempotent).
 constexpr const char* kReleaseSql = R"sql(
-WITH
-released AS (
-  UPDATE {t} SET owner = NULL, expires_at = NULL
-  WHERE key = $1 AND owner = $2
-  RETURNING 1),
+WITH {released}
 left_queue AS (
   DELETE FROM {q} WHERE key = $1 AND owner = $2
   RETURNING 1),
 other AS (
-  SELECT 1 FROM {t}
-  WHERE key = $1 AND owner IS NOT NULL AND owner <> $2 AND expires_at > clock_timestamp()),
-head AS (
-  SELECT owner FROM {q}
-  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
-  ORDER BY enqueued_at, owner
-  LIMIT 1),
+  SELECT 1 FROM {t} AS l
+  WHERE l.key = $1
+    AND ((l.owner IS NOT NULL AND l.owner <> $2 AND l.expires_at > clock_timestamp())
+         OR EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                    WHERE e->>'o' <> $2 AND (e->>'x')::timestamptz > clock_timestamp()))),
 notified AS (
-  SELECT pg_notify($3, $4 || ' ' || coalesce((SELECT owner FROM head), ''))
+  SELECT pg_notify($3, $4 || ' ' || {head_owner})
   WHERE EXISTS (SELECT 1 FROM released)
      OR (EXISTS (SELECT 1 FROM left_queue) AND NOT EXISTS (SELECT 1 FROM other)))
 SELECT (SELECT count(*) FROM released), EXISTS (SELECT 1 FROM other),
        (SELECT count(*) FROM notified)
 )sql";
 
-// Renew every due lease of a client, one statement: $1 keys (hex), $2
-// owners, $3 ttl_ms, as arrays. Only a live lease of the same owner is
-// extended (an expired one may be taken over at any moment: it is lost).
+std::string ReleaseSql(const char* form) {
+  std::map<std::string, std::string> values = ReleaseConditions();
+  std::string released = kReleasedCte;
+  for (const auto& [name, value] : values) {
+    const std::string pattern = "{" + name + "}";
+    for (std::size_t pos = released.find(pattern); pos != std::string::npos;
+         pos = released.find(pattern, pos + value.size())) {
+      released.replace(pos, pattern.size(), value);
+    }
+  }
+  std::string sql = form;
+  sql.replace(sql.find("{released}"), 10, released);
+  const std::string head = kHeadOwnerSql;
+  sql.replace(sql.find("{head_owner}"), 12, head);
+  return sql;
+}
+
+// Renew due leases of a client, one statement per round, each key at most
+// once per round (an UPDATE changes a row once): $1 keys (hex), $2 owners,
+// $3 ttl_ms, as arrays. Only a live holding of the same owner is extended
+// (an expired one may be taken over at any moment: it is lost). The WHERE is
+// re-checked on the latest row version, and every expression uses the same
+// reading of the clock, so a row returned was renewed.
 constexpr const char* kRenewSql = R"sql(
-UPDATE {t} AS l
-SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms)
-WHERE l.key = decode(r.key_hex, 'hex') AND l.owner = r.owner
-  AND l.expires_at > clock_timestamp()
-RETURNING encode(l.key, 'hex'), l.owner
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE {t} AS l SET
+  expires_at = CASE WHEN l.owner = r.owner AND l.expires_at > c.now
+                    THEN c.now + r.ttl_ms * interval '1 millisecond' ELSE l.expires_at END,
+  ttl_ms = CASE WHEN l.owner = r.owner AND l.expires_at > c.now THEN r.ttl_ms ELSE l.ttl_ms END,
+  sharers = CASE WHEN l.owner = r.owner AND l.expires_at > c.now THEN l.sharers ELSE (
+    SELECT jsonb_agg(CASE WHEN e->>'o' = r.owner AND (e->>'x')::timestamptz > c.now
+                          THEN e || jsonb_build_object(
+                            'x', c.now + r.ttl_ms * interval '1 millisecond',
+                            'u', c.now + (r.ttl_ms + (e->>'d')::bigint) * interval '1 millisecond',
+                            'ttl', r.ttl_ms)
+                          ELSE e END ORDER BY i)
+    FROM jsonb_array_elements(l.sharers) WITH ORDINALITY AS s(e, i)) END
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms), c
+WHERE l.key = decode(r.key_hex, 'hex')
+  AND ((l.owner = r.owner AND l.expires_at > c.now)
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                  WHERE e->>'o' = r.owner AND (e->>'x')::timestamptz > c.now))
+RETURNING encode(l.key, 'hex'), r.owner
 )sql";
 
 // Ping (`dlock bench`'s floor): one durable single-row write of the kind a
@@ -260,15 +470,58 @@ INSERT INTO {t} AS l (key, owner, token) VALUES ('\x00646c6f636b2070696e67'::byt
 ON CONFLICT (key) DO UPDATE SET token = l.token % 1000000000 + 1
 )sql";
 
-// A key range rather than LIKE: keys may hold '%', '_' and any byte.
+// A key range rather than LIKE: keys may hold '%', '_' and any byte. One
+// row per holder: the primary, then each live sharer.
 constexpr const char* kListSql = R"sql(
-SELECT encode(key, 'hex'), owner, token,
-       GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint
-FROM {t}
-WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
-  AND owner IS NOT NULL AND expires_at > clock_timestamp()
-ORDER BY key
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+SELECT encode(l.key, 'hex'), l.owner, coalesce(l.holder_token, l.token),
+       GREATEST(1, ceil(extract(epoch FROM l.expires_at - c.now) * 1000))::bigint,
+       coalesce(l.ttl_ms, 0),
+       floor(extract(epoch FROM c.now - l.acquired_at) * 1000)::bigint,
+       coalesce(l.label, ''), l.holder_limit
+FROM {t} AS l, c
+WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+  AND l.owner IS NOT NULL AND l.expires_at > c.now
+UNION ALL
+SELECT encode(l.key, 'hex'), e->>'o', (e->>'t')::bigint,
+       GREATEST(1, ceil(extract(epoch FROM (e->>'x')::timestamptz - c.now) * 1000))::bigint,
+       (e->>'ttl')::bigint,
+       floor(extract(epoch FROM c.now - (e->>'a')::timestamptz) * 1000)::bigint,
+       e->>'b', (e->>'l')::bigint
+FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
+WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+  AND (e->>'x')::timestamptz > c.now
+ORDER BY 1, 3
 )sql";
+
+constexpr const char* kWaitersSql = R"sql(
+SELECT encode(key, 'hex'), owner, holder_limit, label,
+       floor(extract(epoch FROM clock_timestamp() - enqueued_at) * 1000)::bigint
+FROM {q}
+WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND expires_at > clock_timestamp()
+ORDER BY key, enqueued_at, owner
+)sql";
+
+// Run-once marks: only a live holder of the key may set one. FOR UPDATE
+// re-reads the key's row at its latest version under the row lock, so a
+// grant or release that committed meanwhile is seen. $1 key, $2 owner.
+constexpr const char* kMarkDoneSql = R"sql(
+WITH h AS (
+  SELECT CASE WHEN l.owner = $2 AND l.expires_at > clock_timestamp() THEN l.holder_token
+              ELSE (SELECT max((e->>'t')::bigint) FROM jsonb_array_elements(l.sharers) AS e
+                    WHERE e->>'o' = $2 AND (e->>'x')::timestamptz > clock_timestamp()) END
+           AS token
+  FROM {t} AS l
+  WHERE l.key = $1
+  FOR UPDATE)
+INSERT INTO {d} AS d (key, owner, token, done_at)
+SELECT $1, $2, token, clock_timestamp() FROM h WHERE token IS NOT NULL
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
+  done_at = excluded.done_at
+RETURNING 1
+)sql";
+
+constexpr const char* kIsDoneSql = "SELECT 1 FROM {d} WHERE key = $1";
 
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
   for (const auto& [name, value] : values) {
@@ -366,6 +619,7 @@ class PostgresBackend final : public Backend {
         clock_(options_.clock ? options_.clock : DefaultClock()),
         locks_(Quoted(options_.table)),
         queue_(Quoted(options_.table + "_queue")),
+        done_(Quoted(options_.table + "_done")),
         listener_(options_.conninfo, options_.table, options_.connect_timeout,
                   options_.describe) {}
 
@@ -381,6 +635,11 @@ class PostgresBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override { return options_.describe; }
+  bool SupportsLockDelay() const override { return true; }
+  bool SupportsSharing() const override { return true; }
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
   Status Ping() override {
     auto r = Run("dlock_ping", Params(), CallDeadline(), "ping");
     return r.ok() ? Status::Ok() : r.status();
@@ -400,6 +659,7 @@ class PostgresBackend final : public Backend {
   const std::shared_ptr<Clock> clock_;
   const std::string locks_;  // quoted
   const std::string queue_;  // quoted
+  const std::string done_;   // quoted
 
   // Owners (with their keys) that may have a place in the wait queue: a
   // waiting attempt was sent and no grant answered it. Their release takes
@@ -442,13 +702,18 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     return Await(conn, deadline, what, where);
   };
 
-  auto check = run(kCheckSql, {locks_, queue_}, "check the lock tables");
+  auto check = run(kCheckSql, {locks_, queue_, done_}, "check the lock tables");
   if (!check.ok()) return check.status();
   const PGresult* r = check->get();
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
+  const bool have_done = Value(r, 0, 5) == "t";
+  // Tables of the previous schema are migrated (kCreateSql).
+  const bool old_locks = have_locks && Value(r, 0, 1) == kLocksCommentV1;
+  const bool old_queue = have_queue && Value(r, 0, 3) == kQueueCommentV1;
   auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
-    if (exists && Value(r, 0, col) != comment) {
+    const std::string found = Value(r, 0, col);
+    if (exists && found != comment && found != kLocksCommentV1 && found != kQueueCommentV1) {
       return FailedPreconditionError(
           "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
           "' expected as its comment, found '" + Value(r, 0, col) +
@@ -458,14 +723,19 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
   };
   DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, locks_));
   DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, queue_));
-  if (!have_locks || !have_queue) {
+  DLOCK_RETURN_IF_ERROR(verify(have_done, 6, kDoneComment, done_));
+  if (!have_locks || !have_queue || !have_done || old_locks || old_queue) {
     const std::uint64_t lock_id = KeyHash("dlock schema " + options_.table) >> 1;
     const std::string sql =
         Substitute(kCreateSql, {{"t", locks_},
                                 {"q", queue_},
+                                {"d", done_},
                                 {"lock_id", std::to_string(lock_id)},
                                 {"locks_comment", kLocksComment},
-                                {"queue_comment", kQueueComment}});
+                                {"queue_comment", kQueueComment},
+                                {"done_comment", kDoneComment},
+                                {"locks_comment_v1", kLocksCommentV1},
+                                {"queue_comment_v1", kQueueCommentV1}});
     auto created = run(sql, {}, ("create the lock tables " + locks_).c_str());
     if (!created.ok()) {
       // A failed statement inside BEGIN leaves the transaction open.
@@ -474,17 +744,22 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     }
   }
   std::string prepare;
-  auto add = [&](const char* name, const char* types, const char* sql) {
+  auto add = [&](const char* name, const char* types, const std::string& sql) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
-               Substitute(sql, {{"t", locks_}, {"q", queue_}}) + ";\n";
+               Substitute(sql, {{"t", locks_}, {"q", queue_}, {"d", done_}}) + ";\n";
   };
-  add("dlock_acquire", "(bytea, text, bigint, bigint, text, text)", kAcquireSql);
-  add("dlock_acquire_once", "(bytea, text, bigint)", kAcquireOnceSql);
-  add("dlock_release", "(bytea, text, text, text)", kReleaseSql);
-  add("dlock_release_held", "(bytea, text, text, text)", kReleaseHeldSql);
+  add("dlock_acquire", "(bytea, text, bigint, bigint, text, bigint, bigint, text, text)",
+      Substitute(AcquireSql(true), AcquireConditions()));
+  add("dlock_acquire_once", "(bytea, text, bigint, bigint, text, bigint)",
+      Substitute(AcquireSql(false), AcquireConditions()));
+  add("dlock_release", "(bytea, text, text, text)", ReleaseSql(kReleaseSql));
+  add("dlock_release_held", "(bytea, text, text, text)", ReleaseSql(kReleaseHeldSql));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
   add("dlock_list", "(bytea, bytea)", kListSql);
   add("dlock_ping", "", kPingSql);
+  add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
+  add("dlock_mark_done", "(bytea, text)", kMarkDoneSql);
+  add("dlock_is_done", "(bytea)", kIsDoneSql);
   auto prepared = run(prepare, {}, "prepare statements");
   if (!prepared.ok()) return prepared.status();
   return Status::Ok();
@@ -552,7 +827,12 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
 Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
   if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.limit == 0) return InvalidArgumentError("acquire: the limit is 0");
+  if (request.lock_delay < milliseconds(0)) {
+    return InvalidArgumentError("acquire: lock_delay is negative");
+  }
   if (request.queue_ttl < milliseconds(0)) {
     return InvalidArgumentError("acquire: queue_ttl is negative");
   }
@@ -566,7 +846,12 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   }
 
   Params params;
-  params.Bytes(request.key).Text(owner).Int(request.ttl.count());
+  params.Bytes(request.key)
+      .Text(owner)
+      .Int(request.ttl.count())
+      .Int(request.lock_delay.count())
+      .Text(request.label)
+      .Int(static_cast<std::int64_t>(request.limit));
   if (waiting) {
     params.Int(request.queue_ttl.count())
         .Text(ChannelName(options_.table, hash))
@@ -622,36 +907,60 @@ Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
 
 std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases) {
   std::vector<Status> result(leases.size());
-  std::vector<std::string> keys, owners, ttls;
+  // An UPDATE changes a row once, and every holder of a key lives in its
+  // one row: a batch holding two leases on one key (two permits of one
+  // client) takes more than one round, each key at most once per round.
+  // Almost always one round.
+  struct Round {
+    std::vector<std::string> keys, owners, ttls;
+    std::set<std::string> seen;
+  };
+  std::vector<Round> rounds;
   milliseconds shortest = options_.connect_timeout * kRenewBudgetDivisor;
   for (std::size_t i = 0; i < leases.size(); ++i) {
     result[i] = ValidateKey(leases[i].key);
     if (result[i].ok()) result[i] = ValidateTtl(leases[i].ttl);
     if (!result[i].ok()) continue;
-    keys.push_back(HexEncode(leases[i].key));
-    owners.push_back(leases[i].owner.ToString());
-    ttls.push_back(std::to_string(leases[i].ttl.count()));
+    const std::string key = HexEncode(leases[i].key);
+    auto round = std::find_if(rounds.begin(), rounds.end(),
+                              [&](const Round& r) { return r.seen.count(key) == 0; });
+    if (round == rounds.end()) round = rounds.insert(rounds.end(), Round{});
+    round->seen.insert(key);
+    round->keys.push_back(key);
+    round->owners.push_back(leases[i].owner.ToString());
+    round->ttls.push_back(std::to_string(leases[i].ttl.count()));
     shortest = std::min(shortest, leases[i].ttl);
   }
-  if (keys.empty()) return result;
+  if (rounds.empty()) return result;
   const milliseconds budget = std::clamp(shortest / kRenewBudgetDivisor, kMinRenewBudget,
                                          std::max(kMinRenewBudget, options_.connect_timeout));
-  Params params;
-  params.Text(ArrayLiteral(keys)).Text(ArrayLiteral(owners)).Text(ArrayLiteral(ttls));
-  auto renewed = Run("dlock_renew", params, SteadyClock::now() + budget, "renew");
-  if (!renewed.ok()) {
-    // One statement: when it failed, none of its renewals happened.
-    for (Status& s : result) {
-      if (s.ok()) s = renewed.status();
-    }
-    return result;
-  }
+  const SteadyTime deadline = SteadyClock::now() + budget;
   std::set<std::pair<std::string, std::string>> done;
-  const PGresult* r = renewed->get();
-  for (int row = 0; row < PQntuples(r); ++row) done.emplace(Value(r, row, 0), Value(r, row, 1));
+  Status failure;
+  for (const Round& round : rounds) {
+    Params params;
+    params.Text(ArrayLiteral(round.keys))
+        .Text(ArrayLiteral(round.owners))
+        .Text(ArrayLiteral(round.ttls));
+    auto renewed = Run("dlock_renew", params, deadline, "renew");
+    if (!renewed.ok()) {
+      // One statement: when it failed, none of its renewals happened.
+      failure = renewed.status();
+      for (std::size_t j = 0; j < round.keys.size(); ++j) {
+        done.emplace("!" + round.keys[j], round.owners[j]);
+      }
+      continue;
+    }
+    const PGresult* r = renewed->get();
+    for (int row = 0; row < PQntuples(r); ++row) done.emplace(Value(r, row, 0), Value(r, row, 1));
+  }
   for (std::size_t i = 0; i < leases.size(); ++i) {
     if (!result[i].ok()) continue;
-    if (done.count({HexEncode(leases[i].key), leases[i].owner.ToString()}) == 0) {
+    const std::string key = HexEncode(leases[i].key);
+    const std::string owner = leases[i].owner.ToString();
+    if (done.count({"!" + key, owner}) > 0) {
+      result[i] = failure;
+    } else if (done.count({key, owner}) == 0) {
       result[i] = NotOwnerError("lease on key " + leases[i].key +
                                 " is no longer held by this owner");
     }
@@ -686,9 +995,71 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
     info.owner = *owner;
     info.token = static_cast<FencingToken>(IntValue(r, row, 2));
     info.ttl_remaining = milliseconds(IntValue(r, row, 3));
+    info.ttl = milliseconds(IntValue(r, row, 4));
+    if (!IsNull(r, row, 5)) info.held_for = milliseconds(std::max<std::int64_t>(0, IntValue(r, row, 5)));
+    info.label = Value(r, row, 6);
+    info.limit = static_cast<std::uint32_t>(IntValue(r, row, 7));
     holders.push_back(std::move(info));
   }
   return holders;
+}
+
+Result<std::vector<WaiterInfo>> PostgresBackend::Waiters(std::string_view prefix) {
+  const std::string what = "list the waiters for '" + std::string(prefix) + "'";
+  const std::optional<std::string> end = PrefixEnd(prefix);
+  Params params;
+  params.Bytes(prefix);
+  if (end) {
+    params.Bytes(*end);
+  } else {
+    params.Null();
+  }
+  auto result = Run("dlock_waiters", params, CallDeadline(), what);
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  std::vector<WaiterInfo> waiters;
+  for (int row = 0; row < PQntuples(r); ++row) {
+    WaiterInfo info;
+    if (!HexDecode(Value(r, row, 0), &info.key)) {
+      return InternalError(what + ": the server returned a malformed key");
+    }
+    Result<OwnerId> owner = OwnerId::Parse(Value(r, row, 1));
+    if (!owner.ok()) {
+      return InternalError(what + ": queue row for key " + info.key + " in " + queue_ +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    info.owner = *owner;
+    info.limit = static_cast<std::uint32_t>(IntValue(r, row, 2));
+    info.label = Value(r, row, 3);
+    info.waited_for = milliseconds(std::max<std::int64_t>(0, IntValue(r, row, 4)));
+    waiters.push_back(std::move(info));
+  }
+  return waiters;
+}
+
+Result<bool> PostgresBackend::IsDone(std::string_view key) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  Params params;
+  params.Bytes(key);
+  auto result = Run("dlock_is_done", params, CallDeadline(),
+                    "read the done mark of " + std::string(key));
+  if (!result.ok()) return result.status();
+  return PQntuples(result->get()) > 0;
+}
+
+// Committed durably (the session's synchronous_commit is on) before it
+// returns OK.
+Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string what = "mark " + std::string(key) + " done";
+  Params params;
+  params.Bytes(key).Text(owner.ToString());
+  auto result = Run("dlock_mark_done", params, CallDeadline(), what);
+  if (!result.ok()) return result.status();
+  if (PQntuples(result->get()) == 0) {
+    return NotOwnerError(what + ": this owner no longer holds the lock");
+  }
+  return Status::Ok();
 }
 
 bool PostgresBackend::WaitForRelease(std::string_view key, TimePoint until,

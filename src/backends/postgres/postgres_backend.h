@@ -1,8 +1,12 @@
 // The PostgreSQL backend: locks in one table of a database you already run.
 //
 // One row per key ever locked (`<table>`), kept after release because it
-// carries the key's token counter; a lease is held while its row names an
-// owner and its expires_at is ahead of the *server's* clock_timestamp().
+// carries the key's token counter. The row also carries every holder of the
+// key: the first in its columns, further holders of a shared key (readers,
+// semaphore permits) in its `sharers` jsonb, so that the sharing rule is
+// checked under the row lock. A lease is held while its expiry is ahead of
+// the *server's* clock_timestamp(); with a lock-delay it still counts until
+// expiry + delay. Run-once marks live in `<table>_done`.
 // Waiters queue in `<table>_queue` and are served in arrival order; releases
 // NOTIFY the next waiter (pg_listener.h). docs/backend-postgres.md has the
 // schema, every statement, and what survives what.

@@ -15,7 +15,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <set>
 #include <stop_token>
 #include <optional>
 #include <string_view>
@@ -32,29 +31,51 @@ namespace {
 
 using internal::Fd;
 
-// Bumped when dlock_locks changes shape; kept in dlock_meta rather than
-// PRAGMA user_version so that a database shared with another application
-// (which may use user_version itself) is not misread.
-constexpr std::int64_t kSchemaVersion = 1;
+// Bumped when the layout changes; kept in dlock_meta rather than PRAGMA
+// user_version so that a database shared with another application (which
+// may use user_version itself) is not misread. Version 1 kept the holder and
+// the token counter in one dlock_locks row per key (one holder per key);
+// version 2 keeps the counter in dlock_tokens and the holders in
+// dlock_holders (several per shared key). A version-1 file is migrated in
+// place when opened (kMigrateV1Sql), and its dlock_locks table dropped: a
+// version-1 dlock that still has the file open then fails ("no such table")
+// instead of granting beside holders it cannot see, and one that opens it
+// later refuses the schema version.
+constexpr std::int64_t kSchemaVersion = 2;
 
-// The row is never deleted: it carries the key's token counter, which must
-// never go back, so Release only clears `owner`. A lease is held iff owner is
-// not NULL, boot_id is the current boot and expires_at_ms > now (both in
-// CLOCK_BOOTTIME milliseconds of that boot).
+// dlock_tokens: one row per key ever granted, never deleted: the key's token
+// counter, which must never go back.
+//
+// dlock_holders: one row per holding. A holding counts (for the sharing
+// rule) iff boot_id is the current boot and expires_at_ms + lock_delay_ms >
+// now; it is held iff expires_at_ms > now. Released holdings are deleted;
+// lapsed ones are deleted by the next grant on their key.
+//
+// dlock_queue: one row per waiter, live iff boot_id is the current boot and
+// expires_at_ms > now.
 constexpr const char* kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS dlock_meta (
   name  TEXT PRIMARY KEY NOT NULL,
   value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT INTO dlock_meta (name, value) VALUES ('schema_version', 1)
+INSERT INTO dlock_meta (name, value) VALUES ('schema_version', 2)
   ON CONFLICT (name) DO NOTHING;
-CREATE TABLE IF NOT EXISTS dlock_locks (
-  key            TEXT PRIMARY KEY NOT NULL,
-  owner          TEXT,
-  token          INTEGER NOT NULL CHECK (token > 0),
-  boot_id        TEXT,
-  expires_at_ms  INTEGER,
-  acquired_at_ms INTEGER
+CREATE TABLE IF NOT EXISTS dlock_tokens (
+  key   TEXT PRIMARY KEY NOT NULL,
+  token INTEGER NOT NULL CHECK (token > 0)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_holders (
+  key            TEXT NOT NULL,
+  owner          TEXT NOT NULL,
+  token          INTEGER NOT NULL,
+  boot_id        TEXT NOT NULL,
+  expires_at_ms  INTEGER NOT NULL,
+  acquired_at_ms INTEGER NOT NULL,
+  lock_delay_ms  INTEGER NOT NULL DEFAULT 0,
+  ttl_ms         INTEGER NOT NULL DEFAULT 0,
+  holder_limit   INTEGER NOT NULL DEFAULT 1,
+  label          TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (key, owner)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dlock_queue (
   key           TEXT NOT NULL,
@@ -76,45 +97,102 @@ CREATE TABLE IF NOT EXISTS dlock_done (
 // Columns added after a table was first released, for files created by an
 // older dlock: (table, column, definition).
 constexpr const char* kAddedColumns[][3] = {
-    {"dlock_locks", "lock_delay_ms", "INTEGER NOT NULL DEFAULT 0"},
+    {"dlock_queue", "holder_limit", "INTEGER NOT NULL DEFAULT 1"},
+    {"dlock_queue", "label", "TEXT NOT NULL DEFAULT ''"},
+    {"dlock_queue", "since_ms", "INTEGER"},
 };
+
+// Version 1 -> 2, in the transaction that checked the version: the counters
+// move to dlock_tokens, the live holders to dlock_holders (their ttl
+// unknown, 0). dlock_locks.lock_delay_ms was added during version 1 (the
+// migration adds it first where it is missing).
+constexpr const char* kMigrateV1Sql = R"sql(
+INSERT INTO dlock_tokens (key, token) SELECT key, token FROM dlock_locks;
+INSERT INTO dlock_holders (key, owner, token, boot_id, expires_at_ms, acquired_at_ms,
+                           lock_delay_ms, ttl_ms, holder_limit, label)
+SELECT key, owner, token, boot_id, expires_at_ms, coalesce(acquired_at_ms, expires_at_ms),
+       lock_delay_ms, 0, 1, ''
+FROM dlock_locks
+WHERE owner IS NOT NULL AND boot_id IS NOT NULL AND expires_at_ms IS NOT NULL;
+DROP TABLE dlock_locks;
+UPDATE dlock_meta SET value = 2 WHERE name = 'schema_version';
+)sql";
 
 constexpr const char* kSchemaVersionSql =
     "SELECT value FROM dlock_meta WHERE name = 'schema_version'";
 
-// Grants a free or expired key with token + 1 (1 for a new key), or hands the
-// same token back with a fresh expiry to the owner that already holds it (a
-// retried request whose reply was lost: the owner id is new for every
-// acquisition, so a row still naming it means nobody was granted in between).
-// In the DO UPDATE clause bare column names are the existing row, and every
-// SET expression sees the old values.
-constexpr const char* kAcquireSql = R"sql(
-INSERT INTO dlock_locks (key, owner, token, boot_id, expires_at_ms, acquired_at_ms, lock_delay_ms)
-VALUES (:key, :owner, 1, :boot, :now_ms + :ttl_ms, :now_ms, :lock_delay_ms)
-ON CONFLICT (key) DO UPDATE SET
-  lock_delay_ms  = excluded.lock_delay_ms,
-  token          = CASE WHEN owner IS excluded.owner THEN token ELSE token + 1 END,
-  acquired_at_ms = CASE WHEN owner IS excluded.owner THEN acquired_at_ms
-                        ELSE excluded.acquired_at_ms END,
-  owner          = excluded.owner,
-  boot_id        = excluded.boot_id,
-  expires_at_ms  = excluded.expires_at_ms
-WHERE owner = excluded.owner
-   OR ((owner IS NULL
-        OR boot_id IS NOT excluded.boot_id
-        -- An expired lease counts only once its lock-delay has passed too;
-       -- a released one (owner NULL) has none.
-       OR expires_at_ms + lock_delay_ms <= excluded.acquired_at_ms)
-       -- FIFO: no live waiter arrived before us (a single attempt, which is
-       -- not queued, comes after every waiter).
-       AND NOT EXISTS (
-         SELECT 1 FROM dlock_queue q
-         WHERE q.key = excluded.key AND q.owner <> excluded.owner
-           AND q.boot_id = excluded.boot_id AND q.expires_at_ms > excluded.acquired_at_ms
-           AND q.seq < coalesce((SELECT seq FROM dlock_queue
-                                 WHERE key = excluded.key AND owner = excluded.owner),
-                                9223372036854775807)))
+// Everything one grant decision needs about a key, read in one statement of
+// two rows. Flat aggregates over the key's index range only: a FROM-clause
+// subquery would be materialized into a temporary table on every grant,
+// which doubled the cost of an uncontended acquire.
+// Row with column 0 = 0, the holdings (C: the holding counts):
+//  1 mine:       the token of :owner's unexpired holding (NULL: none)
+//  2 mine_delay: 1 if :owner has a holding that expired but still counts
+//  3 holders:    holdings that count (held, or expired within lock-delay)
+//  4 holder_lim: the smallest limit among them
+//  5 wait_ms:    until the first of them stops counting
+//  6 stale:      holding rows that no longer count
+// Row with column 0 = 1, the queue (L: the waiter is live):
+//  1 ahead:      live waiters queued before :owner (all of them when
+//                :owner has no live place)
+//  2 ahead_lim:  the smallest limit among those
+//  3 stale:      queue rows no longer live
+//  4 queued:     1 if :owner has a queue row, live or not
+constexpr const char* kStateSql = R"sql(
+SELECT 0,
+  max(token) FILTER (WHERE boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms
+                       AND owner = :owner AND expires_at_ms > :now_ms),
+  coalesce(max(owner = :owner AND expires_at_ms <= :now_ms)
+             FILTER (WHERE boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms), 0),
+  count(*) FILTER (WHERE boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms),
+  min(holder_limit) FILTER (WHERE boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms),
+  min(expires_at_ms + lock_delay_ms)
+    FILTER (WHERE boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms) - :now_ms,
+  count(*) FILTER (WHERE NOT (boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms))
+FROM dlock_holders WHERE key = :key
+UNION ALL
+SELECT 1,
+  count(*) FILTER (WHERE boot_id = :boot AND expires_at_ms > :now_ms AND owner <> :owner
+                     AND seq < coalesce((SELECT seq FROM dlock_queue
+                                         WHERE key = :key AND owner = :owner AND boot_id = :boot
+                                           AND expires_at_ms > :now_ms),
+                                        9223372036854775807)),
+  min(holder_limit) FILTER (WHERE boot_id = :boot AND expires_at_ms > :now_ms AND owner <> :owner
+                              AND seq < coalesce((SELECT seq FROM dlock_queue
+                                                  WHERE key = :key AND owner = :owner
+                                                    AND boot_id = :boot
+                                                    AND expires_at_ms > :now_ms),
+                                                 9223372036854775807)),
+  count(*) FILTER (WHERE NOT (boot_id = :boot AND expires_at_ms > :now_ms)),
+  coalesce(max(owner = :owner), 0),
+  NULL, NULL
+FROM dlock_queue WHERE key = :key
+)sql";
+
+// The key's one token counter: 1 for a new key, else one more than the last.
+constexpr const char* kNextTokenSql = R"sql(
+INSERT INTO dlock_tokens (key, token) VALUES (:key, 1)
+ON CONFLICT (key) DO UPDATE SET token = token + 1
 RETURNING token
+)sql";
+
+constexpr const char* kInsertHolderSql = R"sql(
+INSERT INTO dlock_holders (key, owner, token, boot_id, expires_at_ms, acquired_at_ms,
+                           lock_delay_ms, ttl_ms, holder_limit, label)
+VALUES (:key, :owner, :token, :boot, :now_ms + :ttl_ms, :now_ms, :lock_delay_ms, :ttl_ms,
+        :limit, :label)
+)sql";
+
+// A retried grant: the same token, a fresh expiry.
+constexpr const char* kRegrantSql = R"sql(
+UPDATE dlock_holders SET expires_at_ms = :now_ms + :ttl_ms, ttl_ms = :ttl_ms,
+  lock_delay_ms = :lock_delay_ms
+WHERE key = :key AND owner = :owner
+)sql";
+
+constexpr const char* kPurgeHoldersSql = R"sql(
+DELETE FROM dlock_holders
+WHERE key = :key AND (boot_id IS NOT :boot OR expires_at_ms + lock_delay_ms <= :now_ms)
 )sql";
 
 // The wait queue: waiters are served in arrival order, so that a process
@@ -123,15 +201,20 @@ RETURNING token
 // so a waiter that dies leaves the queue by itself. A lapsed entry that comes
 // back goes to the end.
 constexpr const char* kEnqueueSql = R"sql(
-INSERT INTO dlock_queue (key, owner, seq, boot_id, expires_at_ms)
+INSERT INTO dlock_queue (key, owner, seq, boot_id, expires_at_ms, holder_limit, label, since_ms)
 VALUES (:key, :owner, (SELECT coalesce(max(seq), 0) + 1 FROM dlock_queue WHERE key = :key),
-        :boot, :now_ms + :queue_ttl_ms)
+        :boot, :now_ms + :queue_ttl_ms, :limit, :label, :now_ms)
 ON CONFLICT (key, owner) DO UPDATE SET
   seq = CASE WHEN dlock_queue.boot_id IS NOT excluded.boot_id
                OR dlock_queue.expires_at_ms <= :now_ms
              THEN excluded.seq ELSE dlock_queue.seq END,
+  since_ms = CASE WHEN dlock_queue.boot_id IS NOT excluded.boot_id
+                    OR dlock_queue.expires_at_ms <= :now_ms
+                  THEN excluded.since_ms ELSE dlock_queue.since_ms END,
   boot_id = excluded.boot_id,
-  expires_at_ms = excluded.expires_at_ms
+  expires_at_ms = excluded.expires_at_ms,
+  holder_limit = excluded.holder_limit,
+  label = excluded.label
 )sql";
 
 constexpr const char* kPurgeQueueSql = R"sql(
@@ -139,27 +222,10 @@ DELETE FROM dlock_queue
 WHERE key = :key AND (boot_id IS NOT :boot OR expires_at_ms <= :now_ms)
 )sql";
 
-constexpr const char* kQueueHeadSql = R"sql(
-SELECT owner FROM dlock_queue
-WHERE key = :key AND boot_id = :boot AND expires_at_ms > :now_ms
-ORDER BY seq LIMIT 1
-)sql";
-
 constexpr const char* kDequeueSql = "DELETE FROM dlock_queue WHERE key = :key AND owner = :owner";
 
-// Until the key may be granted again: the lease plus any lock-delay.
-constexpr const char* kHolderTtlSql =
-    "SELECT expires_at_ms + lock_delay_ms - :now_ms FROM dlock_locks WHERE key = :key";
-
-// Not grantable now: held, or expired but still in its lock-delay.
-constexpr const char* kBlockedSql = R"sql(
-SELECT 1 FROM dlock_locks
-WHERE key = :key AND owner IS NOT NULL AND boot_id = :boot
-  AND expires_at_ms + lock_delay_ms > :now_ms
-)sql";
-
 constexpr const char* kHeldByOwnerSql = R"sql(
-SELECT token FROM dlock_locks
+SELECT token FROM dlock_holders
 WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
 )sql";
 
@@ -171,26 +237,43 @@ ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
 
 constexpr const char* kIsDoneSql = "SELECT 1 FROM dlock_done WHERE key = :key";
 
-constexpr const char* kReleaseSql =
-    "UPDATE dlock_locks SET owner = NULL WHERE key = :key AND owner = :owner";
+// Deletes this owner's holding unless it expired and is still inside its
+// lock-delay (an unclean end keeps the key closed for the delay, even if the
+// late holder then releases). Returns whether it was still held.
+constexpr const char* kReleaseSql = R"sql(
+DELETE FROM dlock_holders
+WHERE key = :key AND owner = :owner
+  AND NOT (boot_id = :boot AND expires_at_ms <= :now_ms AND expires_at_ms + lock_delay_ms > :now_ms)
+RETURNING boot_id = :boot AND expires_at_ms > :now_ms
+)sql";
 
 constexpr const char* kHeldByAnyoneSql = R"sql(
-SELECT 1 FROM dlock_locks
-WHERE key = :key AND owner IS NOT NULL AND boot_id = :boot AND expires_at_ms > :now_ms
+SELECT 1 FROM dlock_holders
+WHERE key = :key AND boot_id = :boot AND expires_at_ms > :now_ms
+LIMIT 1
 )sql";
 
 constexpr const char* kRenewSql = R"sql(
-UPDATE dlock_locks SET expires_at_ms = :now_ms + :ttl_ms
+UPDATE dlock_holders SET expires_at_ms = :now_ms + :ttl_ms, ttl_ms = :ttl_ms
 WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
 )sql";
 
 // A key range rather than LIKE or GLOB: keys may hold '%', '_', '*' and bytes
 // that are not UTF-8, and TEXT compares with memcmp (BINARY collation).
 constexpr const char* kListSql = R"sql(
-SELECT key, owner, token, expires_at_ms - :now_ms FROM dlock_locks
+SELECT key, owner, token, expires_at_ms - :now_ms, ttl_ms, :now_ms - acquired_at_ms,
+       holder_limit, label
+FROM dlock_holders
 WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
-  AND owner IS NOT NULL AND boot_id = :boot AND expires_at_ms > :now_ms
-ORDER BY key
+  AND boot_id = :boot AND expires_at_ms > :now_ms
+ORDER BY key, token
+)sql";
+
+constexpr const char* kWaitersSql = R"sql(
+SELECT key, owner, holder_limit, label, :now_ms - since_ms FROM dlock_queue
+WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
+  AND boot_id = :boot AND expires_at_ms > :now_ms
+ORDER BY key, seq
 )sql";
 
 struct DbCloser {
@@ -283,6 +366,7 @@ class Query {
   }
 
   std::int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
   std::string Text(int col) const {
     const auto* text = sqlite3_column_text(stmt_, col);
     if (text == nullptr) return {};
@@ -442,14 +526,37 @@ class SqliteBackend final : public Backend {
   Status Ping() override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   bool SupportsLockDelay() const override { return true; }
+  bool SupportsSharing() const override { return true; }
+  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
 
  private:
-  // The live head of `key`'s wait queue ("" when empty). Under mu_.
-  Result<std::string> QueueHead(std::string_view key, const BootTime& now);
-  // Whether a waiter of ours may take `key` now: free, and ours at the head.
-  Result<bool> MayTakeNow(std::string_view key);
+  // What the grant decision needs about `key` for `owner` (kStateSql).
+  // Under mu_.
+  struct KeyState {
+    FencingToken mine = 0;    // owner's unexpired holding
+    bool mine_delay = false;  // owner's expired holding, still counting
+    std::int64_t holders = 0;
+    std::int64_t holder_limit = kSharedLimit;
+    std::int64_t wait_ms = 0;  // until the first counting holding lapses
+    std::int64_t stale_holders = 0;
+    std::int64_t ahead = 0;
+    std::int64_t ahead_limit = kSharedLimit;
+    std::int64_t stale_waiters = 0;
+    bool queued = false;
+    // The sharing rule of backend.h for a request with `limit`.
+    bool Admits(std::uint32_t limit) const {
+      const std::int64_t smallest =
+          std::min({static_cast<std::int64_t>(limit), holder_limit, ahead_limit});
+      return holders + ahead + 1 <= smallest;
+    }
+  };
+  Result<KeyState> ReadState(std::string_view key, std::string_view owner, const BootTime& now);
+  // Whether a waiter of ours may take `key` now by the sharing rule; if
+  // not, *expiry_ms is how long until the first holding that blocks it
+  // lapses (-1: none does; only a write can change the answer).
+  Result<bool> MayTakeNow(std::string_view key, std::int64_t* expiry_ms);
   BootTime StoreNow() const {
     return options_.store_clock ? options_.store_clock() : ReadBootTime();
   }
@@ -465,14 +572,16 @@ class SqliteBackend final : public Backend {
   // Declared before the statements so that they are finalized first.
   DbHandle db_;
   StmtHandle begin_, commit_, rollback_;
-  StmtHandle acquire_, holder_ttl_, release_, held_by_anyone_, renew_, list_;
-  StmtHandle enqueue_, purge_queue_, queue_head_, dequeue_;
-  StmtHandle held_by_owner_, mark_done_, is_done_, blocked_;
+  StmtHandle state_, next_token_, insert_holder_, regrant_, purge_holders_;
+  StmtHandle release_, held_by_anyone_, renew_, list_, waiters_;
+  StmtHandle enqueue_, purge_queue_, dequeue_;
+  StmtHandle held_by_owner_, mark_done_, is_done_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
-  // Owners of this connection waiting in each key's queue: WaitForRelease
-  // wakes only when one of them is at the head of a free key.
-  std::map<std::string, std::set<std::string>, std::less<>> waiting_;
+  // Owners of this connection waiting in each key's queue, with the limit
+  // each asked for: WaitForRelease wakes only when one of them may be
+  // granted.
+  std::map<std::string, std::map<std::string, std::uint32_t>, std::less<>> waiting_;
 };
 
 Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
@@ -516,7 +625,7 @@ Status SqliteBackend::CreateSchema(std::string_view what) {
   if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
   rc = sqlite3_exec(db_.get(), kSchemaSql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
-  for (const auto& [table, column, definition] : kAddedColumns) {
+  auto add_column = [&](const char* table, const char* column, const char* definition) {
     StmtHandle probe;
     const std::string probe_sql = std::string("SELECT count(*) FROM pragma_table_info('") + table +
                                   "') WHERE name = '" + column + "'";
@@ -524,9 +633,13 @@ Status SqliteBackend::CreateSchema(std::string_view what) {
     if (sqlite3_step(probe.get()) == SQLITE_ROW && sqlite3_column_int(probe.get(), 0) == 0) {
       const std::string alter = std::string("ALTER TABLE ") + table + " ADD COLUMN " + column +
                                 " " + definition;
-      rc = sqlite3_exec(db_.get(), alter.c_str(), nullptr, nullptr, nullptr);
-      if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+      const int alter_rc = sqlite3_exec(db_.get(), alter.c_str(), nullptr, nullptr, nullptr);
+      if (alter_rc != SQLITE_OK) return FromSqlite(alter_rc, db_.get(), what);
     }
+    return Status::Ok();
+  };
+  for (const auto& [table, column, definition] : kAddedColumns) {
+    DLOCK_RETURN_IF_ERROR(add_column(table, column, definition));
   }
   StmtHandle version_stmt;
   DLOCK_RETURN_IF_ERROR(Prepare(kSchemaVersionSql, &version_stmt, what));
@@ -536,6 +649,14 @@ Status SqliteBackend::CreateSchema(std::string_view what) {
     rc = query.Step();
     if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
     if (rc == SQLITE_ROW) version = query.Int(0);
+  }
+  if (version == 1) {
+    // A file from the previous dlock: migrate it while we hold the write
+    // lock, so every process sees either the old layout or the new one.
+    DLOCK_RETURN_IF_ERROR(add_column("dlock_locks", "lock_delay_ms", "INTEGER NOT NULL DEFAULT 0"));
+    rc = sqlite3_exec(db_.get(), kMigrateV1Sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+    version = kSchemaVersion;
   }
   if (version != kSchemaVersion) {
     return FailedPreconditionError(
@@ -576,29 +697,70 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare("COMMIT", &commit_, what));
   DLOCK_RETURN_IF_ERROR(Prepare("ROLLBACK", &rollback_, what));
   DLOCK_RETURN_IF_ERROR(CreateSchema(what));
-  DLOCK_RETURN_IF_ERROR(Prepare(kAcquireSql, &acquire_, what));
-  DLOCK_RETURN_IF_ERROR(Prepare(kHolderTtlSql, &holder_ttl_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kStateSql, &state_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kNextTokenSql, &next_token_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kInsertHolderSql, &insert_holder_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kRegrantSql, &regrant_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kPurgeHoldersSql, &purge_holders_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kWaitersSql, &waiters_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kReleaseSql, &release_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kHeldByAnyoneSql, &held_by_anyone_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kRenewSql, &renew_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kListSql, &list_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kEnqueueSql, &enqueue_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kPurgeQueueSql, &purge_queue_, what));
-  DLOCK_RETURN_IF_ERROR(Prepare(kQueueHeadSql, &queue_head_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kDequeueSql, &dequeue_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kHeldByOwnerSql, &held_by_owner_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kMarkDoneSql, &mark_done_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kIsDoneSql, &is_done_, what));
-  DLOCK_RETURN_IF_ERROR(Prepare(kBlockedSql, &blocked_, what));
   return Status::Ok();
+}
+
+Result<SqliteBackend::KeyState> SqliteBackend::ReadState(std::string_view key,
+                                                          std::string_view owner,
+                                                          const BootTime& now) {
+  Query query(state_.get());
+  query.Bind(":key", key).Bind(":owner", owner).Bind(":boot", now.boot_id)
+      .Bind(":now_ms", now.now_ms);
+  auto or_max = [&](int col) {
+    return query.IsNull(col) ? static_cast<std::int64_t>(kSharedLimit) : query.Int(col);
+  };
+  KeyState state;
+  int rc;
+  int rows = 0;
+  while ((rc = query.Step()) == SQLITE_ROW) {
+    ++rows;
+    if (query.Int(0) == 0) {
+      state.mine = static_cast<FencingToken>(query.Int(1));
+      state.mine_delay = query.Int(2) != 0;
+      state.holders = query.Int(3);
+      state.holder_limit = or_max(4);
+      state.wait_ms = query.Int(5);
+      state.stale_holders = query.Int(6);
+    } else {
+      state.ahead = query.Int(1);
+      state.ahead_limit = or_max(2);
+      state.stale_waiters = query.Int(3);
+      state.queued = query.Int(4) != 0;
+    }
+  }
+  if (IsError(rc) || rows != 2) {
+    return FromSqlite(IsError(rc) ? rc : SQLITE_ERROR, db_.get(),
+                      "read the state of " + std::string(key));
+  }
+  return state;
 }
 
 Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
   if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.limit == 0) return InvalidArgumentError("acquire: the limit is 0");
   auto what = [&] { return "acquire " + request.key; };
   const std::string owner = request.owner.ToString();
+  const auto limit = static_cast<std::int64_t>(request.limit);
+  const bool queueing = request.queue_ttl > std::chrono::milliseconds(0);
 
   std::lock_guard lock(mu_);
   sqlite3* db = db_.get();
@@ -608,60 +770,97 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   // Read after BEGIN IMMEDIATE: the time spent waiting for the write lock
   // must not make us judge expiry by a stale clock.
   const BootTime now = StoreNow();
+  // One read decides; the uncontended grant then costs two writes (the
+  // counter and the holding).
+  Result<KeyState> state = ReadState(request.key, owner, now);
+  if (!state.ok()) return state.status();
+  auto purge = [&](sqlite3_stmt* stmt) {
+    Query query(stmt);
+    query.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    return query.Step();
+  };
 
   Attempt attempt;
-  if (request.queue_ttl > std::chrono::milliseconds(0)) {
-    Query purge(purge_queue_.get());
-    purge.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-    rc = purge.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
-    Query enqueue(enqueue_.get());
-    enqueue.Bind(":key", request.key)
-        .Bind(":owner", owner)
-        .Bind(":boot", now.boot_id)
-        .Bind(":now_ms", now.now_ms)
-        .Bind(":queue_ttl_ms", static_cast<std::int64_t>(request.queue_ttl.count()));
-    rc = enqueue.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
-  }
-  // One statement grants, re-grants to the same owner, or refuses — also
-  // refusing anyone but the head of the wait queue.
-  {
-    Query query(acquire_.get());
+  if (state->mine != 0) {
+    // A retry by the owner that holds the key (its reply was lost): the same
+    // grant back, with a fresh expiry.
+    Query query(regrant_.get());
     query.Bind(":key", request.key)
         .Bind(":owner", owner)
-        .Bind(":boot", now.boot_id)
         .Bind(":now_ms", now.now_ms)
         .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
         .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()));
     rc = query.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what());
-    if (rc == SQLITE_ROW) {
-      attempt.granted = true;
+    attempt.granted = true;
+    attempt.token = state->mine;
+  } else if (!state->mine_delay && state->Admits(request.limit)) {
+    // (An owner whose own holding lapsed into its lock-delay waits the delay
+    // out like everyone else.)
+    if (state->stale_holders > 0) {
+      rc = purge(purge_holders_.get());
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+    {
+      Query query(next_token_.get());
+      query.Bind(":key", request.key);
+      rc = query.Step();
+      if (rc != SQLITE_ROW) return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db, what());
       attempt.token = static_cast<FencingToken>(query.Int(0));
       rc = query.Finish();
       if (IsError(rc)) return FromSqlite(rc, db, what());
     }
-  }
-  if (attempt.granted && request.queue_ttl > std::chrono::milliseconds(0)) {
-    Query dequeue(dequeue_.get());
-    dequeue.Bind(":key", request.key).Bind(":owner", owner);
-    rc = dequeue.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
-  }
-  if (!attempt.granted) {
-    Query query(holder_ttl_.get());
-    query.Bind(":key", request.key).Bind(":now_ms", now.now_ms);
-    rc = query.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
-    if (rc == SQLITE_ROW) {
-      attempt.holder_ttl_remaining = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(0)));
+    {
+      Query query(insert_holder_.get());
+      query.Bind(":key", request.key)
+          .Bind(":owner", owner)
+          .Bind(":token", static_cast<std::int64_t>(attempt.token))
+          .Bind(":boot", now.boot_id)
+          .Bind(":now_ms", now.now_ms)
+          .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
+          .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()))
+          .Bind(":limit", limit)
+          .Bind(":label", request.label);
+      rc = query.Step();
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+    attempt.granted = true;
+    if (state->queued) {
+      Query dequeue(dequeue_.get());
+      dequeue.Bind(":key", request.key).Bind(":owner", owner);
+      rc = dequeue.Step();
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+    if (state->stale_waiters > 0) {
+      rc = purge(purge_queue_.get());
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+  } else {
+    if (queueing) {
+      if (state->stale_waiters > 0) {
+        rc = purge(purge_queue_.get());
+        if (IsError(rc)) return FromSqlite(rc, db, what());
+      }
+      Query enqueue(enqueue_.get());
+      enqueue.Bind(":key", request.key)
+          .Bind(":owner", owner)
+          .Bind(":boot", now.boot_id)
+          .Bind(":now_ms", now.now_ms)
+          .Bind(":queue_ttl_ms", static_cast<std::int64_t>(request.queue_ttl.count()))
+          .Bind(":limit", limit)
+          .Bind(":label", request.label);
+      rc = enqueue.Step();
+      if (IsError(rc)) return FromSqlite(rc, db, what());
+    }
+    if (state->holders > 0) {
+      attempt.holder_ttl_remaining =
+          std::chrono::milliseconds(std::max<std::int64_t>(0, state->wait_ms));
     }
   }
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db, what());
-  if (request.queue_ttl > std::chrono::milliseconds(0) && !attempt.granted) {
-    waiting_[request.key].insert(owner);
+  if (queueing && !attempt.granted) {
+    waiting_[request.key][owner] = request.limit;
   } else if (auto it = waiting_.find(request.key); it != waiting_.end()) {
     it->second.erase(owner);
     if (it->second.empty()) waiting_.erase(it);
@@ -669,28 +868,21 @@ Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
   return attempt;
 }
 
-Result<std::string> SqliteBackend::QueueHead(std::string_view key, const BootTime& now) {
-  Query query(queue_head_.get());
-  query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-  const int rc = query.Step();
-  if (rc == SQLITE_ROW) return query.Text(0);
-  if (rc == SQLITE_DONE) return std::string();
-  return FromSqlite(rc, db_.get(), "read the wait queue of " + std::string(key));
-}
-
-Result<bool> SqliteBackend::MayTakeNow(std::string_view key) {
+Result<bool> SqliteBackend::MayTakeNow(std::string_view key, std::int64_t* expiry_ms) {
+  *expiry_ms = -1;
   std::lock_guard lock(mu_);
   auto mine = waiting_.find(key);
   if (mine == waiting_.end()) return true;  // not queued here: let the core try
   const BootTime now = StoreNow();
-  Query held(blocked_.get());
-  held.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-  const int rc = held.Step();
-  if (IsError(rc)) return FromSqlite(rc, db_.get(), "wait for " + std::string(key));
-  if (rc == SQLITE_ROW) return false;
-  auto head = QueueHead(key, now);
-  if (!head.ok()) return head.status();
-  return head->empty() || mine->second.count(*head) > 0;
+  for (const auto& [owner, limit] : mine->second) {
+    Result<KeyState> state = ReadState(key, owner, now);
+    if (!state.ok()) return state.status();
+    if (state->mine != 0 || (!state->mine_delay && state->Admits(limit))) return true;
+    if (state->holders > 0 && (*expiry_ms < 0 || state->wait_ms < *expiry_ms)) {
+      *expiry_ms = std::max<std::int64_t>(0, state->wait_ms);
+    }
+  }
+  return false;
 }
 
 // Every commit appends to the -wal file, from any process on the host, so an
@@ -725,8 +917,16 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
   std::int64_t recheck_us = 0;
   for (;;) {
     // Checked after the watch is armed, so a change in between is not missed.
-    auto may = MayTakeNow(key);
+    std::int64_t expiry_ms = -1;
+    auto may = MayTakeNow(key, &expiry_ms);
     if (!may.ok() || *may || stop.stop_requested()) return true;
+    // A holding that blocks us may lapse before `until` without any write
+    // (a holder that died or paused): wake then too. The core's own bound
+    // comes from the holder seen at its last attempt, which may have been
+    // none (the key was free, another waiter first), or another holder.
+    if (expiry_ms >= 0) {
+      until = std::min(until, MonotonicClock::now() + std::chrono::milliseconds(expiry_ms + 1));
+    }
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
         until - MonotonicClock::now());
     if (left <= std::chrono::microseconds(0)) return true;
@@ -827,14 +1027,17 @@ Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
   WriteTransaction txn = Transaction();
   int rc = txn.Begin();
   if (IsError(rc)) return FromSqlite(rc, db, what());
+  const BootTime now = StoreNow();
+  bool released = false;
   {
-    // Our own row, expired or not: clear it, keeping the token counter.
+    // Our own holding (the counter stays in dlock_tokens); one that lapsed
+    // into its lock-delay stays until the delay has passed.
     Query query(release_.get());
-    query.Bind(":key", key).Bind(":owner", owner.ToString());
-    rc = query.Step();
+    query.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms);
+    while ((rc = query.Step()) == SQLITE_ROW) released = released || query.Int(0) != 0;
     if (IsError(rc)) return FromSqlite(rc, db, what());
   }
-  const bool released = sqlite3_changes(db) > 0;
   Status result;
   // A waiter that gives up leaves the queue at once. Only owners that waited
   // through this connection can be queued: skip the statement otherwise.
@@ -847,7 +1050,6 @@ Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
     if (it->second.empty()) waiting_.erase(it);
   }
   if (!released) {
-    const BootTime now = StoreNow();
     Query query(held_by_anyone_.get());
     query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
     rc = query.Step();
@@ -955,10 +1157,51 @@ Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
     info.owner = *owner;
     info.token = static_cast<FencingToken>(query.Int(2));
     info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
+    info.ttl = std::chrono::milliseconds(query.Int(4));
+    info.held_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(5)));
+    info.limit = static_cast<std::uint32_t>(query.Int(6));
+    info.label = query.Text(7);
     holders.push_back(std::move(info));
   }
   if (IsError(rc)) return FromSqlite(rc, db, what());
   return holders;
+}
+
+Result<std::vector<WaiterInfo>> SqliteBackend::Waiters(std::string_view prefix) {
+  auto what = [&] { return "list the waiters for '" + std::string(prefix) + "'"; };
+  const std::optional<std::string> end = PrefixEnd(prefix);
+
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  const BootTime now = StoreNow();
+  Query query(waiters_.get());
+  query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+  if (end.has_value()) {
+    query.Bind(":hi", *end);
+  } else {
+    query.BindNull(":hi");
+  }
+  std::vector<WaiterInfo> waiters;
+  int rc;
+  while ((rc = query.Step()) == SQLITE_ROW) {
+    WaiterInfo info;
+    info.key = query.Text(0);
+    Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
+    if (!owner.ok()) {
+      return InternalError(what() + ": queue row for key " + info.key + " in " + options_.path +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    info.owner = *owner;
+    info.limit = static_cast<std::uint32_t>(query.Int(2));
+    info.label = query.Text(3);
+    // Entries queued by the previous dlock have no arrival time.
+    if (!query.IsNull(4)) {
+      info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
+    }
+    waiters.push_back(std::move(info));
+  }
+  if (IsError(rc)) return FromSqlite(rc, db, what());
+  return waiters;
 }
 
 }  // namespace

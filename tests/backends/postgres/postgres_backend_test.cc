@@ -168,12 +168,170 @@ TEST_F(PostgresBackendTest, ManyClientsCreateAFreshSchemaAtOnce) {
   EXPECT_EQ(opened.load(), 8) << (errors.empty() ? "" : errors.front());
   auto admin = AdminConnect();
   EXPECT_EQ(Query(admin.get(), "SELECT obj_description('" + table + "'::regclass, 'pg_class')"),
-            "dlock locks, schema 1");
+            "dlock locks, schema 2");
   auto b = Raw(uri);
   auto a = b->TryAcquire({"k", OwnerId(1, 1), milliseconds(5000)});
   ASSERT_TRUE(a.ok() && a->granted) << a.status().ToString();
   EXPECT_EQ(a->token, 1u);
-  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue");
+  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
+}
+
+// Tables of the previous dlock (schema 1) are migrated in place: a live
+// holder stays held with its token, counters continue, queued waiters keep
+// their places.
+TEST_F(PostgresBackendTest, SchemaOneTablesAreMigratedInPlace) {
+  const std::string table = Unique("v1");
+  auto admin = AdminConnect();
+  const OwnerId holder(0x11, 0x22), waiter(0x33, 0x44);
+  Query(admin.get(), "CREATE TABLE " + table + " (key bytea PRIMARY KEY, owner text, "
+                     "token bigint NOT NULL CHECK (token > 0), expires_at timestamptz, "
+                     "acquired_at timestamptz) WITH (fillfactor = 90)");
+  Query(admin.get(), "COMMENT ON TABLE " + table + " IS 'dlock locks, schema 1'");
+  Query(admin.get(), "CREATE TABLE " + table + "_queue (key bytea NOT NULL, owner text NOT NULL, "
+                     "enqueued_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, "
+                     "PRIMARY KEY (key, owner))");
+  Query(admin.get(), "COMMENT ON TABLE " + table + "_queue IS 'dlock wait queue, schema 1'");
+  Query(admin.get(), "INSERT INTO " + table + " VALUES ('held'::bytea, '" + holder.ToString() +
+                     "', 7, clock_timestamp() + interval '20 seconds', clock_timestamp()), "
+                     "('free'::bytea, NULL, 9, NULL, NULL)");
+  Query(admin.get(), "INSERT INTO " + table + "_queue VALUES ('held'::bytea, '" +
+                     waiter.ToString() + "', clock_timestamp(), "
+                     "clock_timestamp() + interval '20 seconds')");
+  auto b = Raw(WithParam(ServerUri(), "table=" + table));
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Query(admin.get(), "SELECT obj_description('" + table + "'::regclass, 'pg_class')"),
+            "dlock locks, schema 2");
+  auto held = b->List("");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_EQ((*held)[0].owner, holder);
+  EXPECT_EQ((*held)[0].token, 7u);
+  auto waiters = b->Waiters("");
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  ASSERT_EQ(waiters->size(), 1u);
+  EXPECT_EQ((*waiters)[0].owner, waiter);
+  EXPECT_EQ((*waiters)[0].limit, 1u);
+  auto retry = b->TryAcquire({"held", holder, milliseconds(5000)});
+  ASSERT_TRUE(retry.ok() && retry->granted) << retry.status().ToString();
+  EXPECT_EQ(retry->token, 7u);
+  auto fresh = b->TryAcquire({"free", OwnerId(5, 5), milliseconds(5000)});
+  ASSERT_TRUE(fresh.ok() && fresh->granted) << fresh.status().ToString();
+  EXPECT_EQ(fresh->token, 10u);
+  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
+}
+
+// Lock-delay by the server's clock: after an expiry nobody is granted the
+// key until expiry + lock_delay, not even by a late release; a clean
+// release has no delay.
+TEST_F(PostgresBackendTest, LockDelayHoldsAnExpiredKeyButNotAReleasedOne) {
+  auto b = Raw();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->SupportsLockDelay());
+  const std::string key = Unique("delay");
+  LeaseRequest first{key, OwnerId(1, 1), milliseconds(200)};
+  first.lock_delay = milliseconds(1500);
+  auto g1 = b->TryAcquire(first);
+  ASSERT_TRUE(g1.ok() && g1->granted) << g1.status().ToString();
+  std::this_thread::sleep_for(milliseconds(400));  // expired, inside the delay
+  auto refused = b->TryAcquire({key, OwnerId(2, 2), milliseconds(5000)});
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted) << "granted inside the lock-delay";
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(1500));
+  EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  auto still = b->TryAcquire({key, OwnerId(2, 2), milliseconds(5000)});
+  ASSERT_TRUE(still.ok());
+  EXPECT_FALSE(still->granted) << "a late release cut the lock-delay short";
+  std::this_thread::sleep_for(milliseconds(1500));
+  LeaseRequest second{key, OwnerId(3, 3), milliseconds(5000)};
+  second.lock_delay = milliseconds(5000);
+  auto g2 = b->TryAcquire(second);
+  ASSERT_TRUE(g2.ok() && g2->granted) << "after the delay";
+  EXPECT_GT(g2->token, g1->token);
+  ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
+  auto g3 = b->TryAcquire({key, OwnerId(4, 4), milliseconds(5000)});
+  ASSERT_TRUE(g3.ok() && g3->granted) << "a clean release has no delay";
+  EXPECT_TRUE(b->Release(key, OwnerId(4, 4)).ok());
+}
+
+// Run-once marks: only the live holder sets one, and it is durable (seen by
+// a new connection).
+TEST_F(PostgresBackendTest, OnlyTheHolderMarksARunDone) {
+  auto b = Raw();
+  ASSERT_NE(b, nullptr);
+  const std::string key = Unique("once");
+  auto done = b->IsDone(key);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_FALSE(*done);
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "nobody holds it";
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(200)})->granted);
+  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2)).code(), StatusCode::kNotOwner);
+  std::this_thread::sleep_for(milliseconds(400));
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "expired";
+  EXPECT_FALSE(*b->IsDone(key));
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(5000)})->granted);
+  EXPECT_TRUE(b->MarkDone(key, OwnerId(3, 3)).ok());
+  EXPECT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
+  auto other = Raw();
+  ASSERT_NE(other, nullptr);
+  EXPECT_TRUE(*other->IsDone(key));
+}
+
+// Shared holders live in the key's row (the first in its columns, the
+// others in `sharers`): each is renewed, released, listed and marked done on
+// its own, one batch may renew two permits of one key, and a permit that
+// expires keeps its place for its lock-delay.
+TEST_F(PostgresBackendTest, SharedHoldersAreEachTheirOwn) {
+  auto b = Raw();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->SupportsSharing());
+  const std::string key = Unique("permits");
+  auto req = [&](std::uint64_t i, milliseconds ttl) {
+    LeaseRequest r{key, OwnerId(i, i), ttl};
+    r.limit = 3;
+    r.label = "permit-" + std::to_string(i);
+    return r;
+  };
+  std::vector<FencingToken> tokens;
+  for (std::uint64_t i = 1; i <= 3; ++i) {
+    LeaseRequest r = req(i, milliseconds(i == 3 ? 300 : 5000));
+    if (i == 3) r.lock_delay = milliseconds(1500);
+    auto g = b->TryAcquire(r);
+    ASSERT_TRUE(g.ok() && g->granted) << i << " " << g.status().ToString();
+    tokens.push_back(g->token);
+  }
+  EXPECT_LT(tokens[0], tokens[1]);
+  EXPECT_LT(tokens[1], tokens[2]);
+  auto renewed = b->Renew(std::vector<LeaseRequest>{req(1, milliseconds(5000)),
+                                                    req(2, milliseconds(5000))});
+  ASSERT_EQ(renewed.size(), 2u);
+  EXPECT_TRUE(renewed[0].ok()) << renewed[0].ToString();
+  EXPECT_TRUE(renewed[1].ok()) << renewed[1].ToString();
+  auto list = b->List(key);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*list)[i].token, tokens[i]);
+    EXPECT_EQ((*list)[i].limit, 3u);
+    EXPECT_EQ((*list)[i].label, "permit-" + std::to_string(i + 1));
+    EXPECT_TRUE((*list)[i].held_for.has_value());
+  }
+  EXPECT_TRUE(b->MarkDone(key, OwnerId(2, 2)).ok()) << "a sharer is a holder";
+  // Permit 3 expires: it keeps its place for its lock-delay.
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE(b->TryAcquire(req(4, milliseconds(5000)))->granted) << "inside the lock-delay";
+  EXPECT_EQ(b->List(key)->size(), 2u);
+  // The first holder leaves; the sharer stays held and a new permit is free.
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+  auto renew2 = b->Renew(std::vector<LeaseRequest>{req(2, milliseconds(5000))});
+  EXPECT_TRUE(renew2[0].ok()) << renew2[0].ToString();
+  auto g5 = b->TryAcquire(req(5, milliseconds(5000)));
+  ASSERT_TRUE(g5.ok() && g5->granted);
+  EXPECT_GT(g5->token, tokens[2]);
+  EXPECT_EQ(b->Release(key, OwnerId(9, 9)).code(), StatusCode::kNotOwner);
+  EXPECT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
+  EXPECT_TRUE(b->Release(key, OwnerId(5, 5)).ok());
+  EXPECT_TRUE(b->List(key)->empty());
 }
 
 TEST_F(PostgresBackendTest, ATableThatIsNotDlocksIsRefused) {

@@ -443,12 +443,179 @@ TEST_F(SqliteBackendTest, DatabaseIsInWalModeWithSchemaVersion) {
   sqlite3_finalize(stmt);
   EXPECT_EQ(mode, "wal");
   // A newer schema is refused rather than misread.
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE dlock_meta SET value = 2 WHERE name = 'schema_version'",
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE dlock_meta SET value = 99 WHERE name = 'schema_version'",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   Result<std::unique_ptr<Backend>> newer = Open(Options());
-  ExpectError(newer.status(), StatusCode::kFailedPrecondition, "schema version 2");
+  ExpectError(newer.status(), StatusCode::kFailedPrecondition, "schema version 99");
+}
+
+// A file written by the previous dlock (schema version 1: the holder in the
+// dlock_locks row) is migrated in place: its live lease stays held by the
+// same owner and token, a lapsed one is free, the counters continue, and
+// queued waiters keep their places.
+TEST_F(SqliteBackendTest, MigratesAVersionOneFileInPlace) {
+  const OwnerId held_owner(0x11, 0x22), waiter(0x33, 0x44);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(db_path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                              nullptr),
+              SQLITE_OK);
+    const std::string now = std::to_string(clock_.now_ms);
+    const std::string sql = R"sql(
+      PRAGMA journal_mode = WAL;
+      CREATE TABLE dlock_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
+      INSERT INTO dlock_meta VALUES ('schema_version', 1);
+      CREATE TABLE dlock_locks (key TEXT PRIMARY KEY NOT NULL, owner TEXT,
+        token INTEGER NOT NULL CHECK (token > 0), boot_id TEXT, expires_at_ms INTEGER,
+        acquired_at_ms INTEGER, lock_delay_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+      CREATE TABLE dlock_queue (key TEXT NOT NULL, owner TEXT NOT NULL, seq INTEGER NOT NULL,
+        boot_id TEXT NOT NULL, expires_at_ms INTEGER NOT NULL, PRIMARY KEY (key, owner)) WITHOUT ROWID;
+      CREATE INDEX dlock_queue_by_seq ON dlock_queue (key, seq);
+      CREATE TABLE dlock_done (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+        token INTEGER NOT NULL, done_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+      INSERT INTO dlock_locks VALUES ('held', ')sql" + held_owner.ToString() + R"sql(', 7,
+        'boot-a', )sql" + now + R"sql( + 10000, )sql" + now + R"sql( - 500, 0);
+      INSERT INTO dlock_locks VALUES ('lapsed', '00000000000000aa00000000000000bb', 4,
+        'boot-a', )sql" + now + R"sql( - 1, )sql" + now + R"sql( - 9000, 0);
+      INSERT INTO dlock_locks VALUES ('free', NULL, 9, NULL, NULL, NULL, 0);
+      INSERT INTO dlock_queue VALUES ('held', ')sql" + waiter.ToString() + R"sql(', 1,
+        'boot-a', )sql" + now + R"sql( + 3000);
+    )sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+    sqlite3_close(db);
+  }
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  auto held = backend->List("");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_EQ((*held)[0].key, "held");
+  EXPECT_EQ((*held)[0].owner, held_owner);
+  EXPECT_EQ((*held)[0].token, 7u);
+  EXPECT_EQ((*held)[0].limit, 1u);
+  ASSERT_TRUE((*held)[0].held_for.has_value());
+  EXPECT_EQ(*(*held)[0].held_for, milliseconds(500));
+  auto waiters = backend->Waiters("");
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  ASSERT_EQ(waiters->size(), 1u);
+  EXPECT_EQ((*waiters)[0].owner, waiter);
+  EXPECT_FALSE((*waiters)[0].waited_for.has_value()) << "version 1 kept no arrival time";
+  // The holder still holds: its retry is its own grant, others are refused.
+  EXPECT_EQ(MustAcquire(*backend, Req("held", held_owner)), 7u);
+  Result<Attempt> other = backend->TryAcquire(Req("held", NewOwner()));
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->granted);
+  EXPECT_EQ(MustAcquire(*backend, Req("lapsed", NewOwner())), 5u);
+  EXPECT_EQ(MustAcquire(*backend, Req("free", NewOwner())), 10u);
+  ASSERT_TRUE(backend->Release("held", held_owner).ok());
+  // The queued waiter comes first.
+  EXPECT_FALSE(backend->TryAcquire(Req("held", NewOwner()))->granted);
+  LeaseRequest queued = Req("held", waiter);
+  queued.queue_ttl = seconds(3);
+  EXPECT_EQ(MustAcquire(*backend, queued), 8u);
+
+  // A dlock of version 1 that still has the file open cannot grant beside
+  // the holders it does not see: its table is gone, so its statements fail.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path_.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  EXPECT_NE(sqlite3_exec(db, "UPDATE dlock_locks SET owner = 'x', token = token + 1 "
+                             "WHERE key = 'free'", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_NE(sqlite3_exec(db, "INSERT INTO dlock_locks (key, owner, token) VALUES ('n', 'x', 1)",
+                         nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM dlock_meta WHERE name = 'schema_version'",
+                               -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  // Opening again does not migrate twice.
+  auto again = OpenBackend();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->List("")->size(), 3u);  // held, lapsed, free: all re-granted
+}
+
+TEST_F(SqliteBackendTest, LockDelayKeepsAnExpiredKeyClosedButNotAReleasedOne) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->SupportsLockDelay());
+  LeaseRequest first = Req("k", NewOwner(), seconds(1));
+  first.lock_delay = seconds(5);
+  const FencingToken t1 = MustAcquire(*backend, first);
+  Advance(seconds(2));  // expired, inside its delay
+  Result<Attempt> refused = backend->TryAcquire(Req("k", NewOwner()));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->granted);
+  EXPECT_EQ(refused->holder_ttl_remaining, seconds(4));
+  // A late release by the expired holder does not open the key early.
+  EXPECT_TRUE(backend->Release("k", first.owner).ok());
+  EXPECT_FALSE(backend->TryAcquire(Req("k", NewOwner()))->granted);
+  Advance(seconds(4));
+  LeaseRequest second = Req("k", NewOwner(), seconds(1));
+  second.lock_delay = seconds(5);
+  const FencingToken t2 = MustAcquire(*backend, second);
+  EXPECT_GT(t2, t1);
+  // Released cleanly: no delay.
+  ASSERT_TRUE(backend->Release("k", second.owner).ok());
+  EXPECT_GT(MustAcquire(*backend, Req("k", NewOwner())), t2);
+}
+
+TEST_F(SqliteBackendTest, OnlyTheHolderMarksARunDone) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_FALSE(*backend->IsDone("job"));
+  OwnerId a = NewOwner();
+  MustAcquire(*backend, Req("job", a, seconds(1)));
+  EXPECT_EQ(backend->MarkDone("job", NewOwner()).code(), StatusCode::kNotOwner);
+  Advance(seconds(2));
+  EXPECT_EQ(backend->MarkDone("job", a).code(), StatusCode::kNotOwner) << "expired";
+  EXPECT_FALSE(*backend->IsDone("job"));
+  OwnerId b = NewOwner();
+  MustAcquire(*backend, Req("job", b));
+  EXPECT_TRUE(backend->MarkDone("job", b).ok());
+  backend.reset();
+  EXPECT_TRUE(*OpenBackend()->IsDone("job")) << "durable";
+}
+
+TEST_F(SqliteBackendTest, SharedHoldersAndWaitersCarryLimitAndLabel) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  auto req = [&](OwnerId owner, std::uint32_t limit, std::string label, bool queue) {
+    LeaseRequest r = Req("rw", owner);
+    r.limit = limit;
+    r.label = std::move(label);
+    if (queue) r.queue_ttl = seconds(3);
+    return r;
+  };
+  OwnerId r1 = NewOwner(), r2 = NewOwner(), w = NewOwner(), r3 = NewOwner();
+  MustAcquire(*backend, req(r1, kSharedLimit, "reader-1", false));
+  Advance(milliseconds(100));
+  MustAcquire(*backend, req(r2, kSharedLimit, "reader-2", false));
+  EXPECT_FALSE(backend->TryAcquire(req(w, 1, "writer", true))->granted);
+  Advance(milliseconds(50));
+  EXPECT_FALSE(backend->TryAcquire(req(r3, kSharedLimit, "reader-3", true))->granted);
+  auto held = backend->List("rw");
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(held->size(), 2u);
+  EXPECT_EQ((*held)[0].label, "reader-1");
+  EXPECT_EQ((*held)[0].limit, kSharedLimit);
+  EXPECT_EQ((*held)[0].ttl, seconds(10));
+  EXPECT_EQ((*held)[0].held_for, milliseconds(150));
+  EXPECT_EQ((*held)[1].label, "reader-2");
+  auto waiters = backend->Waiters("rw");
+  ASSERT_TRUE(waiters.ok());
+  ASSERT_EQ(waiters->size(), 2u);
+  EXPECT_EQ((*waiters)[0].owner, w);
+  EXPECT_EQ((*waiters)[0].limit, 1u);
+  EXPECT_EQ((*waiters)[0].label, "writer");
+  EXPECT_EQ((*waiters)[0].waited_for, milliseconds(50));
+  EXPECT_EQ((*waiters)[1].owner, r3);
+  // A waiter's place lapses with its queue ttl.
+  Advance(seconds(4));
+  EXPECT_TRUE(backend->Waiters("rw")->empty());
 }
 
 TEST_F(SqliteBackendTest, OpenFailsOnMissingDirectory) {

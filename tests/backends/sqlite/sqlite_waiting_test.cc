@@ -4,11 +4,13 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include "core/registry.h"
 #include "dlock/client.h"
 
 namespace dlock {
@@ -91,6 +93,44 @@ TEST_F(SqliteWaitingTest, FiveWaitersAcquireInArrivalOrderAndHandOffFast) {
     EXPECT_LT(gaps_ns[i], milliseconds(50).count() * 1'000'000LL)
         << "hand-off " << i << " took " << gaps_ns[i] / 1000 << " us";
   }
+}
+
+// Regression (found by `dlock chaos --faults pause`): a waiter refused while
+// the key was free (another waiter was first) learns no holder's expiry from
+// that attempt. When the first then takes the key and never releases it (a
+// paused or dead holder), nothing is written when its lease lapses: the
+// waiter must wake at that expiry by itself, not at its 1 s queue refresh.
+TEST_F(SqliteWaitingTest, AWaiterWakesWhenTheHoldingThatBlocksItLapses) {
+  internal::BackendParams params;
+  params.clock = DefaultClock();
+  auto opened = internal::OpenBackend(uri_, params);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto& raw = *opened;
+  const OwnerId holder(1, 1), first(2, 2);
+  ASSERT_TRUE(raw->TryAcquire({"k", holder, milliseconds(5000)})->granted);
+  // `first` queues, then the holder leaves: the key is free, `first` is first.
+  ASSERT_FALSE(raw->TryAcquire({"k", first, milliseconds(300), milliseconds(3000)})->granted);
+  ASSERT_TRUE(raw->Release("k", holder).ok());
+  auto second = NewClient();
+  std::optional<Result<Lease>> got;
+  std::chrono::steady_clock::time_point got_at;
+  AcquireOptions opts;
+  opts.ttl = milliseconds(5000);
+  opts.wait = milliseconds(5000);
+  std::thread t([&] {
+    got.emplace(second->Acquire("k", opts));
+    got_at = std::chrono::steady_clock::now();
+  });
+  WaitForQueueLength(2);  // `second` was refused: `first` goes first
+  std::this_thread::sleep_for(milliseconds(50));
+  auto granted = raw->TryAcquire({"k", first, milliseconds(300), milliseconds(3000)});
+  const auto granted_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(granted.ok() && granted->granted);
+  // `first` never renews: its lease lapses 300 ms after the grant.
+  t.join();
+  ASSERT_TRUE(got->ok()) << got->status().ToString();
+  EXPECT_GT((*got)->token(), granted->token);
+  EXPECT_LT(got_at - granted_at, milliseconds(700)) << "slept past the lease's expiry";
 }
 
 }  // namespace
