@@ -239,6 +239,59 @@ SELECT (SELECT token FROM granted),
         FROM held WHERE owner <> $2){queue_counts}
 )sql";
 
+// The uncontended fast path: a single exclusive attempt (limit 1, no queue
+// place), the one a plain TryAcquire sends. The same rule as the template
+// for that case, without the sharers bookkeeping a writer never needs: it
+// takes the key when no holding counts (held, or inside its lock-delay;
+// primary or sharer) and nobody waits, or re-grants a live holding of the
+// same owner (a retried request: same token). Lapsed sharers are dropped.
+// Same parameters as dlock_acquire_once ($6, the limit, is 1 and unused).
+constexpr const char* kAcquireExclusiveSql = R"sql(
+WITH
+c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+held AS (
+  SELECT l.owner, l.expires_at + l.lock_delay_ms * interval '1 millisecond' AS until,
+         l.expires_at > c.now AS live
+  FROM {t} AS l, c
+  WHERE l.key = $1 AND l.owner IS NOT NULL
+    AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now
+  UNION ALL
+  SELECT e->>'o', (e->>'u')::timestamptz, (e->>'x')::timestamptz > c.now
+  FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
+  WHERE l.key = $1 AND l.sharers <> '[]'::jsonb AND (e->>'u')::timestamptz > c.now),
+queued AS (
+  SELECT 1 FROM {q}, c
+  WHERE key = $1 AND owner <> $2 AND expires_at > c.now
+  LIMIT 1),
+granted AS (
+  INSERT INTO {t} AS l (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
+                        lock_delay_ms, label, holder_limit, sharers)
+  SELECT $1, $2, 1, 1, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, 1, '[]'
+  FROM c
+  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND live)
+     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM queued))
+  ON CONFLICT (key) DO UPDATE SET
+    token = CASE WHEN {p_mine} THEN l.token ELSE l.token + 1 END,
+    holder_token = CASE WHEN {p_mine} THEN l.holder_token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN {p_mine} THEN l.acquired_at ELSE excluded.acquired_at END,
+    owner = excluded.owner,
+    expires_at = excluded.expires_at,
+    ttl_ms = excluded.ttl_ms,
+    lock_delay_ms = excluded.lock_delay_ms,
+    label = excluded.label,
+    holder_limit = 1,
+    sharers = '[]'
+  WHERE {p_mine}
+     OR (NOT {p_counts}
+         AND (l.sharers = '[]'::jsonb
+              OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                             WHERE (e->>'u')::timestamptz > excluded.acquired_at)))
+  RETURNING l.holder_token AS token)
+SELECT (SELECT token FROM granted),
+       (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
+        FROM held WHERE owner <> $2)
+)sql";
+
 // Conditions on the existing row `l` inside the upsert's DO UPDATE, where
 // `excluded` is the request (excluded.acquired_at is the statement's now).
 // Each is coalesced to false: a free row's owner and expiry are NULL, and
@@ -752,6 +805,8 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
       Substitute(AcquireSql(true), AcquireConditions()));
   add("dlock_acquire_once", "(bytea, text, bigint, bigint, text, bigint)",
       Substitute(AcquireSql(false), AcquireConditions()));
+  add("dlock_acquire_exclusive", "(bytea, text, bigint, bigint, text, bigint)",
+      Substitute(kAcquireExclusiveSql, AcquireConditions()));
   add("dlock_release", "(bytea, text, text, text)", ReleaseSql(kReleaseSql));
   add("dlock_release_held", "(bytea, text, text, text)", ReleaseSql(kReleaseHeldSql));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
@@ -857,8 +912,10 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
         .Text(ChannelName(options_.table, hash))
         .Text(KeyHashText(hash));
   }
-  auto result = Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, CallDeadline(),
-                    "acquire " + request.key);
+  const char* statement = waiting               ? "dlock_acquire"
+                          : request.limit == 1 ? "dlock_acquire_exclusive"
+                                               : "dlock_acquire_once";
+  auto result = Run(statement, params, CallDeadline(), "acquire " + request.key);
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
   Attempt attempt;
