@@ -1,5 +1,13 @@
 // The `dlock` command: parses flags and hands each subcommand to its file.
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -12,8 +20,39 @@
 #include "cli/plan_cmd.h"
 #include "cli/status_cmd.h"
 #include "core/registry.h"
+#include "core/uri.h"
 
 namespace {
+
+// The store this command line names: --backend (before any `--`), else
+// $DLOCK_BACKEND; empty for the default SQLite file.
+std::string NamedStore(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") break;  // the child's arguments
+    if (a == "--backend" && i + 1 < argc) return argv[i + 1];
+    if (a.starts_with("--backend=")) return std::string(a.substr(10));
+  }
+  const char* env = std::getenv("DLOCK_BACKEND");
+  return env ? env : "";
+}
+
+// PostgreSQL and etcd are served by dlock-full (see core/registry.cc): hand
+// it the whole command line before anything has happened. Returns only if
+// it cannot be started.
+int RunInFullBinary(char** argv, const std::string& scheme) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "";
+  path = path.substr(0, path.rfind('/') + 1) + "dlock-full";
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execv(path.c_str(), argv);
+  return dlock::cli::Fail(dlock::cli::kExitUnavailable,
+                          "the " + scheme + " store is served by " + path +
+                              ", which cannot be run: " + std::strerror(errno));
+}
 
 constexpr const char* kBackendHelp =
     "store URI (default: $DLOCK_BACKEND, else the SQLite file "
@@ -23,6 +62,10 @@ constexpr const char* kBackendHelp =
 
 int main(int argc, char** argv) {
   using namespace dlock::cli;
+  if (auto uri = dlock::internal::ParseUri(NamedStore(argc, argv));
+      uri.ok() && dlock::internal::ServedByFullBinary(uri->scheme)) {
+    return RunInFullBinary(argv, uri->scheme);
+  }
   CLI::App app{"dlock: distributed locks with fencing tokens", "dlock"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dlock 0.1.0");

@@ -1,5 +1,15 @@
 #include "core/registry.h"
 
+// The `dlock` command compiles this file once more with DLOCK_CLI_LITE: the
+// stores whose client libraries are heavy to load (gRPC for etcd, libpq and
+// its Kerberos/LDAP/TLS stack for PostgreSQL: ~13 ms of start-up on every
+// run, most of `dlock exec`'s cost on the default store) are then served by
+// `dlock-full`, which `dlock` execs for those URIs (src/cli/main.cc).
+#ifdef DLOCK_CLI_LITE
+#undef DLOCK_HAVE_POSTGRES
+#undef DLOCK_HAVE_ETCD
+#endif
+
 #include "backends/sqlite/sqlite_backend.h"
 #include "core/uri.h"
 #ifdef DLOCK_HAVE_POSTGRES
@@ -34,7 +44,15 @@ struct Entry {
   std::string_view why_not = "its client library was not found when dlock was built";
 };
 
-#ifdef DLOCK_HAVE_POSTGRES
+#ifdef DLOCK_CLI_LITE
+// Reached only if `dlock` could not hand the command to dlock-full.
+Result<std::unique_ptr<Backend>> InFullBinary(const Uri& uri, const BackendParams&) {
+  return UnavailableError("the " + uri.scheme + " store is served by dlock-full, next to dlock, "
+                          "which could not be run");
+}
+constexpr Factory kPostgres = &InFullBinary;
+constexpr Factory kEtcd = &InFullBinary;
+#elif defined(DLOCK_HAVE_POSTGRES)
 constexpr Factory kPostgres = &postgres::Open;
 #else
 constexpr Factory kPostgres = nullptr;
@@ -48,7 +66,8 @@ constexpr Factory kRedis = nullptr;
 constexpr Factory kRedisSentinel = nullptr;
 constexpr Factory kRedlock = nullptr;
 #endif
-#ifdef DLOCK_HAVE_ETCD
+#ifdef DLOCK_CLI_LITE
+#elif defined(DLOCK_HAVE_ETCD)
 constexpr Factory kEtcd = &etcd::Open;
 #else
 constexpr Factory kEtcd = nullptr;
@@ -77,6 +96,15 @@ constexpr Entry kEntries[] = {
 };
 
 }  // namespace
+
+bool ServedByFullBinary(std::string_view scheme) {
+#ifdef DLOCK_CLI_LITE
+  return scheme == "postgres" || scheme == "postgresql" || scheme == "etcd";
+#else
+  (void)scheme;
+  return false;
+#endif
+}
 
 std::string SupportedSchemes() {
   std::string s;

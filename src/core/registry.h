@@ -24,6 +24,10 @@ struct BackendParams {
 Result<std::unique_ptr<Backend>> OpenBackend(std::string_view uri,
                                              const BackendParams& params);
 
+// True in the `dlock` command for the schemes it hands to `dlock-full`
+// (see registry.cc); false in the library.
+bool ServedByFullBinary(std::string_view scheme);
+
 // "sqlite:///path/locks.db, ..." for help texts and errors.
 std::string SupportedSchemes();
 
