@@ -447,8 +447,12 @@ TEST_F(ConformanceTest, ListShowsLabelTtlAndHolding) {
   EXPECT_EQ(h.label, "worker-7 on host x");
   EXPECT_EQ(h.limit, 1u);
   EXPECT_GT(h.ttl_remaining, milliseconds(0));
-  if (h.ttl > milliseconds(0)) EXPECT_GE(h.ttl, h.ttl_remaining);
-  if (h.held_for) EXPECT_GE(*h.held_for, milliseconds(0));
+  if (h.ttl > milliseconds(0)) {
+    EXPECT_GE(h.ttl, h.ttl_remaining);
+  }
+  if (h.held_for) {
+    EXPECT_GE(*h.held_for, milliseconds(0));
+  }
   EXPECT_TRUE(b->Release(key, OwnerId(8, 8)).ok());
 }
 
