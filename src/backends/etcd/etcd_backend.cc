@@ -177,6 +177,8 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
   // The floor for `dlock bench`: one Raft-replicated write (a put of a key
@@ -1058,6 +1060,58 @@ Result<std::vector<WaiterInfo>> EtcdBackendImpl::Waiters(std::string_view prefix
     }
   }
   return out;
+}
+
+// Run-once records: DoneKey (etcd_keys.h), a key without a lease.
+Result<bool> EtcdBackendImpl::IsDone(std::string_view key) {
+  pb::RangeRequest r;
+  r.set_key(DoneKey(options_.root, key));
+  r.set_keys_only(true);
+  // Linearizable (the default): a record another client just wrote is seen.
+  auto got = conn_.Range(r, OpDeadline());
+  if (!got.ok()) {
+    return got.status().WithContext("read the done mark of " + Quoted(key) + " on " +
+                                    Describe());
+  }
+  return got->kvs_size() > 0;
+}
+
+// One transaction: the record is written only if this owner's queue key is
+// still the one it was granted with (same create_revision). A granted key
+// stays a holder for as long as it exists (the keys ahead of it only ever
+// go), so "it still exists" is "it still holds"; its session expiring, or a
+// hand deleting it, makes the compare fail and nothing is written.
+Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner) {
+  const std::string name(key);
+  std::string member;
+  std::int64_t revision = 0;
+  {
+    std::lock_guard l(mu_);
+    const Entry* e = FindLocked(name, owner);
+    if (!e || !e->granted || e->key.empty() || e->revision == 0 || !e->session ||
+        e->session->dead) {
+      return NotOwnerError("this owner does not hold " + Quoted(name) + " on " + Describe() +
+                           ": its run is not recorded as done");
+    }
+    member = e->key;
+    revision = e->revision;
+  }
+  pb::TxnRequest txn;
+  *txn.add_compare() = CreateRevisionIs(member, revision);
+  pb::RequestOp put;
+  put.mutable_request_put()->set_key(DoneKey(options_.root, name));
+  put.mutable_request_put()->set_value(owner.ToString() + "\n" + std::to_string(revision));
+  *txn.add_success() = put;
+  auto r = conn_.Txn(txn, OpDeadline());
+  if (!r.ok()) {
+    return r.status().WithContext("mark " + Quoted(name) + " done on " + Describe());
+  }
+  if (!r->succeeded()) {
+    return NotOwnerError("etcd no longer holds " + Quoted(name) +
+                         " for this owner (its session lease expired or was revoked, or the "
+                         "key was deleted): its run is not recorded as done");
+  }
+  return Status::Ok();
 }
 
 bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {

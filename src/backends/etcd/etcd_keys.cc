@@ -164,6 +164,23 @@ std::string QueuePrefix(std::string_view root, std::string_view name) {
   return p;
 }
 
+std::string DoneKey(std::string_view root, std::string_view name) {
+  std::string k;
+  k.reserve(root.size() + name.size() + 16);
+  k += root;
+  k += ".dlock-done:";
+  for (char c : name) {
+    if (c == '%') {
+      k += "%25";
+    } else if (c == '/') {
+      k += "%2F";
+    } else {
+      k += c;
+    }
+  }
+  return k;
+}
+
 std::string LeaseHex(std::int64_t lease_id) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%" PRIx64, static_cast<std::uint64_t>(lease_id));

@@ -20,6 +20,15 @@
 // key of "a/b" also starts with "a/". etcd's Mutex counts them into "a"'s
 // queue; dlock counts only the direct members of a queue (no '/' after the
 // prefix), so that "a" and "a/b" are independent locks.
+//
+// Run-once records (`dlock once`): the done mark of lock N is the key
+// R + ".dlock-done:" + N', where N' is N with '%' written %25 and '/' written
+// %2F, so that the part after R holds no '/'. Every key of every lock queue
+// (dlock's, etcdctl's, Go's Mutex) is R + N + "/" + ..., with a '/' after R,
+// so a done key is never a queue member, never inside any queue's range
+// (R + N + "/" for any N), and LockNameOf says it names no lock. The record
+// has no lease (it is permanent); its value is the marking owner's id (32 hex
+// digits), "\n", and the token (create_revision) it held the lock with.
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
@@ -79,6 +88,8 @@ bool IsQueueMember(std::string_view queue_prefix, std::string_view key);
 // The range_end that makes a range cover every key starting with `prefix`
 // ("\0", meaning "to the end", when no such bound exists).
 std::string PrefixEnd(std::string_view prefix);
+// The run-once record of lock `name` (see the layout above).
+std::string DoneKey(std::string_view root, std::string_view name);
 // For a key R + N + "/" + <hex> (or <hex>-<32 hex>), the lock name N;
 // nullopt for any other key.
 std::optional<std::string> LockNameOf(std::string_view root, std::string_view key);

@@ -391,6 +391,120 @@ TEST(EtcdBackendTest, TwoReadersOfOneClientHaveTheirOwnKeys) {
   EXPECT_TRUE(q->empty());
 }
 
+// Run-once records (`dlock once`): only the current holder records a run,
+// in one transaction with the check that its key still holds; the record
+// outlives every lease, and the lock and its record do not disturb each
+// other.
+LeaseRequest Req(const std::string& name, OwnerId owner, milliseconds ttl = seconds(5)) {
+  LeaseRequest r;
+  r.key = name;
+  r.owner = owner;
+  r.ttl = ttl;
+  return r;
+}
+
+OwnerId NewOwner() {
+  static std::atomic<std::uint64_t> n{1};
+  return OwnerId(DefaultRandom()->Next() | 1, n++);
+}
+
+TEST(EtcdBackendTest, OnlyTheHolderMarksARunDone) {
+  const std::string name = UniqueName("once/job");
+  auto backend = NewBackend();
+  auto other = NewBackend();
+  auto done = backend->IsDone(name);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_FALSE(*done);
+
+  // Nobody holds it: nobody may mark it.
+  const OwnerId a = NewOwner();
+  EXPECT_EQ(backend->MarkDone(name, a).code(), StatusCode::kNotOwner);
+  // Another client holds it: neither a stranger nor that client's waiter may.
+  const OwnerId holder = NewOwner();
+  auto granted = other->TryAcquire(Req(name, holder));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  LeaseRequest waiting = Req(name, a);
+  waiting.queue_ttl = seconds(5);
+  auto queued = backend->TryAcquire(waiting);
+  ASSERT_TRUE(queued.ok() && !queued->granted);
+  EXPECT_EQ(backend->MarkDone(name, a).code(), StatusCode::kNotOwner) << "a waiter";
+  EXPECT_EQ(backend->MarkDone(name, holder).code(), StatusCode::kNotOwner)
+      << "another client's owner";
+  ASSERT_TRUE(backend->Release(name, a).ok());
+  // The holder whose key was deleted behind its back (as when its session
+  // lease expires) records nothing.
+  auto q = other->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 1);
+  RawEtcd().Delete((*q)[0].key);
+  EXPECT_EQ(other->MarkDone(name, holder).code(), StatusCode::kNotOwner) << "key gone";
+  EXPECT_FALSE(*backend->IsDone(name));
+  EXPECT_FALSE(*other->IsDone(name));
+  (void)other->Release(name, holder);
+
+  // The holder marks it; every client then sees it done.
+  const OwnerId b = NewOwner();
+  granted = backend->TryAcquire(Req(name, b));
+  ASSERT_TRUE(granted.ok() && granted->granted);
+  Status marked = backend->MarkDone(name, b);
+  EXPECT_TRUE(marked.ok()) << marked.ToString();
+  EXPECT_TRUE(backend->MarkDone(name, b).ok()) << "marking again is harmless";
+  EXPECT_TRUE(*backend->IsDone(name));
+  EXPECT_TRUE(*NewBackend()->IsDone(name)) << "seen from another client";
+  // Released: the mark stays, and the released owner can mark no more.
+  ASSERT_TRUE(backend->Release(name, b).ok());
+  EXPECT_EQ(backend->MarkDone(name, b).code(), StatusCode::kNotOwner);
+  EXPECT_TRUE(*other->IsDone(name)) << "no lease: it outlives the lock";
+  EXPECT_FALSE(*other->IsDone(name + "/x")) << "a longer name has its own record";
+  EXPECT_FALSE(*other->IsDone(name.substr(0, name.rfind('/')))) << "so has a shorter one";
+}
+
+TEST(EtcdBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {
+  const std::string name = UniqueName("once/apart");
+  auto client = NewClient();
+  auto ran = client->RunOnce(name, Opts(seconds(5), seconds(5)), [] { return Status::Ok(); });
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  EXPECT_TRUE(*ran);
+  ran = NewClient()->RunOnce(name, Opts(seconds(5), seconds(5)), [] {
+    ADD_FAILURE() << "ran twice";
+    return Status::Ok();
+  });
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+
+  // The key can still be locked, by anyone, and its queue holds only the
+  // lock's members: the record is in no queue, no listing, no waiter list.
+  auto backend = NewBackend();
+  auto q = backend->Queue(name);
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->empty()) << "the record sits in the lock's queue";
+  auto lease = client->TryAcquire(name, Opts(seconds(5)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  q = backend->Queue(name);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->size(), 1u);
+  auto held = backend->List("");
+  ASSERT_TRUE(held.ok());
+  bool listed = false;
+  for (const auto& h : *held) {
+    EXPECT_FALSE(h.key.starts_with(".dlock-done:")) << "a record listed as a lock: " << h.key;
+    listed = listed || h.key == name;
+  }
+  EXPECT_TRUE(listed);
+  auto waiters = backend->Waiters("");
+  ASSERT_TRUE(waiters.ok());
+  for (const auto& w : *waiters) EXPECT_FALSE(w.key.starts_with(".dlock-done:")) << w.key;
+  EXPECT_TRUE(*backend->IsDone(name));
+  EXPECT_TRUE(lease->Release().ok());
+  EXPECT_TRUE(*backend->IsDone(name)) << "a release does not touch the record";
+  // A lock named like the record's key is just another lock.
+  const std::string look_alike = ".dlock-done:" + name;
+  EXPECT_FALSE(*backend->IsDone(look_alike));
+  auto other = client->TryAcquire(look_alike, Opts(seconds(5)));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_TRUE(other->Release().ok());
+  EXPECT_TRUE(*backend->IsDone(name));
+}
+
 TEST(EtcdBackendTest, UnreachableEndpointsFailWithinTheConnectTimeout) {
   ClientOptions o;
   o.connect_timeout = milliseconds(1000);

@@ -49,6 +49,20 @@ TEST(EtcdKeysTest, LockNameOfKeys) {
   EXPECT_EQ(LockNameOf("", "jobs/a/-" + owner), std::nullopt);
 }
 
+TEST(EtcdKeysTest, DoneKeysNeverMeetLockKeys) {
+  EXPECT_EQ(DoneKey("", "jobs/a"), ".dlock-done:jobs%2Fa");
+  EXPECT_EQ(DoneKey("app/", "50%/x"), "app/.dlock-done:50%25%2Fx");
+  EXPECT_NE(DoneKey("", "a/b"), DoneKey("", "a%2Fb")) << "the escape is reversible";
+  // No '/' after the root: in no lock's queue range, never a lock's member.
+  for (std::string name : {"a", "a/b", "a/694d", ".dlock-done:a", "/", "x/0123abcd"}) {
+    const std::string k = DoneKey("app/", name);
+    EXPECT_EQ(k.find('/', 4), std::string::npos) << k;
+    EXPECT_EQ(LockNameOf("app/", k), std::nullopt) << k;
+    EXPECT_FALSE(k.starts_with(QueuePrefix("app/", name))) << k;
+    EXPECT_FALSE(k.starts_with(QueuePrefix("app/", ".dlock-done:a"))) << k;
+  }
+}
+
 TEST(EtcdKeysTest, MemberValuesCarryLimitAndLabel) {
   const std::string owner = "0123456789abcdef0123456789abcdef";
   EXPECT_EQ(EncodeValue(owner, 1, ""), owner) << "the old format for a plain mutex";
