@@ -149,6 +149,34 @@ Result<std::string> LockPath(std::string_view chroot, std::string_view key) {
   return path;
 }
 
+std::string DoneDir(std::string_view chroot) {
+  return std::string(chroot) + "/" + std::string(kDoneDirName);
+}
+
+Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
+  if (key.starts_with('/')) key.remove_prefix(1);
+  if (key.empty()) return InvalidArgumentError("the key is empty");
+  std::string name;
+  if (key == ".") {
+    name = "%2E";
+  } else if (key == "..") {
+    name = "%2E%2E";
+  } else {
+    name.reserve(key.size() + 8);
+    for (const char ch : key) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (KeptAsIs(c) && c != '/') {
+        name += ch;
+      } else {
+        name += '%';
+        name += kHex[c >> 4];
+        name += kHex[c & 0xf];
+      }
+    }
+  }
+  return DoneDir(chroot) + "/" + name;
+}
+
 std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path) {
   if (!path.starts_with(chroot)) return std::nullopt;
   path.remove_prefix(chroot.size());

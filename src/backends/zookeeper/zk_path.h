@@ -15,6 +15,16 @@
 // "_c_" + guid (a UUID, 8-4-4-4-12 hex digits) + "-lock-" + 10-digit
 // sequence. dlock's guid is the acquisition's OwnerId, so a client finds
 // its own node again after a lost reply, and `dlock status` shows owners.
+//
+// Run-once records (`dlock once`) live apart from every lock, in one flat
+// directory: <chroot>/%dlock-done/<name>, a persistent znode per key. The
+// directory's name is no encoding EncodeSegment produces (a '%' there is
+// always followed by two hex digits, or stands alone for an empty segment),
+// so no key's lock path is it or under it; and being a child of the chroot,
+// which is never a lock path itself, it is no lock node either. <name> is
+// the key (one leading '/' dropped, as for LockPath) with '/', '%', controls
+// and non-ASCII bytes written %XX, and "." / ".." escaped whole: one node per
+// key, no parents to create per key, reversible.
 #ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_PATH_H_
 #define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_PATH_H_
 
@@ -37,6 +47,12 @@ Result<std::string> NormalizeChroot(std::string_view chroot);
 // The znode path of `key` under `chroot` (normalised). kInvalidArgument for
 // an empty key.
 Result<std::string> LockPath(std::string_view chroot, std::string_view key);
+
+// The directory of run-once records under `chroot` (normalised), and the
+// record of `key` in it. DonePath: kInvalidArgument for an empty key.
+inline constexpr std::string_view kDoneDirName = "%dlock-done";
+std::string DoneDir(std::string_view chroot);
+Result<std::string> DonePath(std::string_view chroot, std::string_view key);
 
 // The key of the lock at znode `path` under `chroot`, or nullopt when `path`
 // is not under it or a segment is not an encoding LockPath produces.

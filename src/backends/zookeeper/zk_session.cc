@@ -59,6 +59,15 @@ std::shared_ptr<Op> TakeOp(const void* data) {
 
 }  // namespace
 
+// The arrays zoo_amulti reads and writes: they live with the Op until its
+// completion has run.
+struct MultiBuffers {
+  std::vector<MultiOp> ops;
+  std::vector<zoo_op_t> zops;
+  std::vector<zoo_op_result_t> results;
+  std::vector<std::vector<char>> path_bufs;  // a create's resulting path
+};
+
 // Completion trampolines, one per reply shape. They never throw.
 struct Completions {
   static void StringStat(int rc, const char* value, const struct Stat* stat, const void* data) {
@@ -108,6 +117,26 @@ struct Completions {
       if (rc == ZOK) r.stat = FromStat(stat);
     } catch (...) {
       r.rc = ZSYSTEMERROR;
+    }
+    op->Finish(std::move(r));
+  }
+  static void String(int rc, const char* /*value*/, const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    r.rc = rc;
+    op->Finish(std::move(r));
+  }
+  static void Multi(int rc, const void* data) {
+    std::shared_ptr<Op> op = TakeOp(data);
+    Reply r;
+    try {
+      r.rc = rc;
+      if (Answered(rc) && op->multi_) {
+        for (const auto& res : op->multi_->results) r.results.push_back(res.err);
+      }
+    } catch (...) {
+      r.rc = ZSYSTEMERROR;
+      r.results.clear();
     }
     op->Finish(std::move(r));
   }
@@ -293,6 +322,39 @@ std::shared_ptr<Op> Session::Get(const std::string& path, DoneHandler on_done) {
 std::shared_ptr<Op> Session::Delete(const std::string& path, DoneHandler on_done) {
   return Start(std::move(on_done), [&](const void* ctx) {
     return zoo_adelete(zh_, path.c_str(), -1, &Completions::Void, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Sync(const std::string& path, DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_async(zh_, path.c_str(), &Completions::String, ctx);
+  });
+}
+
+std::shared_ptr<Op> Session::Multi(std::vector<MultiOp> ops, DoneHandler on_done) {
+  auto b = std::make_shared<MultiBuffers>();
+  b->ops = std::move(ops);
+  const std::size_t n = b->ops.size();
+  b->zops.resize(n);
+  b->results.resize(n);
+  b->path_bufs.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const MultiOp& o = b->ops[i];
+    b->results[i].err = ZSYSTEMERROR;  // until the reply says otherwise
+    if (o.kind == MultiOp::Kind::kCheck) {
+      zoo_check_op_init(&b->zops[i], o.path.c_str(), o.version);
+    } else {
+      b->path_bufs[i].assign(o.path.size() + 16, '\0');  // room for a sequence suffix
+      zoo_create_op_init(&b->zops[i], o.path.c_str(), o.data.data(),
+                         static_cast<int>(o.data.size()), &ZOO_OPEN_ACL_UNSAFE, o.flags,
+                         b->path_bufs[i].data(), static_cast<int>(b->path_bufs[i].size()));
+    }
+  }
+  return Start(std::move(on_done), [&](const void* ctx) {
+    // The Op is not yet shared with anyone: its buffers go with it.
+    (*static_cast<const std::shared_ptr<Op>*>(ctx))->multi_ = b;
+    return zoo_amulti(zh_, static_cast<int>(n), b->zops.data(), b->results.data(),
+                      &Completions::Multi, ctx);
   });
 }
 

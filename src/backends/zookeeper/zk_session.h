@@ -53,7 +53,21 @@ struct Reply {
   std::vector<std::string> children;  // get_children
   std::string data;                   // get
   NodeStat stat;                      // create2, exists, get, get_children2
+  // multi: each operation's own rc, in order, when the ensemble answered
+  // (empty when it did not: connection loss, a closed handle).
+  std::vector<int> results;
 };
+
+// One operation of a Session::Multi.
+struct MultiOp {
+  enum class Kind { kCheck, kCreate };
+  Kind kind = Kind::kCheck;
+  std::string path;
+  std::string data;  // kCreate
+  int flags = 0;     // kCreate: ZOO_EPHEMERAL, ...
+  int version = -1;  // kCheck: -1 checks only that the node exists
+};
+struct MultiBuffers;  // what zoo_amulti writes into until it completes
 
 class Session;
 struct Completions;
@@ -78,6 +92,7 @@ class Op {
   bool done_ = false;
   Reply reply_;
   std::function<void(const Reply&)> on_done_;  // set before submission
+  std::shared_ptr<MultiBuffers> multi_;        // a multi's; set before submission
 };
 
 class Session {
@@ -119,6 +134,12 @@ class Session {
   std::shared_ptr<Op> Exists(const std::string& path, bool watch, DoneHandler on_done = {});
   std::shared_ptr<Op> Get(const std::string& path, DoneHandler on_done = {});
   std::shared_ptr<Op> Delete(const std::string& path, DoneHandler on_done = {});
+  // zoo_async: a read sent after it on this session sees every write the
+  // ensemble committed before the sync reached its leader.
+  std::shared_ptr<Op> Sync(const std::string& path, DoneHandler on_done = {});
+  // zoo_amulti: all of `ops` are applied, or none. Reply::rc is ZOK, or the
+  // error of the first operation that failed; Reply::results has each one's.
+  std::shared_ptr<Op> Multi(std::vector<MultiOp> ops, DoneHandler on_done = {});
 
  private:
   friend class Op;

@@ -182,7 +182,12 @@ struct ZooKeeperBackend::Impl {
 
   // --- sessions ---------------------------------------------------------
 
-  Result<Live> EnsureSession(milliseconds ttl_hint);
+  // `provisional`: the caller (a read before any acquisition, such as
+  // IsDone) has no ttl to ask for; the session it opens is replaced by the
+  // first acquisition's, while nothing is locked on it, so that the
+  // session's timeout follows the lease's ttl as without the read.
+  Result<Live> EnsureSession(milliseconds ttl_hint, bool provisional = false);
+  Status CreateDoneDir(const Live& live);
   void OnSessionState(std::uint64_t gen, Session::State state);
   void OnNodeEvent(std::uint64_t gen, int type, const std::string& path);
   std::optional<Live> Current() {
@@ -234,6 +239,7 @@ struct ZooKeeperBackend::Impl {
   std::condition_variable_any keeper_cv;   // the keeper: new work, reconnect
   std::shared_ptr<Session> session;
   std::uint64_t gen = 0;
+  bool session_provisional = false;  // opened by EnsureSession(.., true)
   std::map<std::pair<std::string, OwnerId>, std::shared_ptr<Contender>> contenders;
   // Nodes the keeper is deleting (async), with what it deletes them for.
   std::vector<std::pair<std::shared_ptr<Op>, std::shared_ptr<Contender>>> reaping;
@@ -246,12 +252,18 @@ struct ZooKeeperBackend::Impl {
 // ---------------------------------------------------------------------------
 // Sessions
 
-Result<ZooKeeperBackend::Impl::Live> ZooKeeperBackend::Impl::EnsureSession(milliseconds ttl_hint) {
+Result<ZooKeeperBackend::Impl::Live> ZooKeeperBackend::Impl::EnsureSession(milliseconds ttl_hint,
+                                                                           bool provisional) {
   std::shared_ptr<Session> old;
   Live live;
   {
     std::lock_guard lock(mu);
-    if (!session || session->dead()) {
+    const bool replace = !provisional && session && session_provisional &&
+                         contenders.empty() && !options.session_timeout.has_value() &&
+                         session->timeout() != ttl_hint;
+    if (!provisional) session_provisional = false;
+    if (!session || session->dead() || replace) {
+      session_provisional = provisional;
       old = std::move(session);
       const milliseconds timeout = options.session_timeout.value_or(ttl_hint);
       const std::uint64_t g = gen + 1;
@@ -1045,6 +1057,7 @@ Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> ZooKeeperBack
       for (const auto& child : r->children) {
         if (ParseLockNode(child)) continue;
         if (level[i] == "/" && child == "zookeeper") continue;
+        if (level[i] == root && child == kDoneDirName) continue;  // run-once records
         if (first && !partial.empty()) {
           auto decoded = DecodeSegment(child);
           if (!decoded || !decoded->starts_with(partial)) continue;
@@ -1137,6 +1150,112 @@ Result<std::vector<WaiterInfo>> ZooKeeperBackend::Waiters(std::string_view prefi
   std::stable_sort(out.begin(), out.end(),
                    [](const WaiterInfo& a, const WaiterInfo& b) { return a.key < b.key; });
   return out;
+}
+
+// ---------------------------------------------------------------------------
+// Run-once records
+
+Status ZooKeeperBackend::Impl::CreateDoneDir(const Live& live) {
+  // Persistent, the chroot's ancestors too: records are never deleted, so
+  // a container would only add a way to lose the directory.
+  if (!options.chroot.empty()) DLOCK_RETURN_IF_ERROR(CreateParents(live, options.chroot));
+  const std::string dir = DoneDir(options.chroot);
+  auto op = live.session->Create(dir, "", 0);
+  const Reply* r = op->Wait(attempt_timeout);
+  if (r == nullptr) return UnavailableError("ZooKeeper did not answer the create of " + dir);
+  if (r->rc != ZOK && r->rc != ZNODEEXISTS) return ZkError(r->rc, "creating " + dir);
+  return Status::Ok();
+}
+
+Result<bool> ZooKeeperBackend::IsDone(std::string_view key) {
+  Impl& m = *impl_;
+  auto path = DonePath(m.options.chroot, key);
+  if (!path.ok()) return path.status();
+  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout),
+                              /*provisional=*/true);
+  if (!live.ok()) return live.status();
+  // A sync, then the read, pipelined on the session (answered in order): the
+  // member this session talks to may lag the leader, and a record another
+  // client has just written must be seen, as on the other stores.
+  auto sync = live->session->Sync("/");
+  auto op = live->session->Exists(*path, false);
+  if (const Reply* sr = sync->Wait(m.attempt_timeout); sr != nullptr && sr->rc != ZOK) {
+    return ZkError(sr->rc, "syncing before a read of " + *path);
+  }
+  const Reply* r = op->Wait(m.attempt_timeout);
+  if (r == nullptr) {
+    return UnavailableError("ZooKeeper did not answer a read of " + *path + " within " +
+                            FormatDuration(m.attempt_timeout));
+  }
+  if (r->rc == ZOK) return true;
+  if (r->rc == ZNONODE) return false;
+  return ZkError(r->rc, "reading the done mark " + *path);
+}
+
+Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+  Impl& m = *impl_;
+  auto done = DonePath(m.options.chroot, key);
+  if (!done.ok()) return done.status();
+  auto not_owner = [&](std::string_view why) {
+    return NotOwnerError("this owner does not hold " + Quoted(key) + " on " + m.Describe() +
+                         " (" + std::string(why) + "): its run is not recorded as done");
+  };
+  std::shared_ptr<Contender> c;
+  std::string node_path;
+  FencingToken token = 0;
+  std::uint64_t c_gen = 0;
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.contenders.find({std::string(key), owner});
+    if (it == m.contenders.end() || it->second->gen != m.gen ||
+        it->second->phase != Contender::Phase::kHeld || it->second->node.empty()) {
+      return not_owner("no lock node of it in this session");
+    }
+    c = it->second;
+    if (c->deleted) return not_owner("its lock node was deleted");
+    node_path = c->NodePath();
+    token = c->token;
+    c_gen = c->gen;
+  }
+  std::optional<Impl::Live> live = m.Current();
+  if (!live || live->gen != c_gen) return not_owner("the session that held it expired");
+  const std::string data = "{\"dlock\":1,\"owner\":\"" + owner.ToString() +
+                           "\",\"token\":" + std::to_string(token) + "}";
+  for (int round = 0; round < 2; ++round) {
+    std::vector<MultiOp> ops(2);
+    ops[0].kind = MultiOp::Kind::kCheck;
+    ops[0].path = node_path;  // version -1: only that it still exists
+    ops[1].kind = MultiOp::Kind::kCreate;
+    ops[1].path = *done;
+    ops[1].data = data;
+    auto op = live->session->Multi(std::move(ops));
+    const Reply* r = op->Wait(m.attempt_timeout);
+    if (r == nullptr) {
+      return UnavailableError("ZooKeeper did not answer the marking of " + Quoted(key) +
+                              " as done within " + FormatDuration(m.attempt_timeout) +
+                              " (outcome unknown)");
+    }
+    if (r->rc == ZOK) return Status::Ok();
+    if (r->results.size() == 2) {
+      if (r->results[0] != ZOK) {
+        if (r->results[0] == ZNONODE) {
+          std::lock_guard lock(m.mu);
+          c->deleted = true;  // Renew reports the lease lost too
+        }
+        return not_owner("its lock node " + node_path + " is gone");
+      }
+      // Checked in the same multi: we hold the lock, and the record exists.
+      if (r->results[1] == ZNODEEXISTS) return Status::Ok();
+      if (r->results[1] == ZNONODE && round == 0) {
+        DLOCK_RETURN_IF_ERROR(m.CreateDoneDir(*live));
+        continue;
+      }
+      return ZkError(r->results[1], "creating " + *done);
+    }
+    if (r->rc == ZSESSIONEXPIRED) return not_owner("the session that held it expired");
+    return ZkError(r->rc, "marking " + Quoted(key) + " done (" + *done + ")");
+  }
+  return UnavailableError("could not create " + DoneDir(m.options.chroot));
 }
 
 std::string ZooKeeperBackend::Describe() const {

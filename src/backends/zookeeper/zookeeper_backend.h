@@ -76,6 +76,11 @@ class ZooKeeperBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
+  // Run-once records: persistent znodes under <chroot>/%dlock-done
+  // (zk_path.h). MarkDone is one multi: a check that this owner's lock node
+  // still exists, and the create of the record.
+  Result<bool> IsDone(std::string_view key) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
   std::optional<SessionLiveness> Liveness() override;

@@ -32,6 +32,31 @@ TEST(ZkPathTest, ForbiddenBytesAndSegmentsAreEscapedReversibly) {
   EXPECT_EQ(*LockPath("/d", "p%_ *\xff"), "/d/p%25_ *%FF");
 }
 
+TEST(ZkPathTest, DoneRecordsLiveApartFromEveryLock) {
+  EXPECT_EQ(*DonePath("/dlock", "jobs/nightly"), "/dlock/%dlock-done/jobs%2Fnightly");
+  EXPECT_EQ(*DonePath("", "/jobs/nightly"), "/%dlock-done/jobs%2Fnightly") << "one leading /";
+  EXPECT_EQ(*DonePath("", "."), "/%dlock-done/%2E");
+  EXPECT_EQ(*DonePath("", ".."), "/%dlock-done/%2E%2E");
+  EXPECT_EQ(*DonePath("", "p%_ *\xff"), "/%dlock-done/p%25_ *%FF");
+  EXPECT_EQ(DonePath("", "/").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(*DonePath("", "a/b"), *DonePath("", "a%2Fb"));
+  // The directory is no key's lock path, nor under one: its name is not an
+  // encoding LockPath makes, so it decodes to no key.
+  EXPECT_FALSE(DecodeSegment(kDoneDirName).has_value());
+  for (const std::string chroot : {"", "/dlock"}) {
+    EXPECT_EQ(KeyOfPath(chroot, DoneDir(chroot)), std::nullopt);
+    EXPECT_EQ(KeyOfPath(chroot, *DonePath(chroot, "a")), std::nullopt);
+    for (const std::string key : {"%dlock-done", "%dlock-done/a", "a", "x/_c_y-lock-0000000001"}) {
+      auto lock = LockPath(chroot, key);
+      auto done = DonePath(chroot, key);
+      EXPECT_NE(*lock, DoneDir(chroot)) << key;
+      EXPECT_FALSE(lock->starts_with(DoneDir(chroot) + "/")) << *lock;
+      EXPECT_FALSE(done->starts_with(*lock + "/")) << *done;
+      EXPECT_TRUE(NormalizeChroot(*done).ok()) << *done << " breaks the path rules";
+    }
+  }
+}
+
 TEST(ZkPathTest, ChrootMustFollowZooKeepersPathRules) {
   EXPECT_EQ(*NormalizeChroot(""), "");
   EXPECT_EQ(*NormalizeChroot("/"), "");

@@ -106,6 +106,16 @@ class Observer {
     const Reply* r = op->Wait(seconds(5));
     return r != nullptr && r->rc == ZOK ? r->stat.ephemeral_owner : 0;
   }
+  bool Exists(const std::string& path) {
+    auto op = session_->Exists(path, false);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK;
+  }
+  bool Delete(const std::string& path) {
+    auto op = session_->Delete(path);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK;
+  }
   // Until `key` has `n` contenders, or 10 s.
   bool WaitForContenders(const std::string& key, std::size_t n) {
     for (int i = 0; i < 1000; ++i) {
@@ -429,6 +439,134 @@ int FreePort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// Run-once records (`dlock once`): only the current holder records a run,
+// in one multi with the check that its node still exists; the record is
+// persistent, and the lock and its record do not disturb each other.
+LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds ttl = seconds(10)) {
+  LeaseRequest r;
+  r.key = key;
+  r.owner = owner;
+  r.ttl = ttl;
+  return r;
+}
+
+OwnerId NewOwner() {
+  static std::atomic<std::uint64_t> n{1};
+  return OwnerId(DefaultRandom()->Next() | 1, n++);
+}
+
+TEST(ZooKeeperBackendTest, OnlyTheHolderMarksARunDone) {
+  Observer zk;
+  const std::string key = UniqueKey("once/job");
+  const std::string record = *DonePath(FixtureOptions().chroot, key);
+  auto backend = OpenZooKeeper(FixtureOptions());
+  auto other = OpenZooKeeper(FixtureOptions());
+  auto done = backend->IsDone(key);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_FALSE(*done);
+
+  // Nobody holds it: nobody may mark it.
+  const OwnerId a = NewOwner();
+  EXPECT_EQ(backend->MarkDone(key, a).code(), StatusCode::kNotOwner);
+  // Another client holds it: neither this client's waiter nor a stranger may.
+  const OwnerId holder = NewOwner();
+  auto granted = other->TryAcquire(Req(key, holder));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  LeaseRequest waiting = Req(key, a);
+  waiting.queue_ttl = seconds(10);
+  auto queued = backend->TryAcquire(waiting);
+  ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
+  EXPECT_EQ(backend->MarkDone(key, a).code(), StatusCode::kNotOwner) << "a waiter";
+  EXPECT_EQ(backend->MarkDone(key, holder).code(), StatusCode::kNotOwner)
+      << "another client's owner";
+  ASSERT_TRUE(backend->Release(key, a).ok());
+  // The holder whose node was deleted behind its back (as when its session
+  // expires) records nothing: the multi's check fails, the create with it.
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 1u);
+  ASSERT_TRUE(zk.Delete(*LockPath(FixtureOptions().chroot, key) + "/" + nodes[0].name));
+  EXPECT_EQ(other->MarkDone(key, holder).code(), StatusCode::kNotOwner) << "node gone";
+  EXPECT_FALSE(zk.Exists(record));
+  EXPECT_FALSE(*backend->IsDone(key));
+  (void)other->Release(key, holder);
+
+  // The holder marks it; every client then sees it done.
+  const OwnerId b = NewOwner();
+  granted = backend->TryAcquire(Req(key, b));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  Status marked = backend->MarkDone(key, b);
+  EXPECT_TRUE(marked.ok()) << marked.ToString();
+  EXPECT_TRUE(backend->MarkDone(key, b).ok()) << "marking again is harmless";
+  EXPECT_TRUE(zk.Exists(record));
+  EXPECT_TRUE(*backend->IsDone(key));
+  EXPECT_TRUE(*other->IsDone(key)) << "seen from another client";
+  EXPECT_TRUE(*other->IsDone("/" + key)) << "one leading / names the same key";
+  // Released: the mark stays, and the released owner can mark no more.
+  ASSERT_TRUE(backend->Release(key, b).ok());
+  EXPECT_EQ(backend->MarkDone(key, b).code(), StatusCode::kNotOwner);
+  backend.reset();  // its session ends: the record is persistent
+  EXPECT_TRUE(*other->IsDone(key));
+  EXPECT_FALSE(*other->IsDone(key + "/x")) << "a longer key has its own record";
+  EXPECT_FALSE(*other->IsDone(key.substr(0, key.rfind('/')))) << "so has a shorter one";
+}
+
+TEST(ZooKeeperBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {
+  Observer zk;
+  const std::string key = UniqueKey("once/apart");
+  auto client = NewClient();
+  auto ran = client->RunOnce(key, Opts(seconds(10), seconds(10)), [] { return Status::Ok(); });
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  EXPECT_TRUE(*ran);
+  ran = NewClient()->RunOnce(key, Opts(seconds(10), seconds(10)), [] {
+    ADD_FAILURE() << "ran twice";
+    return Status::Ok();
+  });
+  ASSERT_TRUE(ran.ok()) << ran.status().ToString();
+  EXPECT_FALSE(*ran);
+
+  // The key can still be locked; its lock path holds only lock nodes, and
+  // no listing takes the record for a lock.
+  EXPECT_TRUE(zk.Contenders(key).empty());
+  auto lease = client->TryAcquire(key, Opts(seconds(10)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(zk.Contenders(key).size(), 1u);
+  auto held = client->List("");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  bool listed = false;
+  for (const auto& h : *held) {
+    EXPECT_FALSE(h.key.starts_with("%dlock-done")) << "a record listed as a lock: " << h.key;
+    listed = listed || h.key == key;
+  }
+  EXPECT_TRUE(listed);
+  EXPECT_TRUE(lease->Release().ok());
+  EXPECT_TRUE(*client->IsDone(key)) << "a release does not touch the record";
+  // A key spelled like the records' directory is just another lock.
+  const std::string look_alike = "%dlock-done/" + key;
+  EXPECT_FALSE(*client->IsDone(look_alike));
+  auto other = client->TryAcquire(look_alike, Opts(seconds(10)));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_TRUE(other->Release().ok());
+  EXPECT_TRUE(*client->IsDone(key));
+}
+
+TEST(ZooKeeperBackendTest, ASessionOpenedToReadADoneMarkFollowsTheFirstLeasesTtl) {
+  // `dlock once` asks IsDone before it acquires: the session that read opens
+  // must not fix the session timeout (and so how long a crashed holder's
+  // node outlives it) at the default.
+  auto owned = OpenZooKeeper(FixtureOptions());
+  ZooKeeperBackend* backend = owned.get();
+  auto client = Client::FromBackend(std::move(owned));
+  const std::string key = UniqueKey("once/ttl");
+  ASSERT_TRUE(client->IsDone(key).ok());
+  auto lease = client->TryAcquire(key, Opts(seconds(2)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(backend->SessionTimeout(), seconds(2));
+  ASSERT_TRUE(client->IsDone(key).ok());
+  EXPECT_EQ(backend->SessionTimeout(), seconds(2)) << "a read later keeps the session";
+  EXPECT_TRUE(client->MarkDone(*lease).ok());
+  EXPECT_TRUE(lease->Release().ok());
 }
 
 TEST(ZooKeeperBackendTest, BadInputIsRefusedWithinTheDeadline) {
