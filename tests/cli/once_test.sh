@@ -1,25 +1,35 @@
 #!/usr/bin/env bash
 # dlock once: three concurrent shells, CMD runs exactly once; a failing CMD
-# is not recorded, so a later call runs it again.
+# is not recorded, so a later call runs it again. Against a server store when
+# run with its fixture ($DLOCK_TEST_URI_FILE); keys are fresh per run, since
+# run-once records are permanent on a long-lived server.
 source "$(dirname "$0")/lib.sh"
+if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
+  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
+  echo "store: ${DLOCK_BACKEND%%://*}"
+fi
+P="once-$$-$RANDOM"  # key prefix: fresh on a long-lived server
 RUNS="$WORK/runs"
 : >"$RUNS"
 
 pids=()
 for s in 1 2 3; do
-  "$DLOCK" once reconcile/2026-11-29 --wait 30s -- sh -c 'echo "$0" >>"$1"; sleep 0.3' "$s" "$RUNS" 2>>"$WORK/err" &
+  "$DLOCK" once "$P/reconcile/2026-11-29" --wait 30s -- sh -c 'echo "$0" >>"$1"; sleep 0.3' "$s" "$RUNS" 2>>"$WORK/err" &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || fail "a 'dlock once' exited $?"; done
 [ "$(wc -l <"$RUNS")" = 1 ] || fail "the command ran $(wc -l <"$RUNS") times, want 1"
 grep -q "not running it again" "$WORK/err" || fail "the others did not say why they skipped: $(cat "$WORK/err")"
-expect_exit 0 "is already done" -- "$DLOCK" once reconcile/2026-11-29 -- sh -c 'echo late >>"$0"' "$RUNS"
+expect_exit 0 "is already done" -- "$DLOCK" once "$P/reconcile/2026-11-29" -- sh -c 'echo late >>"$0"' "$RUNS"
 [ "$(wc -l <"$RUNS")" = 1 ] || fail "ran again after it was done"
 
 # A failing run is not recorded.
-expect_exit 3 "" -- "$DLOCK" once flaky -- sh -c 'echo try >>"$0"; exit 3' "$RUNS"
-expect_exit 0 "" -- "$DLOCK" once flaky -- sh -c 'echo retry >>"$0"' "$RUNS"
-expect_exit 0 "is already done" -- "$DLOCK" once flaky -- sh -c 'echo again >>"$0"' "$RUNS"
+expect_exit 3 "" -- "$DLOCK" once "$P/flaky" -- sh -c 'echo try >>"$0"; exit 3' "$RUNS"
+expect_exit 0 "" -- "$DLOCK" once "$P/flaky" -- sh -c 'echo retry >>"$0"' "$RUNS"
+expect_exit 0 "is already done" -- "$DLOCK" once "$P/flaky" -- sh -c 'echo again >>"$0"' "$RUNS"
 [ "$(grep -c -E '^(try|retry|again)$' "$RUNS")" = 2 ] || fail "flaky: $(cat "$RUNS")"
+
+# A done key can still be locked: the record and the lock do not meet.
+expect_exit 0 "" -- "$DLOCK" exec "$P/flaky" -- true
 expect_exit 64 "" -- "$DLOCK" once "" -- true
 finish
