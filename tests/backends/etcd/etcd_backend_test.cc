@@ -337,16 +337,18 @@ TEST(EtcdBackendTest, SharingWaitersWakePromptly) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::optional<Result<Lease>> third;
   TimePoint third_at;
+  std::atomic<bool> third_returned{false};  // `third` is read only after the join
   std::thread t3([&] {
     third.emplace(writer_client->Acquire(sem, permit));
     third_at = MonotonicClock::now();
+    third_returned = true;
   });
   ASSERT_TRUE(Eventually([&] {
     auto q = observer->Queue(sem);
     return q.ok() && q->size() == 3u;
   }));
   std::this_thread::sleep_for(milliseconds(50));
-  EXPECT_FALSE(third.has_value()) << "a third holder of two permits";
+  EXPECT_FALSE(third_returned.load()) << "a third holder of two permits";
   const TimePoint freed = MonotonicClock::now();
   ASSERT_TRUE(b->Release().ok());
   t3.join();
