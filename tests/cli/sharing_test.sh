@@ -75,12 +75,16 @@ expect_exit 64 "do not combine" -- "$DLOCK" exec "$P/sem" --permits 2 --shared -
 # --- A deadlock cycle, built by hand: each party holds one key and, inside,
 # waits for the other's (the nested dlock inherits DLOCK_SESSION, so it is
 # the same party). Plus a party waiting behind a slow, live holder.
-cross() {  # cross NAME FIRST SECOND (exec: the job's pid is dlock's)
+# Each takes its second key only once the other holds its first: without
+# that, one could take both before the other starts, and there would be no
+# deadlock to find.
+cross() {  # cross NAME FIRST SECOND OTHER (exec: the job's pid is dlock's)
   exec "$DLOCK" exec "$2" --label "$1" --ttl 3s --wait 30s -- \
-    sh -c 'touch "$0.in"; exec "$1" exec "$2" --wait 30s -- true' "$M/$1" "$DLOCK" "$3"
+    sh -c 'touch "$0.in"; i=0; while [ ! -e "$3.in" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+           exec "$1" exec "$2" --wait 30s -- true' "$M/$1" "$DLOCK" "$3" "$M/$4"
 }
-cross alpha "$P/a" "$P/b" & x1=$!
-cross beta "$P/b" "$P/a" & x2=$!
+cross alpha "$P/a" "$P/b" beta & x1=$!
+cross beta "$P/b" "$P/a" alpha & x2=$!
 hold slow --label slow-holder "$P/c" & x3=$!
 await "$M/slow.in"
 "$DLOCK" exec "$P/c" --label behind --wait 30s -- true & x4=$!
@@ -91,7 +95,14 @@ for ((i = 0; i < 600; i++)); do
   if [ $code = 3 ] && grep -q "behind a holder" "$WORK/waits"; then got=1; break; fi
   sleep 0.05
 done
-[ -n "$got" ] || fail "no cycle named (exit $code): $(cat "$WORK/waits")"
+if [ -z "$got" ]; then
+  fail "no cycle named (exit $code): $(cat "$WORK/waits")"
+  # What the store shows, to tell a listing problem from a scenario problem.
+  "$DLOCK" status "$P/" >&2
+  "$DLOCK" status --waits --json "$P/" >&2
+  ls "$M" >&2
+  jobs -l >&2
+fi
 grep -q "DEADLOCK: 2 parties" "$WORK/waits" || fail "cycle members: $(cat "$WORK/waits")"
 grep -q "(alpha)" "$WORK/waits" && grep -q "(beta)" "$WORK/waits" || fail "labels: $(cat "$WORK/waits")"
 sed -n '/not deadlocked/,$p' "$WORK/waits" | grep -q "slow-holder" ||
