@@ -705,6 +705,10 @@ class PostgresBackend final : public Backend {
   // first if needed; all of it before `deadline`.
   Result<PgResultHandle> Run(const char* name, const Params& params, SteadyTime deadline,
                              const std::string& what);
+  Result<PgResultHandle> RunForPrefix(const char* statement, std::string_view prefix,
+                                      const std::string& what);
+  static Status ReadKeyAndOwner(const PGresult* r, int row, const std::string& table,
+                                const std::string& what, std::string* key, OwnerId* owner);
   Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
   Status SetUpSessionLocked(PGconn* conn, SteadyTime deadline);
 
@@ -1025,8 +1029,11 @@ std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases)
   return result;
 }
 
-Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
-  const std::string what = "list '" + std::string(prefix) + "'";
+// Runs `statement` ($1 prefix, $2 the first key past it or NULL): the
+// listing statements, dlock_list and dlock_waiters.
+Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
+                                                     std::string_view prefix,
+                                                     const std::string& what) {
   const std::optional<std::string> end = PrefixEnd(prefix);
   Params params;
   params.Bytes(prefix);
@@ -1035,21 +1042,34 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
   } else {
     params.Null();
   }
-  auto result = Run("dlock_list", params, CallDeadline(), what);
+  return Run(statement, params, CallDeadline(), what);
+}
+
+// Columns 0 and 1 of a listing row: the key (hex) and the owner id.
+Status PostgresBackend::ReadKeyAndOwner(const PGresult* r, int row, const std::string& table,
+                                        const std::string& what, std::string* key,
+                                        OwnerId* owner) {
+  if (!HexDecode(Value(r, row, 0), key)) {
+    return InternalError(what + ": the server returned a malformed key");
+  }
+  Result<OwnerId> parsed = OwnerId::Parse(Value(r, row, 1));
+  if (!parsed.ok()) {
+    return InternalError(what + ": row for key " + *key + " in " + table +
+                         " has a malformed owner id: " + parsed.status().message());
+  }
+  *owner = *parsed;
+  return Status::Ok();
+}
+
+Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
+  const std::string what = "list '" + std::string(prefix) + "'";
+  auto result = RunForPrefix("dlock_list", prefix, what);
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
   std::vector<HolderInfo> holders;
   for (int row = 0; row < PQntuples(r); ++row) {
     HolderInfo info;
-    if (!HexDecode(Value(r, row, 0), &info.key)) {
-      return InternalError(what + ": the server returned a malformed key");
-    }
-    Result<OwnerId> owner = OwnerId::Parse(Value(r, row, 1));
-    if (!owner.ok()) {
-      return InternalError(what + ": row for key " + info.key + " in " + locks_ +
-                           " has a malformed owner id: " + owner.status().message());
-    }
-    info.owner = *owner;
+    DLOCK_RETURN_IF_ERROR(ReadKeyAndOwner(r, row, locks_, what, &info.key, &info.owner));
     info.token = static_cast<FencingToken>(IntValue(r, row, 2));
     info.ttl_remaining = milliseconds(IntValue(r, row, 3));
     info.ttl = milliseconds(IntValue(r, row, 4));
@@ -1063,29 +1083,13 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
 
 Result<std::vector<WaiterInfo>> PostgresBackend::Waiters(std::string_view prefix) {
   const std::string what = "list the waiters for '" + std::string(prefix) + "'";
-  const std::optional<std::string> end = PrefixEnd(prefix);
-  Params params;
-  params.Bytes(prefix);
-  if (end) {
-    params.Bytes(*end);
-  } else {
-    params.Null();
-  }
-  auto result = Run("dlock_waiters", params, CallDeadline(), what);
+  auto result = RunForPrefix("dlock_waiters", prefix, what);
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
   std::vector<WaiterInfo> waiters;
   for (int row = 0; row < PQntuples(r); ++row) {
     WaiterInfo info;
-    if (!HexDecode(Value(r, row, 0), &info.key)) {
-      return InternalError(what + ": the server returned a malformed key");
-    }
-    Result<OwnerId> owner = OwnerId::Parse(Value(r, row, 1));
-    if (!owner.ok()) {
-      return InternalError(what + ": queue row for key " + info.key + " in " + queue_ +
-                           " has a malformed owner id: " + owner.status().message());
-    }
-    info.owner = *owner;
+    DLOCK_RETURN_IF_ERROR(ReadKeyAndOwner(r, row, queue_, what, &info.key, &info.owner));
     info.limit = static_cast<std::uint32_t>(IntValue(r, row, 2));
     info.label = Value(r, row, 3);
     info.waited_for = milliseconds(std::max<std::int64_t>(0, IntValue(r, row, 4)));
