@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -190,6 +191,16 @@ class RedisBackend final : public Backend {
   void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
   Subscriber& EnsureSubscriber();
   // The names SCAN MATCH `pattern` finds, sorted, without duplicates.
+  // For List and Waiters: SCANs `pattern`, runs `script` over the names in
+  // batches, checks each reply row of `fields` (the first is the 1-based
+  // index of its name in the batch) and hands `row` those whose key starts
+  // with `prefix`.
+  using RowFn = std::function<Status(const std::string& key, const redisReply* const* fields,
+                                     const std::string& server)>;
+  Status ForEachRow(std::string_view prefix, const std::string& pattern,
+                    std::optional<std::string> (*key_of)(std::string_view),
+                    const Script& script, std::size_t fields, const std::string& rows_noun,
+                    const std::string& name_noun, const std::string& what, const RowFn& row);
   Result<std::vector<std::string>> Scan(Handle& conn, const std::string& pattern,
                                         const std::string& what);
 
@@ -546,59 +557,74 @@ long long ReplyNumber(const redisReply* r, long long otherwise) {
   return ReplyInt(r, &v) ? v : otherwise;
 }
 
-Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
-  const std::string what = "list " + Quoted(prefix);
+Status RedisBackend::ForEachRow(std::string_view prefix, const std::string& pattern,
+                                std::optional<std::string> (*key_of)(std::string_view),
+                                const Script& script, std::size_t fields,
+                                const std::string& rows_noun, const std::string& name_noun,
+                                const std::string& what, const RowFn& row) {
   auto conn = Take(what);
   if (!conn.ok()) return conn.status();
-  auto names = Scan(*conn, LockPattern(prefix), what);
+  auto names = Scan(*conn, pattern, what);
   if (!names.ok()) return names.status();
-
-  constexpr std::size_t kFields = 8;  // see scripts::List
-  std::vector<HolderInfo> holders;
   for (std::size_t start = 0; start < names->size(); start += kListBatch) {
-    std::vector<std::string> batch;  // lock names
+    std::vector<std::string> batch;
     std::vector<std::optional<std::string>> batch_keys;
     for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
       batch.push_back((*names)[i]);
-      batch_keys.push_back(KeyFromLockName((*names)[i]));
+      batch_keys.push_back(key_of((*names)[i]));
     }
-    auto replies = (*conn)->Eval(scripts::List(), batch, {}, {}, options_.timeout, what);
+    auto replies = (*conn)->Eval(script, batch, {}, {}, options_.timeout, what);
     if (!replies.ok()) return replies.status();
     const redisReply* r = (*replies)[0].get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % kFields != 0) {
-      return OddReply("holdings of " + std::to_string(kFields) + " fields", (*conn)->server(),
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % fields != 0) {
+      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", (*conn)->server(),
                       what);
     }
-    for (std::size_t i = 0; i < r->elements; i += kFields) {
+    for (std::size_t i = 0; i < r->elements; i += fields) {
       const redisReply* const* f = r->element + i;
       const long long index = ReplyNumber(f[0], 0);
       if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
-        return OddReply("a lock index", (*conn)->server(), what);
+        return OddReply("a " + name_noun + " index", (*conn)->server(), what);
       }
       const auto& key = batch_keys[index - 1];
-      const long long pttl = ReplyNumber(f[2], 0);
-      if (!key || !key->starts_with(prefix) || pttl <= 0) continue;
-      auto owner = OwnerId::Parse(ReplyString(f[1]));
-      const long long token = ReplyNumber(f[3], 0);
-      if (!owner.ok() || token <= 0) {
-        return InternalError(what + ": lock of " + Quoted(*key) + " on " + (*conn)->server() +
-                             " holds a malformed value (not written by dlock?)");
-      }
-      HolderInfo h;
-      h.key = *key;
-      h.owner = *owner;
-      h.token = static_cast<FencingToken>(token);
-      h.ttl_remaining = milliseconds(pttl);
-      h.ttl = milliseconds(std::max(0LL, ReplyNumber(f[4], 0)));
-      if (const long long held_for = ReplyNumber(f[5], -1); held_for >= 0) {
-        h.held_for = milliseconds(held_for);
-      }
-      h.limit = static_cast<std::uint32_t>(ReplyNumber(f[6], 1));
-      h.label = ReplyString(f[7]);
-      holders.push_back(std::move(h));
+      if (!key || !key->starts_with(prefix)) continue;
+      DLOCK_RETURN_IF_ERROR(row(*key, f, (*conn)->server()));
     }
   }
+  return Status::Ok();
+}
+
+Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
+  const std::string what = "list " + Quoted(prefix);
+  std::vector<HolderInfo> holders;
+  // Fields: see scripts::List.
+  Status s = ForEachRow(
+      prefix, LockPattern(prefix), &KeyFromLockName, scripts::List(), 8, "holdings", "lock", what,
+      [&](const std::string& key, const redisReply* const* f, const std::string& server) {
+        const long long pttl = ReplyNumber(f[2], 0);
+        if (pttl <= 0) return Status::Ok();
+        auto owner = OwnerId::Parse(ReplyString(f[1]));
+        const long long token = ReplyNumber(f[3], 0);
+        if (!owner.ok() || token <= 0) {
+          return InternalError(what + ": lock of " + Quoted(key) + " on " + server +
+                               " holds a malformed value (not written by dlock?)");
+        }
+        HolderInfo h;
+        h.key = key;
+        h.owner = *owner;
+        h.token = static_cast<FencingToken>(token);
+        h.ttl_remaining = milliseconds(pttl);
+        h.ttl = milliseconds(std::max(0LL, ReplyNumber(f[4], 0)));
+        if (const long long held_for = ReplyNumber(f[5], -1); held_for >= 0) {
+          h.held_for = milliseconds(held_for);
+        }
+        h.limit = static_cast<std::uint32_t>(ReplyNumber(f[6], 1));
+        h.label = ReplyString(f[7]);
+        holders.push_back(std::move(h));
+        return Status::Ok();
+      });
+  if (!s.ok()) return s;
   std::stable_sort(holders.begin(), holders.end(), [](const HolderInfo& a, const HolderInfo& b) {
     return a.key != b.key ? a.key < b.key : a.token < b.token;
   });
@@ -607,49 +633,25 @@ Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
 
 Result<std::vector<WaiterInfo>> RedisBackend::Waiters(std::string_view prefix) {
   const std::string what = "list the waiters of " + Quoted(prefix);
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto names = Scan(*conn, QueuePattern(prefix), what);
-  if (!names.ok()) return names.status();
-
-  constexpr std::size_t kFields = 5;  // see scripts::Waiters
   std::vector<WaiterInfo> waiters;
-  for (std::size_t start = 0; start < names->size(); start += kListBatch) {
-    std::vector<std::string> batch;  // queue names
-    std::vector<std::optional<std::string>> batch_keys;
-    for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
-      batch.push_back((*names)[i]);
-      batch_keys.push_back(KeyFromQueueName((*names)[i]));
-    }
-    auto replies = (*conn)->Eval(scripts::Waiters(), batch, {}, {}, options_.timeout, what);
-    if (!replies.ok()) return replies.status();
-    const redisReply* r = (*replies)[0].get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % kFields != 0) {
-      return OddReply("waiters of " + std::to_string(kFields) + " fields", (*conn)->server(),
-                      what);
-    }
-    for (std::size_t i = 0; i < r->elements; i += kFields) {
-      const redisReply* const* f = r->element + i;
-      const long long index = ReplyNumber(f[0], 0);
-      if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
-        return OddReply("a queue index", (*conn)->server(), what);
-      }
-      const auto& key = batch_keys[index - 1];
-      if (!key || !key->starts_with(prefix)) continue;
-      auto owner = OwnerId::Parse(ReplyString(f[1]));
-      if (!owner.ok()) continue;  // not written by dlock
-      WaiterInfo w;
-      w.key = *key;
-      w.owner = *owner;
-      w.limit = static_cast<std::uint32_t>(ReplyNumber(f[2], 1));
-      if (const long long waited = ReplyNumber(f[3], -1); waited >= 0) {
-        w.waited_for = milliseconds(waited);
-      }
-      w.label = ReplyString(f[4]);
-      waiters.push_back(std::move(w));
-    }
-  }
+  // Fields: see scripts::Waiters.
+  Status s = ForEachRow(
+      prefix, QueuePattern(prefix), &KeyFromQueueName, scripts::Waiters(), 5, "waiters", "queue", what,
+      [&](const std::string& key, const redisReply* const* f, const std::string&) {
+        auto owner = OwnerId::Parse(ReplyString(f[1]));
+        if (!owner.ok()) return Status::Ok();  // not written by dlock
+        WaiterInfo w;
+        w.key = key;
+        w.owner = *owner;
+        w.limit = static_cast<std::uint32_t>(ReplyNumber(f[2], 1));
+        if (const long long waited = ReplyNumber(f[3], -1); waited >= 0) {
+          w.waited_for = milliseconds(waited);
+        }
+        w.label = ReplyString(f[4]);
+        waiters.push_back(std::move(w));
+        return Status::Ok();
+      });
+  if (!s.ok()) return s;
   std::stable_sort(waiters.begin(), waiters.end(),
                    [](const WaiterInfo& a, const WaiterInfo& b) { return a.key < b.key; });
   return waiters;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -214,6 +215,11 @@ struct ZooKeeperBackend::Impl {
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
                    bool* found, std::vector<LockNode>* others);
   void ArmNodeWatch(const Live& live, const std::shared_ptr<Contender>& c);
+  // The nodes of the queues under `prefix` that hold (`holders`) or wait,
+  // each still there handed to `fn` with its data.
+  using NodeFn = std::function<void(const std::string& key, const LockNode& node,
+                                    const Reply& reply, const Live& live)>;
+  Status ForEachNode(std::string_view prefix, bool holders, const NodeFn& fn);
   Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> Walk(const Live& live,
                                                                           std::string_view prefix);
 
@@ -1071,13 +1077,13 @@ Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> ZooKeeperBack
   return out;
 }
 
-Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) {
-  Impl& m = *impl_;
-  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
+Status ZooKeeperBackend::Impl::ForEachNode(std::string_view prefix, bool holders,
+                                           const NodeFn& fn) {
+  auto live = EnsureSession(options.session_timeout.value_or(kDefaultSessionTimeout));
   if (!live.ok()) return live.status();
-  auto queues = m.Walk(*live, prefix);
+  auto queues = Walk(*live, prefix);
   if (!queues.ok()) return queues.status();
-  // The holders' tokens and labels: one pipelined read each.
+  // One pipelined read per node, then the answers in order.
   struct Want {
     std::string key;
     LockNode node;
@@ -1085,68 +1091,62 @@ Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) 
   };
   std::vector<Want> wants;
   for (const auto& [path, sorted] : *queues) {
-    const std::string key = *KeyOfPath(m.options.chroot, path);
-    const std::size_t holders = HolderCount(sorted);
-    for (std::size_t i = 0; i < holders; ++i) {
+    const std::string key = *KeyOfPath(options.chroot, path);
+    const std::size_t held = HolderCount(sorted);
+    for (std::size_t i = holders ? 0 : held; i < (holders ? held : sorted.size()); ++i) {
       wants.push_back({key, sorted[i], live->session->Get(path + "/" + sorted[i].name)});
     }
   }
-  std::vector<HolderInfo> out;
   for (auto& w : wants) {
-    const Reply* r = w.get->Wait(m.attempt_timeout);
+    const Reply* r = w.get->Wait(attempt_timeout);
     if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
-    if (r->rc != ZOK) continue;  // released meanwhile
-    HolderInfo h;
-    h.key = w.key;
-    h.owner = OwnerOfGuid(w.node.guid);
-    h.token = static_cast<FencingToken>(r->stat.czxid);
-    h.limit = w.node.limit;
-    h.label = LabelOf(r->data);
-    // A session-based lease has no time left of its own: the holder keeps
-    // it while its session lives. Our own session's timeout is what we know.
-    // held_for stays empty: the node's ctime is the server's wall clock when
-    // it queued (not when it was granted), and no server "now" is at hand.
-    if (r->stat.ephemeral_owner == live->session->id()) {
-      h.ttl_remaining = live->session->timeout();
-      h.ttl = live->session->timeout();
-    }
-    out.push_back(std::move(h));
+    if (r->rc != ZOK) continue;  // gone meanwhile
+    fn(w.key, w.node, *r, *live);
   }
+  return Status::Ok();
+}
+
+Result<std::vector<HolderInfo>> ZooKeeperBackend::List(std::string_view prefix) {
+  std::vector<HolderInfo> out;
+  Status s = impl_->ForEachNode(
+      prefix, /*holders=*/true,
+      [&](const std::string& key, const LockNode& node, const Reply& r, const Impl::Live& live) {
+        HolderInfo h;
+        h.key = key;
+        h.owner = OwnerOfGuid(node.guid);
+        h.token = static_cast<FencingToken>(r.stat.czxid);
+        h.limit = node.limit;
+        h.label = LabelOf(r.data);
+        // A session-based lease has no time left of its own: the holder
+        // keeps it while its session lives. Our own session's timeout is
+        // what we know. held_for stays empty: the node's ctime is the
+        // server's wall clock when it queued (not when it was granted), and
+        // no server "now" is at hand.
+        if (r.stat.ephemeral_owner == live.session->id()) {
+          h.ttl_remaining = live.session->timeout();
+          h.ttl = live.session->timeout();
+        }
+        out.push_back(std::move(h));
+      });
+  if (!s.ok()) return s;
   std::stable_sort(out.begin(), out.end(),
                    [](const HolderInfo& a, const HolderInfo& b) { return a.key < b.key; });
   return out;
 }
 
 Result<std::vector<WaiterInfo>> ZooKeeperBackend::Waiters(std::string_view prefix) {
-  Impl& m = *impl_;
-  auto live = m.EnsureSession(m.options.session_timeout.value_or(kDefaultSessionTimeout));
-  if (!live.ok()) return live.status();
-  auto queues = m.Walk(*live, prefix);
-  if (!queues.ok()) return queues.status();
-  struct Want {
-    std::string key;
-    LockNode node;
-    std::shared_ptr<Op> get;
-  };
-  std::vector<Want> wants;
-  for (const auto& [path, sorted] : *queues) {
-    const std::string key = *KeyOfPath(m.options.chroot, path);
-    for (std::size_t i = HolderCount(sorted); i < sorted.size(); ++i) {
-      wants.push_back({key, sorted[i], live->session->Get(path + "/" + sorted[i].name)});
-    }
-  }
   std::vector<WaiterInfo> out;
-  for (auto& w : wants) {
-    const Reply* r = w.get->Wait(m.attempt_timeout);
-    if (r == nullptr) return UnavailableError("ZooKeeper did not answer in time");
-    if (r->rc != ZOK) continue;  // gone meanwhile
-    WaiterInfo info;
-    info.key = w.key;
-    info.owner = OwnerOfGuid(w.node.guid);
-    info.limit = w.node.limit;
-    info.label = LabelOf(r->data);
-    out.push_back(std::move(info));  // waited_for: no server "now" to count from
-  }
+  Status s = impl_->ForEachNode(
+      prefix, /*holders=*/false,
+      [&](const std::string& key, const LockNode& node, const Reply& r, const Impl::Live&) {
+        WaiterInfo info;
+        info.key = key;
+        info.owner = OwnerOfGuid(node.guid);
+        info.limit = node.limit;
+        info.label = LabelOf(r.data);
+        out.push_back(std::move(info));  // waited_for: no server "now" to count from
+      });
+  if (!s.ok()) return s;
   std::stable_sort(out.begin(), out.end(),
                    [](const WaiterInfo& a, const WaiterInfo& b) { return a.key < b.key; });
   return out;
