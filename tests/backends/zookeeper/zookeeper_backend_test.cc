@@ -87,8 +87,11 @@ class Observer {
     session_ = std::move(*s);
     EXPECT_EQ(session_->WaitConnected(seconds(10)), Session::State::kConnected);
   }
+  // After a sync, pipelined: the member this session reads from may lag
+  // the one the backend wrote through.
   std::vector<LockNode> Contenders(const std::string& key) {
     auto path = LockPath(FixtureOptions().chroot, key);
+    auto sync = session_->Sync(*path);
     auto op = session_->Children(*path);
     const Reply* r = op->Wait(seconds(5));
     if (r == nullptr || r->rc != ZOK) return {};
