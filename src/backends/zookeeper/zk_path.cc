@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <tuple>
 
 namespace dlock::zookeeper {
 namespace {
@@ -153,7 +155,10 @@ std::string DoneDir(std::string_view chroot) {
   return std::string(chroot) + "/" + std::string(kDoneDirName);
 }
 
-Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
+namespace {
+
+// A key as one znode name (for flat directories of per-key records).
+Result<std::string> FlatName(std::string_view key) {
   if (key.starts_with('/')) key.remove_prefix(1);
   if (key.empty()) return InvalidArgumentError("the key is empty");
   std::string name;
@@ -174,7 +179,25 @@ Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
       }
     }
   }
-  return DoneDir(chroot) + "/" + name;
+  return name;
+}
+
+}  // namespace
+
+Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
+  auto name = FlatName(key);
+  if (!name.ok()) return name.status();
+  return DoneDir(chroot) + "/" + *name;
+}
+
+std::string DelayDir(std::string_view chroot) {
+  return std::string(chroot) + "/" + std::string(kDelayDirName);
+}
+
+Result<std::string> DelayPath(std::string_view chroot, std::string_view key) {
+  auto name = FlatName(key);
+  if (!name.ok()) return name.status();
+  return DelayDir(chroot) + "/" + *name;
 }
 
 std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path) {
@@ -204,11 +227,34 @@ std::string GuidOf(const OwnerId& owner) {
          hex.substr(16, 4) + "-" + hex.substr(20, 12);
 }
 
-std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit) {
+std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit, std::uint32_t delay_ms) {
   std::string p = std::string(kProtectedPrefix) + GuidOf(owner) + "-";
   if (limit != 1) p += "n" + std::to_string(limit) + "-";
+  if (delay_ms != 0) p += "d" + std::to_string(delay_ms) + "-";
   return p + std::string(kLockMarker);
 }
+
+namespace {
+
+// "<letter><digits>-" at the front of `tag` (no leading zero, 1..2^32-1):
+// the number, and the tag after it; nullopt when the tag does not start so.
+std::optional<std::pair<std::uint32_t, std::string_view>> TakeField(std::string_view tag,
+                                                                    char letter) {
+  if (tag.size() < 3 || tag.front() != letter) return std::nullopt;
+  const std::size_t dash = tag.find('-');
+  if (dash == std::string_view::npos || dash < 2 || dash > 11 || tag[1] == '0') {
+    return std::nullopt;
+  }
+  std::uint64_t n = 0;
+  for (char c : tag.substr(1, dash - 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (n < 1 || n > 0xFFFFFFFFu) return std::nullopt;
+  return std::make_pair(static_cast<std::uint32_t>(n), tag.substr(dash + 1));
+}
+
+}  // namespace
 
 std::optional<LockNode> ParseLockNode(std::string_view name) {
   if (name.size() < kLockMarker.size() + kSequenceDigits) return std::nullopt;
@@ -226,22 +272,16 @@ std::optional<LockNode> ParseLockNode(std::string_view name) {
   const std::size_t guid_end = kProtectedPrefix.size() + kGuidChars;
   const std::size_t marker_at = name.size() - kSequenceDigits - kLockMarker.size();
   if (name.starts_with(kProtectedPrefix) && marker_at >= guid_end + 1 && name[guid_end] == '-') {
-    // Between the guid's '-' and "lock-": nothing, or "n<limit>-".
-    const std::string_view tag = name.substr(guid_end + 1, marker_at - guid_end - 1);
+    // Between the guid's '-' and "lock-": nothing, "n<limit>-", "d<ms>-",
+    // or both in that order.
+    std::string_view tag = name.substr(guid_end + 1, marker_at - guid_end - 1);
+    std::uint32_t limit = 1, delay_ms = 0;
+    if (auto f = TakeField(tag, 'n')) std::tie(limit, tag) = *f;
+    if (auto f = TakeField(tag, 'd')) std::tie(delay_ms, tag) = *f;
     if (tag.empty()) {
       node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
-    } else if (tag.size() >= 3 && tag.size() <= 12 && tag.front() == 'n' && tag.back() == '-') {
-      const std::string_view digits = tag.substr(1, tag.size() - 2);
-      std::uint64_t limit = 0;
-      bool ok = digits.front() != '0';
-      for (char c : digits) {
-        if (c < '0' || c > '9') ok = false;
-        if (ok) limit = limit * 10 + static_cast<std::uint64_t>(c - '0');
-      }
-      if (ok && limit >= 1 && limit <= 0xFFFFFFFFu) {
-        node.guid = std::string(name.substr(kProtectedPrefix.size(), kGuidChars));
-        node.limit = static_cast<std::uint32_t>(limit);
-      }
+      node.limit = limit;
+      node.delay_ms = delay_ms;
     }
   }
   return node;

@@ -54,6 +54,12 @@ inline constexpr std::string_view kDoneDirName = "%dlock-done";
 std::string DoneDir(std::string_view chroot);
 Result<std::string> DonePath(std::string_view chroot, std::string_view key);
 
+// Lock-delay markers: DelayPath(chroot, key) is a directory holding one
+// marker per holding with a lock-delay, named as its lock node.
+inline constexpr std::string_view kDelayDirName = "%dlock-delay";
+std::string DelayDir(std::string_view chroot);
+Result<std::string> DelayPath(std::string_view chroot, std::string_view key);
+
 // The key of the lock at znode `path` under `chroot`, or nullopt when `path`
 // is not under it or a segment is not an encoding LockPath produces.
 std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path);
@@ -69,7 +75,11 @@ std::string GuidOf(const OwnerId& owner);
 // the name, "_c_<guid>-n<limit>-lock-", so that one getChildren tells every
 // contender's limit; to Curator's InterProcessMutex it is one more
 // contender in sequence order, so Curator and dlock still exclude each other.
-std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit = 1);
+// An acquisition with a lock-delay says it too, "...-d<ms>-lock-", so that
+// a waiter knows, from the names ahead of it, whether the holder it follows
+// may have left a lock-delay behind.
+std::string LockNodePrefix(const OwnerId& owner, std::uint32_t limit = 1,
+                           std::uint32_t delay_ms = 0);
 
 // A child of a lock path that contends for the lock: its name ends in
 // "lock-" and a 10-digit sequence (Curator's InterProcessMutex nodes, with
@@ -79,6 +89,7 @@ struct LockNode {
   std::int64_t sequence = 0;
   std::string guid;  // empty unless the name is "_c_<guid>-[n<limit>-]lock-<seq>"
   std::uint32_t limit = 1;  // from "n<limit>-"; 1 for every other node
+  std::uint32_t delay_ms = 0;  // from "d<ms>-"
 };
 std::optional<LockNode> ParseLockNode(std::string_view name);
 

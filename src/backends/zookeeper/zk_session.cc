@@ -43,6 +43,8 @@ NodeStat FromStat(const struct Stat* s) {
     out.czxid = s->czxid;
     out.ephemeral_owner = s->ephemeralOwner;
     out.cversion = s->cversion;
+    out.version = s->version;
+    out.mtime = s->mtime;
     out.num_children = s->numChildren;
   }
   return out;
@@ -331,6 +333,14 @@ std::shared_ptr<Op> Session::Sync(const std::string& path, DoneHandler on_done) 
   });
 }
 
+std::shared_ptr<Op> Session::Set(const std::string& path, std::string_view data, int version,
+                                 DoneHandler on_done) {
+  return Start(std::move(on_done), [&](const void* ctx) {
+    return zoo_aset(zh_, path.c_str(), data.data(), static_cast<int>(data.size()), version,
+                    &Completions::StatOnly, ctx);
+  });
+}
+
 std::shared_ptr<Op> Session::Multi(std::vector<MultiOp> ops, DoneHandler on_done) {
   auto b = std::make_shared<MultiBuffers>();
   b->ops = std::move(ops);
@@ -343,6 +353,8 @@ std::shared_ptr<Op> Session::Multi(std::vector<MultiOp> ops, DoneHandler on_done
     b->results[i].err = ZSYSTEMERROR;  // until the reply says otherwise
     if (o.kind == MultiOp::Kind::kCheck) {
       zoo_check_op_init(&b->zops[i], o.path.c_str(), o.version);
+    } else if (o.kind == MultiOp::Kind::kDelete) {
+      zoo_delete_op_init(&b->zops[i], o.path.c_str(), o.version);
     } else {
       b->path_bufs[i].assign(o.path.size() + 16, '\0');  // room for a sequence suffix
       zoo_create_op_init(&b->zops[i], o.path.c_str(), o.data.data(),

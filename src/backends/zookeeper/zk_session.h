@@ -44,6 +44,10 @@ struct NodeStat {
   std::int64_t ephemeral_owner = 0;
   std::int32_t cversion = 0;
   std::int32_t num_children = 0;
+  std::int32_t version = 0;  // the data's
+  // When the node was last written, in ms since the epoch by the clock of
+  // the ensemble's leader when it applied the write: the store's clock.
+  std::int64_t mtime = 0;
 };
 
 struct Reply {
@@ -60,12 +64,12 @@ struct Reply {
 
 // One operation of a Session::Multi.
 struct MultiOp {
-  enum class Kind { kCheck, kCreate };
+  enum class Kind { kCheck, kCreate, kDelete };
   Kind kind = Kind::kCheck;
   std::string path;
   std::string data;  // kCreate
   int flags = 0;     // kCreate: ZOO_EPHEMERAL, ...
-  int version = -1;  // kCheck: -1 checks only that the node exists
+  int version = -1;  // kCheck, kDelete: -1 for any version
 };
 struct MultiBuffers;  // what zoo_amulti writes into until it completes
 
@@ -134,6 +138,10 @@ class Session {
   std::shared_ptr<Op> Exists(const std::string& path, bool watch, DoneHandler on_done = {});
   std::shared_ptr<Op> Get(const std::string& path, DoneHandler on_done = {});
   std::shared_ptr<Op> Delete(const std::string& path, DoneHandler on_done = {});
+  // setData if the data's version is `version` (-1: any); Reply::stat is the
+  // node's after the write (its mtime the ensemble's "now").
+  std::shared_ptr<Op> Set(const std::string& path, std::string_view data, int version,
+                          DoneHandler on_done = {});
   // zoo_async: a read sent after it on this session sees every write the
   // ensemble committed before the sync reached its leader.
   std::shared_ptr<Op> Sync(const std::string& path, DoneHandler on_done = {});

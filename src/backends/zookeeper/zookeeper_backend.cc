@@ -9,6 +9,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -36,6 +38,12 @@ constexpr int kHeartbeatsPerTimeout = 4;
 constexpr milliseconds kReapRetry{200};
 // List visits at most this many znodes.
 constexpr std::size_t kMaxListNodes = 100'000;
+// An exclusive waiter with at most this many nodes ahead watches every one
+// of them, and holds the lock when the last goes, without another look (a
+// node created later sorts after ours). A release so wakes at most this many
+// waiters, however long the queue; farther back a waiter watches only the
+// node just ahead and looks again when it goes.
+constexpr std::size_t kWatchAhead = 4;
 
 std::string Basename(std::string_view path) {
   const auto slash = path.rfind('/');
@@ -118,13 +126,16 @@ struct Contender {
   std::string key;
   OwnerId owner;
   std::string lock_path;
-  std::string prefix;  // "_c_<guid>-lock-", or "_c_<guid>-n<limit>-lock-"
+  std::string prefix;  // "_c_<guid>-[n<limit>-][d<ms>-]lock-"
   std::uint32_t limit = 1;
+  std::uint32_t delay_ms = 0;  // this holding's own lock-delay
+  std::string delay_path;      // the key's lock-delay markers (DelayPath)
   std::string label;
   std::uint64_t gen = 0;
   Phase phase = Phase::kFresh;
   std::shared_ptr<Op> create;    // kCreating
   std::shared_ptr<Op> children;  // pipelined behind `create`
+  std::shared_ptr<Op> markers;   // and the key's lock-delay markers
   std::string node;              // our node's name once known
   FencingToken token = 0;        // its czxid
   // kWaiting: how many contenders were ahead at the last look, and the one
@@ -133,6 +144,10 @@ struct Contender {
   // limit-1 node ahead for a sharing one).
   std::size_t ahead = 0;
   std::string predecessor;  // full path
+  // An exclusive waiter with at most kWatchAhead ahead: every node ahead not
+  // yet seen to go (full paths, in queue order; back() is `predecessor`),
+  // each watched. Empty otherwise.
+  std::vector<std::string> ahead_left;
   // No such node (a semaphore waiter behind sharing nodes only): a watch on
   // the lock path's children instead, and a look at every change.
   bool watch_children = false;
@@ -141,6 +156,15 @@ struct Contender {
   // The parent's cversion at the last look applied: looks answered out of
   // order (an event-driven one racing the caller's) never undo a newer one.
   std::int64_t looked_at_cversion = -1;
+  // Lock-delays left by holdings before ours. A node ahead carried one
+  // (its name says so): the markers must be looked at once it has gone.
+  bool ahead_had_delay = false;
+  // kHeld is a grant only once no lock-delay is in the way (the markers were
+  // looked at, and our own is made): until then the head of the queue waits
+  // for delay_until (our clock), past which it looks again.
+  bool delay_checked = false;
+  bool marker_made = false;
+  TimePoint delay_until{};
   // kHeld: a watch on our own node tells us if someone deletes it.
   bool node_watch_armed = false;
   bool deleted = false;
@@ -149,6 +173,7 @@ struct Contender {
   TimePoint expires_at{};
 
   std::string NodePath() const { return lock_path + "/" + node; }
+  std::string MarkerPath() const { return delay_path + "/" + node; }
 };
 
 struct ZooKeeperBackend::Impl {
@@ -208,6 +233,9 @@ struct ZooKeeperBackend::Impl {
   // Applies a look at the siblings to a contender whose node and token are
   // known; never blocks. Returns false when our node is not among them.
   bool ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted, std::int64_t cversion);
+  // A node ahead of waiting `c` is gone (its watch fired, or it was gone when
+  // the watch was set). Returns true when `c` must look at its siblings again.
+  bool AheadGoneLocked(Contender& c, const std::string& path);
   // On the completion thread, when a waiter's predecessor goes: look again
   // at once, without waiting for the waiter's thread to wake.
   void LookOnEvent(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c);
@@ -215,6 +243,10 @@ struct ZooKeeperBackend::Impl {
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
                    bool* found, std::vector<LockNode>* others);
   void ArmNodeWatch(const Live& live, const std::shared_ptr<Contender>& c);
+  // For a head of the queue: how long lock-delays left by lost holdings
+  // still keep the key (zero: none; then our own marker, if we carry a
+  // lock-delay, is made and the grant stands).
+  Result<milliseconds> ClearLockDelays(const Live& live, const std::shared_ptr<Contender>& c);
   // The nodes of the queues under `prefix` that hold (`holders`) or wait,
   // each still there handed to `fn` with its data.
   using NodeFn = std::function<void(const std::string& key, const LockNode& node,
@@ -330,17 +362,11 @@ void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::s
       look.push_back(c);
       woke = true;
     } else if (c->phase == Contender::Phase::kWaiting && !c->predecessor.empty() &&
-               c->predecessor == path) {
+               (c->predecessor == path ||
+                std::find(c->ahead_left.begin(), c->ahead_left.end(), path) !=
+                    c->ahead_left.end())) {
       if (type == ZOO_DELETED_EVENT) {
-        c->pred_gone = true;
-        if (c->ahead == 1) {
-          // The only node ahead at our last look is gone, and later nodes
-          // sort after ours: we hold the lock now, no need to look.
-          c->phase = Contender::Phase::kHeld;
-          c->ahead = 0;
-        } else {
-          look.push_back(c);
-        }
+        if (AheadGoneLocked(*c, path)) look.push_back(c);
       } else {
         c->watch_armed = false;  // a data change used the watch up: re-arm
       }
@@ -375,7 +401,11 @@ std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest&
     slot->lock_path = path;
     slot->limit = std::max<std::uint32_t>(1, r.limit);
     slot->label = r.label;
-    slot->prefix = LockNodePrefix(r.owner, slot->limit);
+    slot->delay_ms = static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(r.lock_delay.count(), 0, 0xFFFFFFFFll));
+    slot->prefix = LockNodePrefix(r.owner, slot->limit, slot->delay_ms);
+    auto delay_path = DelayPath(options.chroot, r.key);
+    slot->delay_path = delay_path.ok() ? *delay_path : std::string();
     slot->gen = g;
   }
   return slot;
@@ -389,9 +419,11 @@ Status ZooKeeperBackend::Impl::StartCreate(const Live& live, const std::shared_p
                                      NodeData(c->owner, c->limit, c->label),
                                      ZOO_EPHEMERAL_SEQUENTIAL);
   auto children = live.session->Children(c->lock_path);
+  auto markers = live.session->Children(c->delay_path);
   std::lock_guard lock(mu);
   c->create = std::move(create);
   c->children = std::move(children);
+  c->markers = std::move(markers);
   c->phase = Contender::Phase::kCreating;
   return Status::Ok();
 }
@@ -521,6 +553,9 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
   if (mine == sorted.size()) return false;
   c.looked_at_cversion = cversion;
   c.ahead = mine;
+  for (std::size_t i = 0; i < mine; ++i) {
+    if (sorted[i].delay_ms != 0) c.ahead_had_delay = true;
+  }
   // The sharing rule: granted iff mine + 1 <= the smallest limit among
   // ourselves and every node ahead (holders or waiters).
   std::uint32_t limit = std::max<std::uint32_t>(1, c.limit);
@@ -530,6 +565,23 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
     return true;
   }
   c.phase = Contender::Phase::kWaiting;
+  if (c.limit == 1 && mine <= kWatchAhead) {
+    std::vector<std::string> ahead;
+    for (std::size_t i = 0; i < mine; ++i) ahead.push_back(c.lock_path + "/" + sorted[i].name);
+    // A node not watched yet needs its watch; one that went since is found
+    // gone when its watch is set.
+    for (const auto& p : ahead) {
+      if (std::find(c.ahead_left.begin(), c.ahead_left.end(), p) == c.ahead_left.end()) {
+        c.watch_armed = false;
+      }
+    }
+    c.ahead_left = std::move(ahead);
+    c.predecessor = c.ahead_left.back();
+    c.watch_children = false;
+    c.pred_gone = false;
+    return true;
+  }
+  c.ahead_left.clear();
   std::size_t target = mine;  // none
   if (c.limit == 1) {
     target = mine - 1;
@@ -555,6 +607,26 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
     c.watch_armed = false;
     c.pred_gone = false;
   }
+  return true;
+}
+
+bool ZooKeeperBackend::Impl::AheadGoneLocked(Contender& c, const std::string& path) {
+  if (c.phase != Contender::Phase::kWaiting) return false;
+  if (!c.ahead_left.empty()) {
+    std::erase(c.ahead_left, path);
+    c.ahead = c.ahead_left.size();
+    if (c.ahead_left.empty()) {
+      // Every node ahead at our last look is gone, and later nodes sort
+      // after ours: we hold the lock now, no need to look.
+      c.phase = Contender::Phase::kHeld;
+      c.predecessor.clear();
+    } else {
+      c.predecessor = c.ahead_left.back();
+    }
+    return false;
+  }
+  if (path != c.predecessor) return false;
+  c.pred_gone = true;
   return true;
 }
 
@@ -633,6 +705,168 @@ Status ZooKeeperBackend::Impl::DeleteOwn(const Live& live, const std::string& lo
     *found = true;
   }
   return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Lock-delay (docs/backend-zookeeper.md): a holding with lock-delay D keeps a
+// persistent marker (DelayPath/<its node>, data "<D ms> <limit>") while it
+// holds; a clean release deletes node and marker in one multi, so a marker
+// whose node is gone is a lost holding. The first head of the queue to see
+// it records the loss by writing "lost" into it; that write's mtime, the
+// leader's clock, starts the delay, and the key is granted to nobody the
+// marker excludes until the leader's clock has passed it by D. Counting from
+// when the loss was seen, not from the session's end, only lengthens it.
+
+namespace {
+
+struct MarkerData {
+  std::int64_t delay_ms = 0;
+  std::uint32_t limit = 1;
+  bool lost = false;
+};
+
+std::optional<MarkerData> ParseMarker(std::string_view data) {
+  MarkerData m;
+  unsigned long long delay = 0, limit = 0;
+  char lost[8] = {0};
+  const std::string text(data);
+  const int n = std::sscanf(text.c_str(), "%llu %llu %7s", &delay, &limit, lost);
+  if (n < 2 || limit == 0 || limit > 0xFFFFFFFFull || delay > 0xFFFFFFFFull) return std::nullopt;
+  m.delay_ms = static_cast<std::int64_t>(delay);
+  m.limit = static_cast<std::uint32_t>(limit);
+  m.lost = n == 3 && std::string_view(lost) == "lost";
+  return m;
+}
+
+}  // namespace
+
+Result<milliseconds> ZooKeeperBackend::Impl::ClearLockDelays(const Live& live,
+                                                             const std::shared_ptr<Contender>& c) {
+  std::shared_ptr<Op> markers;
+  bool look;
+  std::string node, own_data;
+  {
+    std::lock_guard lock(mu);
+    if (c->delay_until != TimePoint{} && Now() < c->delay_until) {
+      return std::chrono::ceil<milliseconds>(c->delay_until - Now());
+    }
+    markers = std::move(c->markers);
+    look = c->ahead_had_delay || !markers;
+    node = c->node;
+    own_data = NodeData(c->owner, c->limit, c->label);
+  }
+  if (c->delay_path.empty() || node.empty()) return milliseconds(0);
+  auto fail = [&](const Reply* r, const std::string& what) -> Status {
+    if (r == nullptr) {
+      return UnavailableError("ZooKeeper did not answer " + what + " within " +
+                              FormatDuration(attempt_timeout));
+    }
+    return ZkError(r->rc, what);
+  };
+  // The markers read with our create suffice when nobody ahead of us could
+  // have left one since: then none there (the usual case) means none at all.
+  if (!look) {
+    const Reply* r = markers->Wait(attempt_timeout);
+    look = r == nullptr || !(r->rc == ZNONODE || (r->rc == ZOK && r->children.empty()));
+  }
+  milliseconds wait{0};
+  if (look) {
+    auto kids_op = live.session->Children(c->lock_path);
+    auto marks_op = live.session->Children(c->delay_path);
+    const Reply* kids = kids_op->Wait(attempt_timeout);
+    if (kids == nullptr || kids->rc != ZOK) return fail(kids, "listing " + c->lock_path);
+    const Reply* marks = marks_op->Wait(attempt_timeout);
+    if (marks == nullptr || (marks->rc != ZOK && marks->rc != ZNONODE)) {
+      return fail(marks, "listing the lock-delays of " + c->lock_path);
+    }
+    const std::vector<LockNode> sorted = SortedContenders(kids->children);
+    std::size_t mine = sorted.size();
+    std::uint32_t limit = c->limit;
+    for (std::size_t i = 0; i < sorted.size() && mine == sorted.size(); ++i) {
+      limit = std::min(limit, sorted[i].limit);
+      if (sorted[i].name == node) mine = i;
+    }
+    if (mine == sorted.size()) {
+      std::lock_guard lock(mu);
+      c->deleted = true;  // the next pass starts over
+      return UnavailableError("this owner's lock node " + c->NodePath() + " is gone; retrying");
+    }
+    std::set<std::string> alive;
+    for (const auto& n : sorted) alive.insert(n.name);
+    std::size_t ghosts = 0;
+    std::optional<std::int64_t> store_now;  // ms, the leader's clock
+    const std::vector<std::string> names =
+        marks->rc == ZOK ? marks->children : std::vector<std::string>{};
+    for (const std::string& name : names) {
+      if (alive.count(name) != 0) continue;  // a live holding's (or ours)
+      const std::string path = c->delay_path + "/" + name;
+      auto get = live.session->Get(path);
+      const Reply* g = get->Wait(attempt_timeout);
+      if (g != nullptr && g->rc == ZNONODE) continue;  // cleared meanwhile
+      if (g == nullptr || g->rc != ZOK) return fail(g, "reading " + path);
+      std::optional<MarkerData> md = ParseMarker(g->data);
+      if (!md) {  // not ours to judge; written by no dlock
+        continue;
+      }
+      std::int64_t since = g->stat.mtime;
+      if (!md->lost) {
+        const std::string lost = std::to_string(md->delay_ms) + " " +
+                                 std::to_string(md->limit) + " lost";
+        auto set = live.session->Set(path, lost, g->stat.version);
+        const Reply* sr = set->Wait(attempt_timeout);
+        if (sr != nullptr && (sr->rc == ZNONODE || sr->rc == ZBADVERSION)) {
+          // Cleared, or someone else recorded the loss first: read it again
+          // on the next pass.
+          return milliseconds(1);
+        }
+        if (sr == nullptr || sr->rc != ZOK) return fail(sr, "recording the loss in " + path);
+        since = sr->stat.mtime;
+        store_now = since;
+      }
+      if (!store_now) {
+        // The ensemble's "now": the mtime of a write of our own node's data.
+        auto probe = live.session->Set(c->NodePath(), own_data, -1);
+        const Reply* pr = probe->Wait(attempt_timeout);
+        if (pr == nullptr || pr->rc != ZOK) return fail(pr, "writing " + c->NodePath());
+        store_now = pr->stat.mtime;
+      }
+      const std::int64_t left = since + md->delay_ms - *store_now;
+      if (left <= 0) {
+        (void)live.session->Delete(path)->Wait(attempt_timeout);  // served its delay
+        continue;
+      }
+      ++ghosts;
+      limit = std::min(limit, md->limit);
+      wait = std::max(wait, milliseconds(left));
+    }
+    // The sharing rule with each lost holding in its delay as one more holder.
+    if (mine + ghosts + 1 <= limit) wait = milliseconds(0);
+  }
+  if (wait > milliseconds(0)) {
+    std::lock_guard lock(mu);
+    c->delay_until = Now() + wait;
+    return wait;
+  }
+  if (c->delay_ms > 0) {
+    const std::string data = std::to_string(c->delay_ms) + " " + std::to_string(c->limit);
+    for (int round = 0;; ++round) {
+      auto op = live.session->Create(c->delay_path + "/" + node, data, 0);
+      const Reply* r = op->Wait(attempt_timeout);
+      if (r != nullptr && r->rc == ZNONODE && round == 0) {
+        DLOCK_RETURN_IF_ERROR(CreateParents(live, c->delay_path));
+        continue;
+      }
+      if (r == nullptr || (r->rc != ZOK && r->rc != ZNODEEXISTS)) {
+        return fail(r, "creating the lock-delay marker of " + c->NodePath());
+      }
+      break;
+    }
+  }
+  std::lock_guard lock(mu);
+  c->delay_checked = true;
+  c->marker_made = c->delay_ms > 0;
+  c->delay_until = TimePoint{};
+  return milliseconds(0);
 }
 
 // ---------------------------------------------------------------------------
@@ -771,12 +1005,12 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
       }
       const TimePoint now = m.Now();
       phase = c->phase;
-      if (phase == Contender::Phase::kHeld) {
-        if (c->deleted) {
-          m.contenders.erase({request.key, request.owner});
-          return UnavailableError("this owner's lock node " + c->NodePath() +
-                                  " was deleted by someone else; retrying");
-        }
+      if (phase == Contender::Phase::kHeld && c->deleted) {
+        m.contenders.erase({request.key, request.owner});
+        return UnavailableError("this owner's lock node " + c->NodePath() +
+                                " was deleted by someone else; retrying");
+      }
+      if (phase == Contender::Phase::kHeld && c->delay_checked) {
         c->expires_at = now + request.ttl;
         Attempt a;
         a.granted = true;
@@ -791,6 +1025,7 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
       c->expires_at = now + std::max(request.queue_ttl, m.attempt_timeout * 2);
     }
     Status st;
+    milliseconds delayed{0};
     switch (phase) {
       case Contender::Phase::kFresh:
         st = m.StartCreate(*live, c);
@@ -802,18 +1037,28 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
       case Contender::Phase::kWaiting:
         st = m.Look(*live, c);
         break;
-      case Contender::Phase::kHeld:
+      case Contender::Phase::kHeld: {
+        auto left = m.ClearLockDelays(*live, c);
+        if (!left.ok()) return left.status();
+        delayed = *left;
         break;
+      }
     }
     if (!st.ok()) return st;
     std::unique_lock lock(m.mu);
-    if (c->phase == Contender::Phase::kHeld) continue;  // granted on the next pass
-    if (c->phase != Contender::Phase::kWaiting) continue;
+    if (c->phase == Contender::Phase::kHeld && delayed == milliseconds(0)) {
+      continue;  // granted on the next pass
+    }
+    if (c->phase != Contender::Phase::kWaiting && c->phase != Contender::Phase::kHeld) continue;
     if (queue) {
       c->expires_at = m.Now() + request.queue_ttl;
-      return Attempt{};
+      Attempt a;
+      a.holder_ttl_remaining = delayed;  // the head waits out a lock-delay
+      return a;
     }
     // A single attempt takes no place in the queue: withdraw.
+    Attempt refused;
+    refused.holder_ttl_remaining = delayed;
     const std::string node_path = c->NodePath();
     m.contenders.erase({request.key, request.owner});
     lock.unlock();
@@ -827,7 +1072,7 @@ Result<Attempt> ZooKeeperBackend::TryAcquire(const LeaseRequest& request) {
       m.to_reap.push_back(c);
       m.keeper_cv.notify_all();
     }
-    return Attempt{};
+    return refused;
   }
   return UnavailableError("the lock node under " + *path + " kept changing; retrying");
 }
@@ -867,6 +1112,19 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
       } else {
         phase = Contender::Phase::kUnknown;
       }
+    }
+    if (phase == Contender::Phase::kHeld && c->marker_made && !node.empty()) {
+      // A clean release ends the lock-delay with the holding: node and
+      // marker go together. A node already gone was lost, not released: its
+      // marker stays and the delay runs.
+      std::vector<MultiOp> ops(2);
+      ops[0].kind = ops[1].kind = MultiOp::Kind::kDelete;
+      ops[0].path = c->lock_path + "/" + node;
+      ops[1].path = c->delay_path + "/" + node;
+      const Reply* r = live->session->Multi(std::move(ops))->Wait(m.attempt_timeout);
+      if (r != nullptr && r->rc == ZOK) return Status::Ok();
+      if (r != nullptr && r->results.size() == 2 && r->results[0] == ZNONODE) return Status::Ok();
+      // Otherwise (our marker gone, or no answer) the node alone, below.
     }
     if ((phase == Contender::Phase::kHeld || phase == Contender::Phase::kWaiting) &&
         !node.empty()) {
@@ -986,20 +1244,26 @@ bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
     } else if (!c->watch_armed && s) {
       c->watch_armed = true;
       std::weak_ptr<Contender> weak = c;
-      const std::string pred = c->predecessor;
+      const std::vector<std::string> paths =
+          c->ahead_left.empty() ? std::vector<std::string>{c->predecessor} : c->ahead_left;
       lock.unlock();
-      (void)s->Exists(pred, true, [&m, weak, pred](const Reply& r) {
-        auto c = weak.lock();
-        if (!c) return;
-        std::lock_guard lock(m.mu);
-        if (c->predecessor != pred) return;
-        if (r.rc == ZNONODE) {
-          c->pred_gone = true;  // gone before the watch was set
-        } else if (r.rc != ZOK) {
-          c->watch_armed = false;  // not set: the next wait tries again
-        }
-        m.cv.notify_all();
-      });
+      for (const std::string& path : paths) {
+        (void)s->Exists(path, true, [&m, weak, path](const Reply& r) {
+          auto c = weak.lock();
+          if (!c) return;
+          std::lock_guard lock(m.mu);
+          if (c->predecessor != path &&
+              std::find(c->ahead_left.begin(), c->ahead_left.end(), path) == c->ahead_left.end()) {
+            return;  // no longer ahead of us
+          }
+          if (r.rc == ZNONODE) {
+            (void)m.AheadGoneLocked(*c, path);  // gone before the watch was set
+          } else if (r.rc != ZOK) {
+            c->watch_armed = false;  // not set: the next wait tries again
+          }
+          m.cv.notify_all();
+        });
+      }
       lock.lock();
     }
   }
@@ -1063,7 +1327,9 @@ Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> ZooKeeperBack
       for (const auto& child : r->children) {
         if (ParseLockNode(child)) continue;
         if (level[i] == "/" && child == "zookeeper") continue;
-        if (level[i] == root && child == kDoneDirName) continue;  // run-once records
+        if (level[i] == root && (child == kDoneDirName || child == kDelayDirName)) {
+          continue;  // run-once records, lock-delay markers
+        }
         if (first && !partial.empty()) {
           auto decoded = DecodeSegment(child);
           if (!decoded || !decoded->starts_with(partial)) continue;

@@ -76,6 +76,7 @@ class ZooKeeperBackend final : public Backend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
+  bool SupportsLockDelay() const override { return true; }
   // Run-once records: persistent znodes under <chroot>/%dlock-done
   // (zk_path.h). MarkDone is one multi: a check that this owner's lock node
   // still exists, and the create of the record.

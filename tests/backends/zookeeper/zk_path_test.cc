@@ -87,6 +87,25 @@ TEST(ZkPathTest, LockNodesFollowCuratorsLayout) {
   EXPECT_EQ(shared->guid, GuidOf(owner));
   EXPECT_EQ(shared->sequence, 43);
   EXPECT_EQ(ParseLockNode(LockNodePrefix(owner) + "0000000042")->limit, 1u);
+  // A lock-delay too, after the limit.
+  EXPECT_EQ(LockNodePrefix(owner, 3, 1500),
+            "_c_01234567-89ab-cdef-fedc-ba9876543210-n3-d1500-lock-");
+  auto delayed = ParseLockNode(LockNodePrefix(owner, 1, 250) + "0000000044");
+  ASSERT_TRUE(delayed.has_value());
+  EXPECT_EQ(delayed->delay_ms, 250u);
+  EXPECT_EQ(delayed->limit, 1u);
+  EXPECT_EQ(delayed->guid, GuidOf(owner));
+  auto both = ParseLockNode(LockNodePrefix(owner, 3, 1500) + "0000000045");
+  ASSERT_TRUE(both.has_value());
+  EXPECT_EQ(both->limit, 3u);
+  EXPECT_EQ(both->delay_ms, 1500u);
+  for (const char* bad : {"-d0-", "-d-", "-d1500-n3-", "-d15x-", "-n3-d1500-d1-"}) {
+    auto n = ParseLockNode("_c_01234567-89ab-cdef-fedc-ba9876543210" + std::string(bad) +
+                           "lock-0000000001");
+    ASSERT_TRUE(n.has_value()) << bad;
+    EXPECT_EQ(n->guid, "") << bad << ": an unknown tag names no dlock owner";
+    EXPECT_EQ(n->delay_ms, 0u) << bad;
+  }
   auto odd = ParseLockNode("_c_01234567-89ab-cdef-fedc-ba9876543210-x-lock-0000000001");
   ASSERT_TRUE(odd.has_value()) << "still a contender";
   EXPECT_EQ(odd->limit, 1u) << "an unknown tag is exclusive";

@@ -119,6 +119,25 @@ class Observer {
     const Reply* r = op->Wait(seconds(5));
     return r != nullptr && r->rc == ZOK;
   }
+  // The ensemble's clock (ms since the epoch, the leader's, as it writes
+  // mtimes): the mtime of a write to a scratch node.
+  std::int64_t StoreNowMs() {
+    const std::string path = FixtureOptions().chroot + "/zk-test-clock";
+    for (int round = 0; round < 2; ++round) {
+      auto op = session_->Set(path, "tick", -1);
+      const Reply* r = op->Wait(seconds(5));
+      if (r != nullptr && r->rc == ZOK) return r->stat.mtime;
+      if (r != nullptr && r->rc == ZNONODE) (void)session_->Create(path, "", 0)->Wait(seconds(5));
+    }
+    ADD_FAILURE() << "could not read the ensemble's clock";
+    return 0;
+  }
+  std::vector<std::string> Children(const std::string& path) {
+    auto sync = session_->Sync(path);
+    auto op = session_->Children(path);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK ? r->children : std::vector<std::string>{};
+  }
   // Until `key` has `n` contenders, or 10 s.
   bool WaitForContenders(const std::string& key, std::size_t n) {
     for (int i = 0; i < 1000; ++i) {
@@ -673,6 +692,134 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
+}
+
+// ---------------------------------------------------------------------- lock-delay
+
+LeaseRequest DelayedReq(const std::string& key, OwnerId owner, milliseconds delay,
+                        std::uint32_t limit = 1) {
+  LeaseRequest r = Req(key, owner);
+  r.lock_delay = delay;
+  r.limit = limit;
+  return r;
+}
+
+// A holder with a lock-delay whose session ends without a release: nobody
+// is granted the key until the leader's clock has passed the end by the
+// delay, and then somebody is.
+TEST(ZooKeeperBackendTest, LockDelayKeepsALostHoldersKeyByTheEnsemblesClock) {
+  Observer zk;
+  const std::string key = UniqueKey("lock-delay");
+  const std::string markers = *DelayPath(FixtureOptions().chroot, key);
+  const milliseconds delay(1500);
+  auto holder = OpenZooKeeper(FixtureOptions());
+  ASSERT_TRUE(holder->SupportsLockDelay());
+  const OwnerId h = NewOwner(), n = NewOwner();
+  auto granted = holder->TryAcquire(DelayedReq(key, h, delay));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].delay_ms, 1500u) << nodes[0].name;
+  EXPECT_EQ(zk.Children(markers), std::vector<std::string>{nodes[0].name});
+
+  auto other = OpenZooKeeper(FixtureOptions());
+  EXPECT_FALSE(other->TryAcquire(Req(key, n))->granted) << "held";
+  const std::int64_t lost_after = zk.StoreNowMs();
+  holder.reset();  // the session ends, unreleased: the node goes, the marker stays
+  const std::int64_t lost_before = zk.StoreNowMs();
+  EXPECT_TRUE(zk.Contenders(key).empty());
+
+  bool refused_after_loss = false;
+  std::int64_t granted_by = 0;
+  for (int i = 0; i < 500 && granted_by == 0; ++i) {
+    const std::int64_t before = zk.StoreNowMs();
+    auto a = other->TryAcquire(Req(key, n));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    const std::int64_t after = zk.StoreNowMs();
+    if (a->granted) {
+      granted_by = after;
+    } else if (before > lost_before) {
+      refused_after_loss = true;
+      EXPECT_GT(a->holder_ttl_remaining, milliseconds(0)) << "says how long the delay runs";
+      EXPECT_LE(a->holder_ttl_remaining, delay);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+  ASSERT_GT(granted_by, 0) << "never granted after the delay";
+  EXPECT_TRUE(refused_after_loss) << "granted at once after the holder was lost";
+  // The grant's own probe of the leader's clock came before `granted_by`,
+  // and the loss after `lost_after`.
+  EXPECT_GE(granted_by - lost_after, delay.count());
+  EXPECT_TRUE(zk.Children(markers).empty()) << "the served marker is cleared";
+  ASSERT_TRUE(other->Release(key, n).ok());
+
+  // A waiting Acquire sits out the delay and then gets the key.
+  auto again = OpenZooKeeper(FixtureOptions());
+  ASSERT_TRUE(again->TryAcquire(DelayedReq(key, NewOwner(), delay))->granted);
+  const std::int64_t lost_again = zk.StoreNowMs();
+  again.reset();
+  auto waiter = NewClient();
+  auto lease = waiter->Acquire(key, Opts(seconds(10), seconds(20)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_GE(zk.StoreNowMs() - lost_again, delay.count());
+  EXPECT_TRUE(lease->Release().ok());
+}
+
+// A clean release leaves no delay behind; a release that comes after the
+// holding was already lost does not end the delay.
+TEST(ZooKeeperBackendTest, LockDelayFollowsALossNotACleanOrLateRelease) {
+  Observer zk;
+  const std::string key = UniqueKey("lock-delay-release");
+  const std::string markers = *DelayPath(FixtureOptions().chroot, key);
+  auto a = OpenZooKeeper(FixtureOptions());
+  auto b = OpenZooKeeper(FixtureOptions());
+  const OwnerId first = NewOwner(), second = NewOwner();
+  ASSERT_TRUE(a->TryAcquire(DelayedReq(key, first, seconds(30)))->granted);
+  EXPECT_FALSE(b->TryAcquire(Req(key, second))->granted);
+  ASSERT_TRUE(a->Release(key, first).ok());
+  EXPECT_TRUE(zk.Children(markers).empty()) << "the marker went with the release";
+  auto next = b->TryAcquire(Req(key, second));
+  ASSERT_TRUE(next.ok() && next->granted) << "a clean release left a lock-delay behind";
+  ASSERT_TRUE(b->Release(key, second).ok());
+
+  // The holding is lost behind the holder's back (as when the keeper deletes
+  // an expired lease's node); its late release must not clear the marker.
+  const OwnerId third = NewOwner();
+  ASSERT_TRUE(a->TryAcquire(DelayedReq(key, third, seconds(30)))->granted);
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 1u);
+  ASSERT_TRUE(zk.Delete(*LockPath(FixtureOptions().chroot, key) + "/" + nodes[0].name));
+  (void)a->Release(key, third);
+  EXPECT_EQ(zk.Children(markers).size(), 1u);
+  auto refused = b->TryAcquire(Req(key, second));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted) << "a late release ended the lock-delay";
+  EXPECT_GT(refused->holder_ttl_remaining, seconds(20));
+  EXPECT_TRUE(zk.Contenders(key).empty()) << "a single attempt keeps no place";
+  for (const auto& m : zk.Children(markers)) ASSERT_TRUE(zk.Delete(markers + "/" + m));
+}
+
+// A semaphore permit lost with a lock-delay keeps its place for the delay:
+// the other permits stay usable, the lost one does not.
+TEST(ZooKeeperBackendTest, ALostPermitKeepsItsPlaceForItsLockDelay) {
+  Observer zk;
+  const std::string key = UniqueKey("lock-delay-sem");
+  const std::string markers = *DelayPath(FixtureOptions().chroot, key);
+  auto backend = OpenZooKeeper(FixtureOptions());
+  const OwnerId p1 = NewOwner(), p2 = NewOwner(), p3 = NewOwner();
+  ASSERT_TRUE(backend->TryAcquire(DelayedReq(key, p1, seconds(30), 2))->granted);
+  ASSERT_TRUE(backend->TryAcquire(DelayedReq(key, p2, milliseconds(0), 2))->granted);
+  EXPECT_FALSE(backend->TryAcquire(DelayedReq(key, p3, milliseconds(0), 2))->granted);
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 2u);
+  ASSERT_TRUE(zk.Delete(*LockPath(FixtureOptions().chroot, key) + "/" + nodes[0].name));
+  EXPECT_FALSE(backend->TryAcquire(DelayedReq(key, p3, milliseconds(0), 2))->granted)
+      << "the lost permit's place was given away inside its lock-delay";
+  ASSERT_TRUE(backend->Release(key, p2).ok());
+  auto granted = backend->TryAcquire(DelayedReq(key, p3, milliseconds(0), 2));
+  ASSERT_TRUE(granted.ok() && granted->granted) << "the other permit stays usable";
+  ASSERT_TRUE(backend->Release(key, p3).ok());
+  for (const auto& m : zk.Children(markers)) ASSERT_TRUE(zk.Delete(markers + "/" + m));
 }
 
 }  // namespace
