@@ -194,6 +194,12 @@ int RunExec(const ExecFlags& flags) {
     if (*d <= std::chrono::milliseconds(0)) return Fail(kExitUsage, "--max-hold must be positive");
     max_hold = *d;
   }
+  std::chrono::milliseconds lock_delay{0};
+  if (!flags.lock_delay.empty()) {
+    auto d = ParseFlagDuration("--lock-delay", flags.lock_delay);
+    if (!d.ok()) return Fail(d.status());
+    lock_delay = *d;
+  }
   if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
   if (flags.command.empty()) {
     return Fail(kExitUsage, "no command given: usage: dlock exec KEY [OPTIONS] -- CMD [ARGS...]");
@@ -239,6 +245,7 @@ int RunExec(const ExecFlags& flags) {
     (void)!::write(lost_event, &one, sizeof one);
   };
   options.max_hold = max_hold;
+  options.lock_delay = lock_delay;
   options.shared = flags.shared;
   if (flags.permits < 1 || flags.permits > static_cast<int>(kMaxPermits)) {
     return Fail(kExitUsage, "--permits " + std::to_string(flags.permits) +

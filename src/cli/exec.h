@@ -18,6 +18,7 @@ struct ExecFlags {
   std::string backend;
   std::vector<std::string> extra_keys;  // --key: more keys, all or nothing
   std::string max_hold;                 // --max-hold: stop renewing after this
+  std::string lock_delay;               // --lock-delay: keep the key this long after a loss
   bool shared = false;                  // --shared: the read side of a read-write lock
   int permits = 1;                      // --permits N: a semaphore
   std::string label;                    // --label: shown by status / to election observers

@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
   exec->add_option("--max-hold", exec_flags.max_hold,
                    "stop renewing after this long, so a hung command cannot keep the lock "
                    "forever (it is then terminated like any lost lease)");
+  exec->add_option("--lock-delay", exec_flags.lock_delay,
+                   "if this lease is lost (expired, dlock killed) rather than released, "
+                   "nobody gets KEY until the store's clock is this far past the loss, so "
+                   "writes still in flight drain first (0..24h; not on etcd or redlock)");
   exec->add_flag("--shared", exec_flags.shared,
                  "take the read side of a read-write lock: shared with other --shared "
                  "holders, never with a plain exec of KEY (the writer); a waiting writer "
@@ -127,6 +131,7 @@ int main(int argc, char** argv) {
       ->excludes(once_wait);
   once->add_option("--kill-grace", once_flags.kill_grace, "as for exec")->capture_default_str();
   once->add_option("--max-hold", once_flags.max_hold, "as for exec");
+  once->add_option("--lock-delay", once_flags.lock_delay, "as for exec");
   once->add_option("--backend", once_flags.backend, kBackendHelp);
   once->footer(
       "A failed run (non-zero exit) is not recorded, so the next caller runs it again; a crashed "
