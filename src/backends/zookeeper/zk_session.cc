@@ -45,6 +45,7 @@ NodeStat FromStat(const struct Stat* s) {
     out.cversion = s->cversion;
     out.version = s->version;
     out.mtime = s->mtime;
+    out.data_length = s->dataLength;
     out.num_children = s->numChildren;
   }
   return out;

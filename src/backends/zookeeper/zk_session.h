@@ -45,6 +45,7 @@ struct NodeStat {
   std::int32_t cversion = 0;
   std::int32_t num_children = 0;
   std::int32_t version = 0;  // the data's
+  std::int32_t data_length = 0;
   // When the node was last written, in ms since the epoch by the clock of
   // the ensemble's leader when it applied the write: the store's clock.
   std::int64_t mtime = 0;

@@ -44,6 +44,8 @@ constexpr std::size_t kMaxListNodes = 100'000;
 // waiters, however long the queue; farther back a waiter watches only the
 // node just ahead and looks again when it goes.
 constexpr std::size_t kWatchAhead = 4;
+// The data of a lock path once a holding with a lock-delay was made there.
+constexpr std::string_view kKeyHadDelays = "dlock:lock-delay";
 
 std::string Basename(std::string_view path) {
   const auto slash = path.rfind('/');
@@ -135,7 +137,6 @@ struct Contender {
   Phase phase = Phase::kFresh;
   std::shared_ptr<Op> create;    // kCreating
   std::shared_ptr<Op> children;  // pipelined behind `create`
-  std::shared_ptr<Op> markers;   // and the key's lock-delay markers
   std::string node;              // our node's name once known
   FencingToken token = 0;        // its czxid
   // kWaiting: how many contenders were ahead at the last look, and the one
@@ -156,9 +157,11 @@ struct Contender {
   // The parent's cversion at the last look applied: looks answered out of
   // order (an event-driven one racing the caller's) never undo a newer one.
   std::int64_t looked_at_cversion = -1;
-  // Lock-delays left by holdings before ours. A node ahead carried one
-  // (its name says so): the markers must be looked at once it has gone.
+  // Lock-delays left by holdings before ours: the markers must be looked
+  // at before a grant if a node ahead carried one (its name says so), or the
+  // key ever had one (its lock path's data says so; see ClearLockDelays).
   bool ahead_had_delay = false;
+  bool key_had_delays = false;
   // kHeld is a grant only once no lock-delay is in the way (the markers were
   // looked at, and our own is made): until then the head of the queue waits
   // for delay_until (our clock), past which it looks again.
@@ -232,7 +235,7 @@ struct ZooKeeperBackend::Impl {
   Status Place(const Live& live, const std::shared_ptr<Contender>& c, const Reply& children);
   // Applies a look at the siblings to a contender whose node and token are
   // known; never blocks. Returns false when our node is not among them.
-  bool ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted, std::int64_t cversion);
+  bool ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted, const NodeStat& parent);
   // A node ahead of waiting `c` is gone (its watch fired, or it was gone when
   // the watch was set). Returns true when `c` must look at its siblings again.
   bool AheadGoneLocked(Contender& c, const std::string& path);
@@ -419,11 +422,9 @@ Status ZooKeeperBackend::Impl::StartCreate(const Live& live, const std::shared_p
                                      NodeData(c->owner, c->limit, c->label),
                                      ZOO_EPHEMERAL_SEQUENTIAL);
   auto children = live.session->Children(c->lock_path);
-  auto markers = live.session->Children(c->delay_path);
   std::lock_guard lock(mu);
   c->create = std::move(create);
   c->children = std::move(children);
-  c->markers = std::move(markers);
   c->phase = Contender::Phase::kCreating;
   return Status::Ok();
 }
@@ -535,7 +536,7 @@ Status ZooKeeperBackend::Impl::Place(const Live& live, const std::shared_ptr<Con
   std::lock_guard lock(mu);
   c->node = sorted[mine].name;
   c->token = token;
-  if (!ApplyLookLocked(*c, sorted, children.stat.cversion)) {
+  if (!ApplyLookLocked(*c, sorted, children.stat)) {
     c->phase = Contender::Phase::kFresh;
     c->node.clear();
   }
@@ -543,7 +544,8 @@ Status ZooKeeperBackend::Impl::Place(const Live& live, const std::shared_ptr<Con
 }
 
 bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<LockNode>& sorted,
-                                             std::int64_t cversion) {
+                                             const NodeStat& parent) {
+  const std::int64_t cversion = parent.cversion;
   if (c.phase == Contender::Phase::kHeld) return true;  // nothing can undo a grant
   if (cversion < c.looked_at_cversion) return true;     // an older look than ours
   std::size_t mine = sorted.size();
@@ -553,6 +555,7 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
   if (mine == sorted.size()) return false;
   c.looked_at_cversion = cversion;
   c.ahead = mine;
+  if (parent.data_length > 0) c.key_had_delays = true;
   for (std::size_t i = 0; i < mine; ++i) {
     if (sorted[i].delay_ms != 0) c.ahead_had_delay = true;
   }
@@ -639,7 +642,7 @@ void ZooKeeperBackend::Impl::LookOnEvent(const std::shared_ptr<Session>& s,
     const std::vector<LockNode> sorted = SortedContenders(r.children);
     std::lock_guard lock(mu);
     if (c->phase != Contender::Phase::kWaiting) return;
-    (void)ApplyLookLocked(*c, sorted, r.stat.cversion);
+    (void)ApplyLookLocked(*c, sorted, r.stat);
     cv.notify_all();
   });
 }
@@ -742,7 +745,6 @@ std::optional<MarkerData> ParseMarker(std::string_view data) {
 
 Result<milliseconds> ZooKeeperBackend::Impl::ClearLockDelays(const Live& live,
                                                              const std::shared_ptr<Contender>& c) {
-  std::shared_ptr<Op> markers;
   bool look;
   std::string node, own_data;
   {
@@ -750,8 +752,10 @@ Result<milliseconds> ZooKeeperBackend::Impl::ClearLockDelays(const Live& live,
     if (c->delay_until != TimePoint{} && Now() < c->delay_until) {
       return std::chrono::ceil<milliseconds>(c->delay_until - Now());
     }
-    markers = std::move(c->markers);
-    look = c->ahead_had_delay || !markers;
+    // A lost holding with a lock-delay is either one we saw ahead of us
+    // (named with its delay) or one gone before we queued, whose marker
+    // was made with the flag on the lock path that our look read.
+    look = c->ahead_had_delay || c->key_had_delays;
     node = c->node;
     own_data = NodeData(c->owner, c->limit, c->label);
   }
@@ -763,12 +767,6 @@ Result<milliseconds> ZooKeeperBackend::Impl::ClearLockDelays(const Live& live,
     }
     return ZkError(r->rc, what);
   };
-  // The markers read with our create suffice when nobody ahead of us could
-  // have left one since: then none there (the usual case) means none at all.
-  if (!look) {
-    const Reply* r = markers->Wait(attempt_timeout);
-    look = r == nullptr || !(r->rc == ZNONODE || (r->rc == ZOK && r->children.empty()));
-  }
   milliseconds wait{0};
   if (look) {
     auto kids_op = live.session->Children(c->lock_path);
@@ -848,9 +846,16 @@ Result<milliseconds> ZooKeeperBackend::Impl::ClearLockDelays(const Live& live,
     return wait;
   }
   if (c->delay_ms > 0) {
-    const std::string data = std::to_string(c->delay_ms) + " " + std::to_string(c->limit);
+    // First the flag on the lock path that tells every later look at it
+    // that markers may exist, then the marker (pipelined: the session's
+    // requests are applied in order). The flag is never cleared.
     for (int round = 0;; ++round) {
-      auto op = live.session->Create(c->delay_path + "/" + node, data, 0);
+      auto flag = live.session->Set(c->lock_path, kKeyHadDelays, -1);
+      auto op = live.session->Create(c->delay_path + "/" + node,
+                                     std::to_string(c->delay_ms) + " " + std::to_string(c->limit),
+                                     0);
+      const Reply* f = flag->Wait(attempt_timeout);
+      if (f == nullptr || f->rc != ZOK) return fail(f, "flagging " + c->lock_path);
       const Reply* r = op->Wait(attempt_timeout);
       if (r != nullptr && r->rc == ZNONODE && round == 0) {
         DLOCK_RETURN_IF_ERROR(CreateParents(live, c->delay_path));
@@ -1235,7 +1240,7 @@ bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
         if (r.rc != ZOK) {
           c->watch_armed = false;  // not set: the next wait tries again
         } else if (c->phase == Contender::Phase::kWaiting &&
-                   !m.ApplyLookLocked(*c, SortedContenders(r.children), r.stat.cversion)) {
+                   !m.ApplyLookLocked(*c, SortedContenders(r.children), r.stat)) {
           c->watch_armed = false;  // our node is gone: the next attempt looks
         }
         m.cv.notify_all();
