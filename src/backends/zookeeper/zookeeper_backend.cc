@@ -436,6 +436,9 @@ Status ZooKeeperBackend::Impl::FinishCreate(const Live& live, const std::shared_
     create = c->create;
     children = c->children;
   }
+  // The read's reply comes after the create's: waiting for it first wakes
+  // this thread once, not twice.
+  if (children) (void)children->Wait(attempt_timeout);
   const Reply* r = create->Wait(attempt_timeout);
   if (r == nullptr) {
     return UnavailableError("ZooKeeper did not answer the create of a lock node under " +
@@ -466,7 +469,7 @@ Status ZooKeeperBackend::Impl::FinishCreate(const Live& live, const std::shared_
     c->token = static_cast<FencingToken>(r->stat.czxid);
     c->phase = Contender::Phase::kUnknown;  // until we know our place
   }
-  const Reply* kids = children ? children->Wait(attempt_timeout) : nullptr;
+  const Reply* kids = children ? children->Wait(std::chrono::nanoseconds(0)) : nullptr;
   if (kids == nullptr || kids->rc != ZOK) return Look(live, c);
   return Place(live, c, *kids);
 }
