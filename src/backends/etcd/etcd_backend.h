@@ -54,6 +54,11 @@ class EtcdBackend : public Backend {
   // The queue of lock `name` (holder first), read from the store.
   virtual Result<std::vector<QueueMember>> Queue(std::string_view name) = 0;
 
+  // The lock-delay markers of lock `name` (tests): for each, `key` is the
+  // queue member it stands for, `create_revision` that member's, `lease`
+  // the marker's own lease, and the member's owner, limit and label.
+  virtual Result<std::vector<QueueMember>> DelayMarkers(std::string_view name) = 0;
+
   // The session leases this client has open (tests, `dlock status`).
   virtual std::vector<std::int64_t> SessionLeases() = 0;
 };
