@@ -69,6 +69,14 @@ pb::Compare ValueIs(const std::string& key, const std::string& value) {
   return c;
 }
 
+// Every key starting with `prefix`.
+pb::RequestOp RangeOp(const std::string& prefix) {
+  pb::RequestOp op;
+  op.mutable_request_range()->set_key(prefix);
+  op.mutable_request_range()->set_range_end(PrefixEnd(prefix));
+  return op;
+}
+
 pb::RequestOp DeleteOp(const std::string& key) {
   pb::RequestOp op;
   op.mutable_request_delete_range()->set_key(key);
@@ -78,6 +86,8 @@ pb::RequestOp DeleteOp(const std::string& key) {
 // ---- State
 
 // One etcd lease kept alive for this client: every key it puts hangs on it.
+// (Also the lease of one holding's lock-delay marker, kept alive with the
+// session while the holding is.)
 struct Session {
   std::int64_t id = 0;
   std::int64_t ttl_seconds = 0;  // as granted
@@ -111,13 +121,22 @@ struct Entry {
   // before ours (predecessor_revision: our revision - 1).
   bool watch_range = false;
   std::int64_t ahead_count = 0;
-  // The predecessor was the only member ahead (it was also the head) when
-  // last read; once it is seen gone, nobody is ahead any more: the members
-  // ahead were all created before ours, so that set only ever shrinks.
-  bool predecessor_is_head = false;
-  bool predecessor_gone = false;
   // The store revision at which the predecessor was read (0: unknown).
   std::int64_t predecessor_seen_at = 0;
+  // Only lock-delay markers whose members are gone stand in the way: watch
+  // the name's markers for the going of any of the `markers_count` there
+  // were at store revision `markers_seen_at`.
+  bool watch_markers = false;
+  std::int64_t markers_count = 0;
+  std::int64_t markers_seen_at = 0;
+  // With a lock-delay: this holding's marker (DelayKey; set before it is
+  // put, so that a release whose reply is lost still deletes it) and its
+  // own lease, kept alive with the session by Renew. One lease per holding,
+  // not one per client: a lease shared by several holdings would keep the
+  // marker of one that ended uncleanly alive through the others', and the
+  // delay would never end while the client lives.
+  std::string marker_key;
+  std::shared_ptr<Session> marker_lease;
 };
 
 // A key to delete once the store answers again. Owner-checked by revision
@@ -127,6 +146,10 @@ struct PendingDelete {
   std::int64_t revision = 0;
   std::string value;
   std::int64_t lease = 0;
+  // A clean release: the lock-delay marker goes with the key, in the same
+  // transaction. Empty for a key that ends uncleanly (reaped): its marker
+  // stays and closes the name for the delay.
+  std::string marker;
 };
 
 using EntryId = std::pair<std::string, OwnerId>;  // lock name, owner
@@ -177,6 +200,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
+  bool SupportsLockDelay() const override { return true; }
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
@@ -195,6 +219,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<QueueMember>> Queue(std::string_view name) override {
     return ReadQueue(QueuePrefix(options_.root, name), OpDeadline());
   }
+  Result<std::vector<QueueMember>> DelayMarkers(std::string_view name) override;
   std::vector<std::int64_t> SessionLeases() override {
     std::lock_guard l(mu_);
     std::vector<std::int64_t> ids;
@@ -222,11 +247,28 @@ class EtcdBackendImpl final : public EtcdBackend {
 
   Result<SessionChoice> GetSession(milliseconds ttl, TimePoint deadline);
   void MarkSessionDead(const std::shared_ptr<Session>& session);
+  // The lease for this holding's lock-delay marker: the entry's, or a new
+  // one (TTL: the session's plus the delay, in whole seconds, rounded up).
+  Result<std::shared_ptr<Session>> MarkerLease(const LeaseRequest& request,
+                                               const Session& session, TimePoint deadline);
   Result<Attempt> Attempt1(const LeaseRequest& request, TimePoint started, TimePoint deadline);
   Result<std::vector<QueueMember>> ReadQueue(const std::string& prefix, TimePoint deadline);
-  // Every queue of names starting with `prefix`, each in create order.
-  Result<std::map<std::string, std::vector<QueueMember>>> ReadQueues(std::string_view prefix,
-                                                                     TimePoint deadline);
+  // One lock's queue, in create order, and its ghosts: lock-delay markers
+  // whose members are gone.
+  struct Listing {
+    std::vector<QueueMember> queue;
+    std::vector<QueueMember> ghosts;
+  };
+  // How many members at the front of the queue hold: the sharing rule over
+  // the ghosts and then the queue (a ghost takes a place like a holding).
+  static std::size_t LiveHolderCount(const Listing& listing) {
+    std::vector<QueueMember> all = listing.ghosts;
+    all.insert(all.end(), listing.queue.begin(), listing.queue.end());
+    const std::size_t n = HolderCount(all);
+    return n > listing.ghosts.size() ? n - listing.ghosts.size() : 0;
+  }
+  // Every queue of names starting with `prefix`.
+  Result<std::map<std::string, Listing>> ReadQueues(std::string_view prefix, TimePoint deadline);
   Result<std::optional<mvccpb::KeyValue>> Head(const std::string& prefix,
                                            const pb::RangeResponse& first, TimePoint deadline);
   Result<std::optional<mvccpb::KeyValue>> Predecessor(const std::string& prefix,
@@ -311,6 +353,7 @@ Status EtcdBackendImpl::DeleteMember(const PendingDelete& d, TimePoint deadline)
   *txn.add_compare() =
       d.revision != 0 ? CreateRevisionIs(d.key, d.revision) : ValueIs(d.key, d.value);
   *txn.add_success() = DeleteOp(d.key);
+  if (!d.marker.empty()) *txn.add_success() = DeleteOp(d.marker);
   return conn_.Txn(txn, deadline).status();
 }
 
@@ -396,6 +439,59 @@ void EtcdBackendImpl::MarkSessionDead(const std::shared_ptr<Session>& session) {
     }
     ChangedLocked(name);
   }
+}
+
+Result<std::shared_ptr<Session>> EtcdBackendImpl::MarkerLease(const LeaseRequest& request,
+                                                              const Session& session,
+                                                              TimePoint deadline) {
+  const std::int64_t secs =
+      session.ttl_seconds + std::chrono::ceil<seconds>(request.lock_delay).count();
+  {
+    std::lock_guard l(mu_);
+    Entry* e = FindLocked(request.key, request.owner);
+    if (!e) return UnavailableError("the attempt was abandoned meanwhile");
+    // One granted for an earlier attempt of this holding whose marker did
+    // not get put, unless it may have expired since (nothing keeps it alive
+    // before the grant).
+    if (const auto& m = e->marker_lease;
+        m && m->ttl_seconds >= secs && Now() < m->confirmed_at + seconds(m->ttl_seconds) * 2 / 3) {
+      return m;
+    }
+  }
+  const TimePoint sent = Now();
+  auto granted = conn_.LeaseGrant(secs, deadline);
+  if (!granted.ok()) return granted.status().WithContext("grant a lock-delay marker's lease");
+  if (!granted->error().empty()) {
+    return UnavailableError("etcd refused to grant a lock-delay marker's lease: " +
+                            granted->error());
+  }
+  auto m = std::make_shared<Session>();
+  m->id = granted->id();
+  m->ttl_seconds = granted->ttl();
+  m->confirmed_at = sent;
+  std::lock_guard l(mu_);
+  Entry* e = FindLocked(request.key, request.owner);
+  if (!e) return UnavailableError("the attempt was abandoned meanwhile");
+  e->marker_lease = m;
+  e->marker_key = DelayKey(DelayPrefix(options_.root, request.key),
+                           QueuePrefix(options_.root, request.key), e->key);
+  return m;
+}
+
+Result<std::vector<EtcdBackend::QueueMember>> EtcdBackendImpl::DelayMarkers(
+    std::string_view name) {
+  const std::string from = DelayPrefix(options_.root, name);
+  pb::RangeRequest r = RangeOp(from).request_range();
+  auto got = conn_.Range(r, OpDeadline());
+  if (!got.ok()) return got.status();
+  const std::string prefix = QueuePrefix(options_.root, name);
+  std::vector<QueueMember> out;
+  for (const auto& kv : got->kvs()) {
+    MarkerValue m = DecodeMarker(kv.value());
+    out.push_back({prefix + kv.key().substr(from.size()), m.member_revision, kv.lease(),
+                   std::move(m.member.owner_hex), m.member.limit, std::move(m.member.label)});
+  }
+  return out;
 }
 
 Result<std::vector<EtcdBackend::QueueMember>> EtcdBackendImpl::ReadQueue(
@@ -503,11 +599,15 @@ Result<Attempt> EtcdBackendImpl::TryAcquire(const LeaseRequest& request) {
 //
 // A limit-1 request needs only "is anything ahead of ours" and the member
 // just ahead (two limit-1 reads, as etcd's Mutex); a sharing request reads
-// every member ahead of it, with their limits.
+// the whole queue, with the limits. Either also reads the name's lock-delay
+// markers in the same transaction, so in the same snapshot: a marker whose
+// member is gone (a ghost: a holding that ended uncleanly less than its
+// lock-delay ago) takes a place like a holding, ahead of every member.
 Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint started,
                                           TimePoint deadline) {
   const std::string& name = request.key;
   const std::string prefix = QueuePrefix(options_.root, name);
+  const std::string delay_prefix = DelayPrefix(options_.root, name);
   const std::string owner_hex = request.owner.ToString();
   const std::uint32_t my_limit = std::max<std::uint32_t>(1, request.limit);
   const bool sharing = my_limit != 1;
@@ -520,7 +620,6 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     std::string value;
     std::int64_t known_revision;
     bool keep_alive_due;
-    bool skip_read;
     {
       std::lock_guard l(mu_);
       // The grant holds from the session's last confirmation (the core
@@ -546,15 +645,14 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         e.limit = my_limit;
         e.revision = 0;
         e.granted = false;
+        e.marker_key.clear();
+        e.marker_lease.reset();
       }
       key = e.key;
       value = e.value;
       known_revision = e.revision;
-      // The watch saw the only member ahead of ours go: our turn, without
-      // another read (a hand-off is then one Raft write and one event).
-      skip_read = known_revision != 0 && e.predecessor_is_head && e.predecessor_gone;
-      e.predecessor_gone = false;
     }
+    const std::string my_marker = DelayKey(delay_prefix, prefix, key);
     // etcd restarts the lease's TTL when it handles the keep-alive, after
     // `started`. It travels while the transaction does.
     std::optional<KeepAliveCall> keep_alive;
@@ -565,40 +663,47 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
     std::optional<mvccpb::KeyValue> ahead;  // the member to watch
     bool ahead_known = false;
     std::int64_t seen_at = 0;  // the revision `ahead` was read at
-    // Sharing: every member created before ours, and how many keys of the
-    // range (longer names' included) that was.
+    // Sharing: the whole queue, every member created before ours, and how
+    // many keys of the range (longer names' included) were created before
+    // ours.
+    std::vector<QueueMember> queue;
     std::optional<std::vector<QueueMember>> before;
     std::int64_t before_raw = 0;
-    auto take_before = [&](const pb::RangeResponse& range, std::int64_t below) {
+    auto take_queue = [&](const pb::RangeResponse& range, std::int64_t below) {
+      queue.clear();
       before.emplace();
       before_raw = 0;
       for (const auto& kv : range.kvs()) {
+        const bool member = IsQueueMember(prefix, kv.key());
+        if (member) queue.push_back(MemberOf(kv));
         if (kv.create_revision() >= below) continue;
         ++before_raw;
-        if (IsQueueMember(prefix, kv.key())) before->push_back(MemberOf(kv));
+        if (member) before->push_back(queue.back());
       }
     };
-    bool granted = false;
-    if (skip_read) {
-      revision = known_revision;
-      granted = true;
-    } else if (known_revision != 0) {
+    pb::RangeResponse markers;  // the name's lock-delay markers
+    std::int64_t markers_seen_at = 0;
+    if (known_revision != 0) {
       // Already queued: one read (no Raft write) says whether it is our turn.
       // A serializable read (served by the member alone, no quorum round) is
       // enough: the keys ahead of ours were all created before ours, so that
       // set only ever shrinks, and a stale view can only show more of them
-      // (we wait again), never fewer. The session's confirmation vouches for
-      // our own key still being there.
+      // (we wait again), never fewer. Nor can it hide a ghost: a holder puts
+      // its marker while its member is still there (the put compares it) and
+      // before it reports its grant, so any snapshot that lacks the member of
+      // a reported holding has its marker, until the delay is over. The
+      // session's confirmation vouches for our own key still being there.
       pb::TxnRequest txn;
       *txn.add_success() = GetOp(key);
       if (sharing) {
-        *txn.add_success()->mutable_request_range() = AheadOf(prefix, known_revision);
+        *txn.add_success()->mutable_request_range() = AheadOf(prefix, 0);
       } else {
         *txn.add_success() = FirstInQueueOp(prefix);
         pb::RequestOp last;
         *last.mutable_request_range() = LastBefore(prefix, known_revision);
         *txn.add_success() = last;
       }
+      *txn.add_success() = RangeOp(delay_prefix);
       for (auto& op : *txn.mutable_success()) op.mutable_request_range()->set_serializable(true);
       auto r = conn_.Txn(txn, deadline);
       if (!r.ok()) return r.status();
@@ -614,8 +719,10 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
       revision = known_revision;
       seen_at = r->header().revision();
+      markers = r->responses(r->responses_size() - 1).response_range();
+      markers_seen_at = seen_at;
       if (sharing) {
-        take_before(r->responses(1).response_range(), revision);
+        take_queue(r->responses(1).response_range(), revision);
       } else {
         auto h = Head(prefix, r->responses(1).response_range(), deadline);
         if (!h.ok()) return h.status();
@@ -647,8 +754,11 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         newest.mutable_request_range()->set_limit(2);
         *txn.add_success() = newest;
       }
+      *txn.add_success() = RangeOp(delay_prefix);
       *txn.add_failure() = GetOp(key);
       *txn.add_failure() = FirstInQueueOp(prefix);
+      if (sharing) *txn.add_failure()->mutable_request_range() = AheadOf(prefix, 0);
+      *txn.add_failure() = RangeOp(delay_prefix);
       auto r = conn_.Txn(txn, deadline);
       if (!r.ok()) {
         if (r.status().code() == StatusCode::kNotOwner) {  // the lease is gone
@@ -657,11 +767,13 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         }
         return r.status();
       }
+      markers = r->responses(r->responses_size() - 1).response_range();
+      markers_seen_at = r->header().revision();
       if (r->succeeded()) {
         revision = r->header().revision();
         seen_at = r->header().revision();
         if (sharing) {
-          take_before(r->responses(1).response_range(), revision);
+          take_queue(r->responses(1).response_range(), revision);
         } else {
           const auto& last = r->responses(2).response_range();
           if (last.kvs_size() >= 1 && last.kvs(0).create_revision() == revision &&
@@ -681,12 +793,8 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         }
         revision = mine.create_revision();  // a retry of ours: same place
         if (sharing) {
-          pb::RangeRequest read = AheadOf(prefix, revision);
-          read.set_serializable(true);
-          auto got = conn_.Range(read, deadline);
-          if (!got.ok()) return got.status();
-          seen_at = got->header().revision();
-          take_before(*got, revision);
+          seen_at = r->header().revision();
+          take_queue(r->responses(2).response_range(), revision);
         }
       }
       {
@@ -700,20 +808,46 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
     }
 
+    // The markers: ours (put by an earlier attempt of this holding whose
+    // reply was lost), live holders' (sharing: their members are in the
+    // queue; limit 1: only ever ahead of ours, which blocks us anyway), and
+    // ghosts.
+    bool own_marker = false;
+    std::vector<QueueMember> ghosts;
+    for (const auto& kv : markers.kvs()) {
+      MarkerValue m = DecodeMarker(kv.value());
+      if (kv.key() == my_marker && m.member_revision == revision) {
+        own_marker = true;
+        continue;
+      }
+      const std::string member = prefix + kv.key().substr(delay_prefix.size());
+      if (sharing && std::any_of(queue.begin(), queue.end(), [&](const QueueMember& q) {
+            return q.key == member && q.create_revision == m.member_revision;
+          })) {
+        continue;
+      }
+      ghosts.push_back({member, m.member_revision, kv.lease(), std::move(m.member.owner_hex),
+                        m.member.limit, std::move(m.member.label)});
+    }
+
     std::int64_t head_lease = 0;  // the first member's, for holder_ttl_remaining
-    bool ahead_is_only = false;   // `ahead` is the only member ahead of ours
     bool watch_range = false;
-    if (skip_read) {
-      // granted already
-    } else if (!sharing) {
-      granted = !head || head->create_revision() == revision;
+    bool granted = false;
+    bool ghosts_only = false;  // only ghosts stand in the way: watch the markers
+    if (!sharing) {
+      const bool first = !head || head->create_revision() == revision;
+      granted = first && ghosts.empty();
+      ghosts_only = first && !granted;
       if (head) head_lease = head->lease();
     } else {
       std::uint32_t limit = my_limit;
       for (const auto& m : *before) limit = std::min(limit, m.limit);
-      granted = before->size() + 1 <= limit;
+      const bool fits = before->size() + 1 <= limit;
+      for (const auto& g : ghosts) limit = std::min(limit, g.limit);
+      granted = before->size() + ghosts.size() + 1 <= limit;
+      ghosts_only = fits && !granted;
       if (!before->empty()) head_lease = before->front().lease;
-      if (!granted) {
+      if (!granted && !ghosts_only) {
         // The nearest limit-1 member ahead: while it is there we cannot be
         // granted (a reader waits for the writer ahead of it, not for the
         // reader just ahead, with whom it will share). Without one (a
@@ -727,9 +861,10 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
         }
         watch_range = !ahead;
         ahead_known = true;
-        ahead_is_only = ahead && before->size() == 1;
       }
     }
+    // Waiting out a lock-delay: it ends when the marker's lease does.
+    if (ghosts_only) head_lease = ghosts.front().lease;
 
     if (keep_alive) {
       auto ttl = conn_.AwaitKeepAlive(*keep_alive, deadline);
@@ -742,6 +877,42 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       session->confirmed_at = std::max(session->confirmed_at, started);
     }
 
+    if (granted && request.lock_delay > milliseconds(0) && !own_marker) {
+      // Before the grant is reported, so before any write under it can be
+      // in flight: the marker that keeps the name closed for the delay if
+      // this holding ends uncleanly. Put only while our member is still
+      // there: a holding lost before this was never reported.
+      auto marker_lease = MarkerLease(request, *session, deadline);
+      if (!marker_lease.ok()) return marker_lease.status();
+      pb::TxnRequest txn;
+      *txn.add_compare() = CreateRevisionIs(key, revision);
+      pb::RequestOp put;
+      put.mutable_request_put()->set_key(my_marker);
+      put.mutable_request_put()->set_value(EncodeMarker(revision, value));
+      put.mutable_request_put()->set_lease((*marker_lease)->id);
+      *txn.add_success() = put;
+      auto r = conn_.Txn(txn, deadline);
+      std::lock_guard l(mu_);
+      Entry* e = FindLocked(name, request.owner);
+      if (!r.ok()) {
+        // The marker's lease is gone (unseen for longer than its TTL): the
+        // next round grants another.
+        if (r.status().code() == StatusCode::kNotOwner) {
+          if (e) e->marker_lease.reset();
+          continue;
+        }
+        return r.status();
+      }
+      if (!r->succeeded()) {
+        // Our key is gone (session expired, or deleted by hand): queue anew.
+        if (e) {
+          e->revision = 0;
+          e->granted = false;
+        }
+        continue;
+      }
+    }
+
     if (granted) {
       std::lock_guard l(mu_);
       Entry* found = FindLocked(name, request.owner);
@@ -751,11 +922,15 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       e.ttl = seconds(session->ttl_seconds);
       e.predecessor.clear();
       e.watch_range = false;
+      e.watch_markers = false;
       Attempt a;
       a.granted = true;
       a.token = static_cast<FencingToken>(revision);
       a.granted_ttl = e.ttl;
       a.valid_from = session->confirmed_at;
+      // The marker outlives the holding by the delay only if it was kept
+      // alive as recently as the session was.
+      if (e.marker_lease) a.valid_from = std::min(a.valid_from, e.marker_lease->confirmed_at);
       return a;
     }
 
@@ -775,30 +950,28 @@ Result<Attempt> EtcdBackendImpl::Attempt1(const LeaseRequest& request, TimePoint
       }
       return a;
     }
-    if (!ahead_known) {
+    if (!ahead_known && !ghosts_only) {
       auto p = Predecessor(prefix, revision, deadline);
       if (!p.ok()) return p.status();
       ahead = *p;
       seen_at = 0;
     }
-    if (!sharing) {
-      ahead_is_only = ahead && head && head->key() == ahead->key() &&
-                      head->create_revision() == ahead->create_revision();
-    }
     std::lock_guard l(mu_);
     if (Entry* e = FindLocked(name, request.owner)) {
       e->granted = false;
-      e->predecessor_gone = false;
       e->watch_range = watch_range;
       e->ahead_count = before_raw;
       e->predecessor_seen_at = seen_at;
-      e->predecessor_is_head = ahead_is_only;
-      if (ahead) {
+      e->watch_markers = ghosts_only;
+      e->markers_count = markers.kvs_size();
+      e->markers_seen_at = markers_seen_at;
+      if (ahead && !ghosts_only) {
         e->predecessor = ahead->key();
         e->predecessor_revision = ahead->create_revision();
       } else {
         // Everything ahead left between the reads (or, watch_range, the
-        // whole queue is watched): the next attempt may win.
+        // whole queue is watched; or watch_markers, the markers are): the
+        // next attempt may win.
         e->predecessor.clear();
       }
     }
@@ -817,6 +990,7 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   bool known = false;
   bool granted = false;
   PendingDelete mine;
+  std::int64_t marker_lease = 0;
   {
     std::lock_guard l(mu_);
     auto it = entries_.find(EntryId(name, owner));
@@ -824,8 +998,10 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
       known = true;
       granted = it->second.granted;
       if (!it->second.key.empty() && it->second.session) {
-        mine = {it->second.key, it->second.revision, it->second.value, it->second.session->id};
+        mine = {it->second.key, it->second.revision, it->second.value, it->second.session->id,
+                it->second.marker_key};
       }
+      if (it->second.marker_lease) marker_lease = it->second.marker_lease->id;
       entries_.erase(it);
       ChangedLocked(name);
     }
@@ -843,10 +1019,14 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
       pending_.push_back(mine);
       return Status::Ok();
     }
+    // A clean end: the key and its lock-delay marker go together. Only if
+    // the key is still ours: a release that comes after the session expired
+    // must not cut the delay short.
     pb::TxnRequest txn;
     *txn.add_compare() = mine.revision != 0 ? CreateRevisionIs(mine.key, mine.revision)
                                             : ValueIs(mine.key, mine.value);
     *txn.add_success() = DeleteOp(mine.key);
+    if (!mine.marker.empty()) *txn.add_success() = DeleteOp(mine.marker);
     *txn.add_failure() = FirstInQueueOp(prefix);
     auto r = conn_.Txn(txn, deadline);
     if (!r.ok()) {
@@ -854,7 +1034,12 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
       pending_.push_back(mine);
       return context(r.status());
     }
-    if (r->succeeded()) return Status::Ok();
+    if (r->succeeded()) {
+      // Holding nothing now; it would expire by itself, but a lease per
+      // grant should not pile up in etcd for a TTL and a delay.
+      if (marker_lease != 0) (void)conn_.LeaseRevoke(marker_lease, deadline);
+      return Status::Ok();
+    }
     // Our key was gone already. Say whether somebody else holds the lock.
     auto head = Head(prefix, r->responses(0).response_range(), deadline);
     if (!head.ok()) return context(head.status());
@@ -872,7 +1057,9 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   if (!members.ok()) return context(members.status());
   for (const auto& m : *members) {
     if (m.value != owner_hex) continue;
-    Status s = DeleteMember({m.key, m.create_revision, "", m.lease}, deadline);
+    Status s = DeleteMember({m.key, m.create_revision, "", m.lease,
+                             DelayKey(DelayPrefix(options_.root, name), prefix, m.key)},
+                            deadline);
     return s.ok() ? s : context(s);
   }
   if (!members->empty()) {
@@ -891,6 +1078,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
     std::string key;
     std::int64_t revision;
     std::shared_ptr<Session> session;
+    std::shared_ptr<Session> marker;  // the lock-delay marker's lease, if any
   };
   std::vector<Check> checks;
   milliseconds shortest = options_.request_timeout;
@@ -906,7 +1094,8 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
                                "the key was deleted");
         continue;
       }
-      checks.push_back({i, it->first.first, leases[i].owner, e->key, e->revision, e->session});
+      checks.push_back(
+          {i, it->first.first, leases[i].owner, e->key, e->revision, e->session, e->marker_lease});
       shortest = std::min(shortest, leases[i].ttl);
     }
   }
@@ -918,11 +1107,16 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
       std::clamp<milliseconds>(shortest / 4, milliseconds(100), options_.request_timeout);
   FlushPending(deadline);
 
-  // One keep-alive per session (usually one for the whole client), sent
-  // while a read checks that each key is still there.
+  // One keep-alive per session (usually one for the whole client), and one
+  // per lock-delay marker, sent while a read checks that each key is still
+  // there. A lock is renewed only if its marker's lease is too: the delay
+  // then runs at least from the end of the validity the core counts.
   std::map<std::shared_ptr<Session>, KeepAliveCall> keep_alives;
   for (const auto& c : checks) {
     if (!keep_alives.contains(c.session)) keep_alives[c.session] = conn_.SendKeepAlive(c.session->id);
+    if (c.marker && !keep_alives.contains(c.marker)) {
+      keep_alives[c.marker] = conn_.SendKeepAlive(c.marker->id);
+    }
   }
   // Serializable: the keep-alive settles the session; this only catches a
   // key deleted by hand, for which a few milliseconds of staleness are moot.
@@ -942,6 +1136,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
     for (std::size_t j = 0; j < checks.size(); ++j) {
       const Check& c = checks[j];
       const Result<std::int64_t>& ttl = ttls.at(c.session);
+      const Result<std::int64_t>* marker_ttl = c.marker ? &ttls.at(c.marker) : nullptr;
       Status& result = out[c.index];
       if (!ttl.ok()) {
         result = ttl.status();
@@ -949,6 +1144,19 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
         result = NotOwnerError("the etcd session lease of key " + Quoted(c.name) +
                                " expired or was revoked");
         dead.push_back(c.session);
+      } else if (marker_ttl && !marker_ttl->ok()) {
+        result = marker_ttl->status();
+      } else if (marker_ttl && **marker_ttl <= 0) {
+        // Revoked by hand (it cannot expire before the session): the delay
+        // this lock promised is gone, so the lock is given up.
+        result = NotOwnerError("the lease of the lock-delay marker of key " + Quoted(c.name) +
+                               " expired or was revoked");
+        auto it = entries_.find(EntryId(c.name, c.owner));
+        if (it != entries_.end() && it->second.revision == c.revision) {
+          pending_.push_back({c.key, c.revision, it->second.value, c.session->id});
+          entries_.erase(it);
+          ChangedLocked(c.name);
+        }
       } else if (!read.ok()) {
         result = read.status();
       } else {
@@ -963,6 +1171,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
           }
         } else {
           c.session->confirmed_at = std::max(c.session->confirmed_at, started);
+          if (c.marker) c.marker->confirmed_at = std::max(c.marker->confirmed_at, started);
           if (same) {
             it->second.alive_until = std::max(it->second.alive_until, started + it->second.ttl);
           }
@@ -977,22 +1186,43 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   return out;
 }
 
-Result<std::map<std::string, std::vector<EtcdBackend::QueueMember>>> EtcdBackendImpl::ReadQueues(
+Result<std::map<std::string, EtcdBackendImpl::Listing>> EtcdBackendImpl::ReadQueues(
     std::string_view prefix, TimePoint deadline) {
   const std::string from = options_.root + std::string(prefix);
-  pb::RangeRequest r;
+  pb::TxnRequest txn;
+  pb::RangeRequest* r = txn.add_success()->mutable_request_range();
   // An empty key cannot be sent; "\0" to "\0" is every key.
-  r.set_key(from.empty() ? std::string(1, '\0') : from);
-  r.set_range_end(PrefixEnd(from));
-  r.set_sort_order(pb::RangeRequest::ASCEND);
-  r.set_sort_target(pb::RangeRequest::CREATE);
-  auto got = conn_.Range(r, deadline);
+  r->set_key(from.empty() ? std::string(1, '\0') : from);
+  r->set_range_end(PrefixEnd(from));
+  r->set_sort_order(pb::RangeRequest::ASCEND);
+  r->set_sort_target(pb::RangeRequest::CREATE);
+  // The markers, in the same snapshot: which of them are ghosts depends on
+  // which members are there.
+  *txn.add_success() = RangeOp(DelayListPrefix(options_.root, prefix));
+  auto got = conn_.Txn(txn, deadline);
   if (!got.ok()) return got.status();
-  std::map<std::string, std::vector<QueueMember>> queues;  // in create order
-  for (const auto& kv : got->kvs()) {
+  std::map<std::string, Listing> queues;  // in create order
+  for (const auto& kv : got->responses(0).response_range().kvs()) {
     auto name = LockNameOf(options_.root, kv.key());
     if (!name || name->compare(0, prefix.size(), prefix) != 0) continue;
-    queues[*name].push_back(MemberOf(kv));
+    queues[*name].queue.push_back(MemberOf(kv));
+  }
+  for (const auto& kv : got->responses(1).response_range().kvs()) {
+    auto name = DelayLockNameOf(options_.root, kv.key());
+    if (!name || name->compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string delay_prefix = DelayPrefix(options_.root, *name);
+    const std::string member =
+        QueuePrefix(options_.root, *name) + kv.key().substr(delay_prefix.size());
+    MarkerValue m = DecodeMarker(kv.value());
+    Listing& listing = queues[*name];
+    if (std::any_of(listing.queue.begin(), listing.queue.end(), [&](const QueueMember& q) {
+          return q.key == member && q.create_revision == m.member_revision;
+        })) {
+      continue;  // a live holder's
+    }
+    listing.ghosts.push_back({member, m.member_revision, kv.lease(),
+                              std::move(m.member.owner_hex), m.member.limit,
+                              std::move(m.member.label)});
   }
   return queues;
 }
@@ -1006,8 +1236,11 @@ Result<std::vector<HolderInfo>> EtcdBackendImpl::List(std::string_view prefix) {
   std::vector<HolderInfo> out;
   // By lease: time left and the TTL etcd granted it.
   std::map<std::int64_t, std::pair<milliseconds, milliseconds>> leases;
-  for (const auto& [name, queue] : *queues) {
-    const std::size_t holders = HolderCount(queue);
+  for (const auto& [name, listing] : *queues) {
+    const auto& queue = listing.queue;
+    // A holding inside its lock-delay is not listed (as on the other
+    // stores: it holds nothing), but it still takes its place.
+    const std::size_t holders = LiveHolderCount(listing);
     for (std::size_t i = 0; i < holders; ++i) {
       const QueueMember& m = queue[i];
       HolderInfo h;
@@ -1048,8 +1281,9 @@ Result<std::vector<WaiterInfo>> EtcdBackendImpl::Waiters(std::string_view prefix
     return queues.status().WithContext("list waiters " + Quoted(prefix) + " on " + Describe());
   }
   std::vector<WaiterInfo> out;
-  for (const auto& [name, queue] : *queues) {
-    for (std::size_t i = HolderCount(queue); i < queue.size(); ++i) {
+  for (const auto& [name, listing] : *queues) {
+    const auto& queue = listing.queue;
+    for (std::size_t i = LiveHolderCount(listing); i < queue.size(); ++i) {
       const QueueMember& m = queue[i];
       WaiterInfo w;
       w.key = name;
@@ -1116,13 +1350,14 @@ Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner) {
 
 bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
   const std::string name(key);
-  OwnerId owner;
-  std::string predecessor;
-  std::int64_t predecessor_revision = 0;
-  std::int64_t seen_at = 0;
+  // What to watch for a deletion: one key (range_end empty; `revision` its
+  // create_revision) or a range (`revision` the newest create_revision that
+  // counts, `expected` how many such keys there were at `seen_at`).
+  std::string watch_key;
+  std::string range_end;
   std::int64_t revision = 0;
-  std::int64_t ahead_count = 0;
-  bool range = false;
+  std::int64_t expected = 0;
+  std::int64_t seen_at = 0;
   std::stop_source local;
   {
     std::unique_lock l(mu_);
@@ -1131,17 +1366,16 @@ bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std:
     // a prefix of the queue).
     const Entry* waiting = nullptr;
     bool any = false;
-    bool unknown = false;  // one has no member to watch (yet)
+    bool unknown = false;  // one has nothing to watch (yet)
     for (auto it = entries_.lower_bound(EntryId(name, OwnerId()));
          it != entries_.end() && it->first.first == name; ++it) {
       any = true;
       const Entry& e = it->second;
       if (e.granted) continue;
-      if (e.revision == 0 || (e.predecessor.empty() && !e.watch_range)) {
+      if (e.revision == 0 || (e.predecessor.empty() && !e.watch_range && !e.watch_markers)) {
         unknown = true;
       } else if (!waiting || e.revision < waiting->revision) {
         waiting = &e;
-        owner = it->first.second;
       }
     }
     if (!any) return false;  // nothing queued: let the core poll
@@ -1153,32 +1387,37 @@ bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std:
       changed_.wait_until(l, stop, limit, [&] { return version_ != seen; });
       return true;
     }
-    predecessor = waiting->predecessor;
-    predecessor_revision = waiting->predecessor_revision;
-    seen_at = waiting->predecessor_seen_at;
-    revision = waiting->revision;
-    ahead_count = waiting->ahead_count;
-    range = waiting->watch_range;
+    if (waiting->watch_markers) {
+      // Only lock-delays stand in the way: they end when etcd expires the
+      // markers' leases, by its clock, and deletes the markers.
+      watch_key = DelayPrefix(options_.root, name);
+      range_end = PrefixEnd(watch_key);
+      revision = waiting->markers_seen_at;
+      expected = waiting->markers_count;
+      seen_at = waiting->markers_seen_at;
+    } else if (waiting->watch_range) {
+      watch_key = QueuePrefix(options_.root, name);
+      range_end = PrefixEnd(watch_key);
+      revision = waiting->revision - 1;
+      expected = waiting->ahead_count;
+      seen_at = waiting->predecessor_seen_at;
+    } else {
+      watch_key = waiting->predecessor;
+      revision = waiting->predecessor_revision;
+      seen_at = waiting->predecessor_seen_at;
+    }
     waits_.emplace(name, &local);
   }
-  bool gone;
   {
     std::stop_callback forward(stop, [&local] { local.request_stop(); });
-    if (range) {
-      const std::string prefix = QueuePrefix(options_.root, name);
-      gone = conn_.WaitForDeleteIn(prefix, PrefixEnd(prefix), revision - 1, ahead_count, seen_at,
-                                   until, local.get_token());
+    if (!range_end.empty()) {
+      (void)conn_.WaitForDeleteIn(watch_key, range_end, revision, expected, seen_at, until,
+                                  local.get_token());
     } else {
-      gone = conn_.WaitForDelete(predecessor, predecessor_revision, seen_at, until,
-                                 local.get_token());
+      (void)conn_.WaitForDelete(watch_key, revision, seen_at, until, local.get_token());
     }
   }
   std::lock_guard l(mu_);
-  if (auto it = entries_.find(EntryId(name, owner));
-      gone && !range && it != entries_.end() && it->second.predecessor == predecessor &&
-      it->second.predecessor_revision == predecessor_revision) {
-    it->second.predecessor_gone = true;
-  }
   for (auto [lo, hi] = waits_.equal_range(name); lo != hi; ++lo) {
     if (lo->second == &local) {
       waits_.erase(lo);

@@ -20,6 +20,12 @@
 // create order, and a member holds while it is among the first
 // min(limit of itself and of everything ahead) of the queue.
 //
+// Lock-delay: a holding granted with one also has a marker key outside the
+// queue, on a lease of its own (TTL: the session's plus the delay) kept
+// alive with the session; a clean release deletes it with the member, an
+// unclean end leaves it for etcd to expire. A marker whose member is gone
+// takes a place in the sharing rule until then.
+//
 // docs/backend-etcd.md has the whole story: what survives which fault, and
 // the choices behind it.
 //
@@ -53,6 +59,11 @@ class EtcdBackend : public Backend {
   };
   // The queue of lock `name` (holder first), read from the store.
   virtual Result<std::vector<QueueMember>> Queue(std::string_view name) = 0;
+
+  // The lock-delay markers of lock `name` (tests): for each, `key` is the
+  // queue member it stands for, `create_revision` that member's, `lease`
+  // the marker's own lease, and the member's owner, limit and label.
+  virtual Result<std::vector<QueueMember>> DelayMarkers(std::string_view name) = 0;
 
   // The session leases this client has open (tests, `dlock status`).
   virtual std::vector<std::int64_t> SessionLeases() = 0;

@@ -102,6 +102,23 @@ Result<std::string> ParseEndpoint(std::string_view host) {
   return std::string(name) + ":" + std::to_string(value);
 }
 
+// `name` with '%' and '/' (and ':' when `colon`) written as %XX.
+void AppendEscaped(std::string& out, std::string_view name, bool colon) {
+  for (char c : name) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '/') {
+      out += "%2F";
+    } else if (colon && c == ':') {
+      out += "%3A";
+    } else {
+      out += c;
+    }
+  }
+}
+
+constexpr std::string_view kDelayTag = ".dlock-delay:";
+
 }  // namespace
 
 Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri) {
@@ -169,16 +186,80 @@ std::string DoneKey(std::string_view root, std::string_view name) {
   k.reserve(root.size() + name.size() + 16);
   k += root;
   k += ".dlock-done:";
-  for (char c : name) {
-    if (c == '%') {
-      k += "%25";
-    } else if (c == '/') {
-      k += "%2F";
-    } else {
-      k += c;
-    }
-  }
+  AppendEscaped(k, name, /*colon=*/false);
   return k;
+}
+
+std::string DelayListPrefix(std::string_view root, std::string_view name_prefix) {
+  std::string k(root);
+  k += kDelayTag;
+  AppendEscaped(k, name_prefix, /*colon=*/true);
+  return k;
+}
+
+std::string DelayPrefix(std::string_view root, std::string_view name) {
+  return DelayListPrefix(root, name) + ":";
+}
+
+std::string DelayKey(std::string_view delay_prefix, std::string_view queue_prefix,
+                     std::string_view member_key) {
+  std::string k(delay_prefix);
+  if (member_key.substr(0, queue_prefix.size()) == queue_prefix) {
+    member_key.remove_prefix(queue_prefix.size());
+  }
+  k += member_key;
+  return k;
+}
+
+std::optional<std::string> DelayLockNameOf(std::string_view root, std::string_view key) {
+  if (key.substr(0, root.size()) != root) return std::nullopt;
+  key.remove_prefix(root.size());
+  if (key.substr(0, kDelayTag.size()) != kDelayTag) return std::nullopt;
+  key.remove_prefix(kDelayTag.size());
+  const std::size_t colon = key.find(':');
+  if (colon == std::string_view::npos || colon + 1 == key.size()) return std::nullopt;
+  const std::string_view escaped = key.substr(0, colon);
+  std::string name;
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] != '%') {
+      name += escaped[i];
+      continue;
+    }
+    const std::string_view code = escaped.substr(i + 1, 2);
+    if (code == "25") {
+      name += '%';
+    } else if (code == "2F") {
+      name += '/';
+    } else if (code == "3A") {
+      name += ':';
+    } else {
+      return std::nullopt;
+    }
+    i += 2;
+  }
+  return name;
+}
+
+std::string EncodeMarker(std::int64_t member_revision, std::string_view member_value) {
+  std::string v = std::to_string(member_revision);
+  v += '\n';
+  v += member_value;
+  return v;
+}
+
+MarkerValue DecodeMarker(std::string_view value) {
+  MarkerValue m;
+  const std::size_t nl = value.find('\n');
+  const std::string_view digits = value.substr(0, nl);
+  std::int64_t revision = 0;
+  bool ok = !digits.empty() && digits.size() <= 18;
+  for (char c : digits) {
+    if (c < '0' || c > '9') ok = false;
+    if (ok) revision = revision * 10 + (c - '0');
+  }
+  if (ok) m.member_revision = revision;
+  m.member = DecodeValue(nl == std::string_view::npos ? std::string_view() : value.substr(nl + 1));
+  return m;
 }
 
 std::string LeaseHex(std::int64_t lease_id) {

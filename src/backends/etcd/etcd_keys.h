@@ -29,6 +29,19 @@
 // (R + N + "/" for any N), and LockNameOf says it names no lock. The record
 // has no lease (it is permanent); its value is the marking owner's id (32 hex
 // digits), "\n", and the token (create_revision) it held the lock with.
+//
+// Lock-delay markers: a holding granted with a lock-delay D has, beside its
+// queue member, the key R + ".dlock-delay:" + N'' + ":" + <member leaf>,
+// where N'' is N with '%', '/' and ':' written %25, %2F and %3A, and the
+// leaf is the member key after the queue prefix (<lease hex>[-<owner hex>]).
+// It hangs on a lease of its own whose TTL is the session's plus D, kept
+// alive with the session, so it outlives a member that ends uncleanly by D;
+// a clean release deletes both. Like the done mark, it has no '/' after R,
+// so it is in no queue's range and names no lock; the escaped ':' makes
+// DelayPrefix(R, N) the range of N's markers alone (not of "N:x"'s). Its
+// value is the member's create_revision (decimal), "\n", and the member's
+// value (owner, limit, label), so that a marker whose member is gone (a
+// "ghost") still says what it held.
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
@@ -90,6 +103,23 @@ bool IsQueueMember(std::string_view queue_prefix, std::string_view key);
 std::string PrefixEnd(std::string_view prefix);
 // The run-once record of lock `name` (see the layout above).
 std::string DoneKey(std::string_view root, std::string_view name);
+// The range of lock `name`'s lock-delay markers (see the layout above):
+// every marker of `name` starts with it, and no other key does.
+std::string DelayPrefix(std::string_view root, std::string_view name);
+// The range of the markers of every lock whose name starts with `name_prefix`.
+std::string DelayListPrefix(std::string_view root, std::string_view name_prefix);
+// The marker of queue member `member_key` (a key of the queue `queue_prefix`).
+std::string DelayKey(std::string_view delay_prefix, std::string_view queue_prefix,
+                     std::string_view member_key);
+// For a marker key, the lock name it belongs to; nullopt for any other key.
+std::optional<std::string> DelayLockNameOf(std::string_view root, std::string_view key);
+struct MarkerValue {
+  std::int64_t member_revision = 0;  // 0: unreadable
+  MemberValue member;
+};
+std::string EncodeMarker(std::int64_t member_revision, std::string_view member_value);
+MarkerValue DecodeMarker(std::string_view value);
+
 // For a key R + N + "/" + <hex> (or <hex>-<32 hex>), the lock name N;
 // nullopt for any other key.
 std::optional<std::string> LockNameOf(std::string_view root, std::string_view key);

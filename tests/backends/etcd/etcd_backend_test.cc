@@ -410,6 +410,17 @@ OwnerId NewOwner() {
   return OwnerId(DefaultRandom()->Next() | 1, n++);
 }
 
+struct QueueMemberCopy {
+  std::string key;
+  std::int64_t revision;
+  std::int64_t lease;
+};
+
+// The lock-delay marker of queue member `member` of lock `name` (no root).
+std::string DelayMarkerKey(const std::string& name, const std::string& member) {
+  return DelayKey(DelayPrefix("", name), QueuePrefix("", name), member);
+}
+
 TEST(EtcdBackendTest, OnlyTheHolderMarksARunDone) {
   const std::string name = UniqueName("once/job");
   auto backend = NewBackend();
@@ -505,6 +516,231 @@ TEST(EtcdBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_TRUE(other->Release().ok());
   EXPECT_TRUE(*backend->IsDone(name));
+}
+
+// ------------------------------------------------------------- lock-delay
+//
+// A holding granted with a lock-delay D has a marker (DelayMarkers) on a
+// lease of its own, TTL = session TTL + D, kept alive with the session. A
+// holder that dies (here: nothing renews its session any more, and nothing
+// revokes it) loses its member when etcd expires the session; the marker
+// stays D longer, and nobody is granted the name until etcd expires it.
+
+// Waits until nothing of `name`'s queue has key `member` (its session expired).
+bool MemberGone(EtcdBackend& observer, const std::string& name, const std::string& member,
+                milliseconds limit = milliseconds(10000)) {
+  return Eventually(
+      [&] {
+        auto q = observer.Queue(name);
+        if (!q.ok()) return false;
+        for (const auto& m : *q) {
+          if (m.key == member) return false;
+        }
+        return true;
+      },
+      limit);
+}
+
+TEST(EtcdBackendTest, LockDelayClosesTheNameAfterAnUncleanEndByEtcdsClock) {
+  const std::string name = UniqueName("delay");
+  RawEtcd raw;
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  ASSERT_TRUE(holder->SupportsLockDelay());
+  const OwnerId lost = NewOwner();
+  LeaseRequest first = Req(name, lost, seconds(1));
+  first.lock_delay = milliseconds(2500);  // whole seconds: the marker's TTL is 1 + 3
+  auto g1 = holder->TryAcquire(first);
+  ASSERT_TRUE(g1.ok() && g1->granted) << g1.status().ToString();
+
+  // The marker names the member and sits on a lease of its own.
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 1);
+  const QueueMemberCopy member{(*q)[0].key, (*q)[0].create_revision, (*q)[0].lease};
+  auto markers = observer->DelayMarkers(name);
+  ASSERT_TRUE(markers.ok()) << markers.status().ToString();
+  ASSERT_EQ(markers->size(), 1u);
+  const std::int64_t marker_lease = (*markers)[0].lease;
+  EXPECT_EQ((*markers)[0].key, member.key);
+  EXPECT_EQ((*markers)[0].create_revision, member.revision);
+  EXPECT_EQ((*markers)[0].value, lost.ToString());
+  EXPECT_NE(marker_lease, member.lease);
+  EXPECT_EQ(raw.GrantedTtl(marker_lease), raw.GrantedTtl(member.lease) + 3);
+  EXPECT_EQ(observer->Queue(name)->size(), 1u) << "the marker is in the lock's queue";
+
+  // A waiter queues behind the holder, which now dies: its session is no
+  // longer kept alive.
+  auto waiter_client = NewClient();
+  std::atomic<bool> granted{false};
+  TimePoint granted_at;
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] {
+    waited.emplace(waiter_client->Acquire(name, Opts(seconds(5), seconds(20))));
+    granted_at = MonotonicClock::now();
+    granted = true;
+  });
+  ASSERT_TRUE(MemberGone(*observer, name, member.key)) << "the session did not expire";
+  const TimePoint member_gone = MonotonicClock::now();
+  EXPECT_FALSE(granted.load()) << "granted when the holder's member went";
+
+  // Inside the delay, by etcd's clock: the marker's lease has about D left.
+  const std::int64_t left = raw.TtlLeft(marker_lease);
+  EXPECT_GE(left, 1) << "the marker outlived the member by less than the delay";
+  EXPECT_LE(left, 4);
+  // A single attempt is refused and told how long the delay has left.
+  auto other = NewBackend();
+  auto refused = other->TryAcquire(Req(name, NewOwner()));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted) << "granted inside the lock-delay";
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_LE(refused->holder_ttl_remaining, seconds(4));
+  // Nobody is listed as holding; the waiter is listed as waiting.
+  auto list = observer->List(name);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_TRUE(list->empty()) << "a waiter behind a lock-delay listed as holding";
+  auto waiters = observer->Waiters(name);
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  EXPECT_EQ(waiters->size(), 1u);
+  // The lost holder's late release does not cut the delay short.
+  const Status late = holder->Release(name, lost);
+  EXPECT_TRUE(late.ok() || late.code() == StatusCode::kNotOwner) << late.ToString();
+  EXPECT_TRUE(raw.Exists(DelayMarkerKey(name, member.key))) << "a late release removed the marker";
+  EXPECT_FALSE(other->TryAcquire(Req(name, NewOwner()))->granted) << "after the late release";
+
+  // No grant while the marker is there; the waiter's grant follows its
+  // deletion (by etcd, when the lease expires) at once: it watches the
+  // marker rather than polling.
+  TimePoint marker_gone{};
+  const TimePoint until = MonotonicClock::now() + seconds(15);
+  while (MonotonicClock::now() < until) {
+    const bool was_granted = granted.load();  // read before the marker: see below
+    const bool marker_there = raw.Exists(DelayMarkerKey(name, member.key));
+    if (marker_there && was_granted) {
+      // The grant came before this read started, so before the marker went.
+      ADD_FAILURE() << "granted while the lock-delay marker existed";
+      break;
+    }
+    if (!marker_there && marker_gone == TimePoint{}) {
+      marker_gone = MonotonicClock::now();
+    }
+    if (was_granted && !marker_there) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  waiter.join();
+  ASSERT_NE(marker_gone, TimePoint{}) << "the marker never went";
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_GT((*waited)->token(), g1->token);
+  EXPECT_LT(granted_at - marker_gone, milliseconds(250) * kTimeScale)
+      << "the waiter woke " << std::chrono::duration_cast<milliseconds>(granted_at - marker_gone).count()
+      << " ms after the marker went";
+  // On the client's clock too, the name stayed closed for most of the delay
+  // (etcd sweeps expired leases every 500 ms, so the member may have gone
+  // up to that late).
+  EXPECT_GT(granted_at - member_gone, milliseconds(1000))
+      << std::chrono::duration_cast<milliseconds>(granted_at - member_gone).count() << " ms";
+  EXPECT_EQ(raw.TtlLeft(marker_lease), -1);
+  EXPECT_TRUE((*waited)->Release().ok());
+}
+
+TEST(EtcdBackendTest, LockDelayMarkerLivesWithTheHoldingAndGoesWithACleanRelease) {
+  const std::string name = UniqueName("delay-clean");
+  RawEtcd raw;
+  auto observer = NewBackend();
+  auto client = NewClient();
+  AcquireOptions o = Opts(seconds(1));
+  o.lock_delay = seconds(1);
+  auto lease = client->TryAcquire(name, o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto markers = observer->DelayMarkers(name);
+  ASSERT_TRUE(markers.ok() && markers->size() == 1);
+  const std::int64_t marker_lease = (*markers)[0].lease;
+  const std::string marker = DelayMarkerKey(name, (*markers)[0].key);
+  // Held past the marker lease's TTL (1 + 1 s): renewals keep it alive too.
+  std::this_thread::sleep_for(milliseconds(2500));
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_TRUE(raw.Exists(marker)) << "the marker's lease was not kept alive";
+  EXPECT_GE(raw.TtlLeft(marker_lease), 1);
+  // A clean release: the marker goes with the member, and its lease too.
+  ASSERT_TRUE(lease->Release().ok());
+  EXPECT_FALSE(raw.Exists(marker));
+  EXPECT_EQ(raw.TtlLeft(marker_lease), -1) << "the marker's lease was left to expire";
+  auto next = NewClient()->TryAcquire(name, Opts(seconds(3)));
+  ASSERT_TRUE(next.ok()) << "a clean release left a lock-delay behind: "
+                         << next.status().ToString();
+  EXPECT_GT(next->token(), lease->token());
+  EXPECT_TRUE(next->Release().ok());
+}
+
+// As on PostgreSQL: a semaphore permit that ends uncleanly keeps its place
+// for its lock-delay; the other permits are unaffected.
+TEST(EtcdBackendTest, AnExpiredPermitKeepsItsPlaceForItsLockDelay) {
+  const std::string name = UniqueName("delay-permits");
+  RawEtcd raw;
+  auto observer = NewBackend();
+  auto keeper = NewBackend();  // permits 1 and 2, renewed
+  auto dying = NewBackend();   // permit 3, left to expire
+  auto req = [&](OwnerId owner, milliseconds ttl) {
+    LeaseRequest r = Req(name, owner, ttl);
+    r.limit = 3;
+    return r;
+  };
+  const OwnerId p1 = NewOwner(), p2 = NewOwner(), p3 = NewOwner();
+  ASSERT_TRUE(keeper->TryAcquire(req(p1, seconds(5)))->granted);
+  ASSERT_TRUE(keeper->TryAcquire(req(p2, seconds(5)))->granted);
+  LeaseRequest third = req(p3, seconds(1));
+  third.lock_delay = seconds(2);
+  auto g3 = dying->TryAcquire(third);
+  ASSERT_TRUE(g3.ok() && g3->granted) << g3.status().ToString();
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 3);
+  const std::string member3 = (*q)[2].key;
+
+  ASSERT_TRUE(MemberGone(*observer, name, member3));
+  for (const Status& s : keeper->Renew(std::vector<LeaseRequest>{req(p1, seconds(5)),
+                                                                 req(p2, seconds(5))})) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  // Two permits held, the third inside its lock-delay: no fourth.
+  auto other = NewBackend();
+  auto refused = other->TryAcquire(req(NewOwner(), seconds(5)));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted) << "a permit granted inside another's lock-delay";
+  auto list = observer->List(name);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+  // A waiting permit gets in once the delay is over (by etcd's clock).
+  auto waiter_client = NewClient();
+  AcquireOptions permit = Opts(seconds(5), seconds(20));
+  permit.permits = 3;
+  std::atomic<bool> granted{false};
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] {
+    waited.emplace(waiter_client->Acquire(name, permit));
+    granted = true;
+  });
+  ASSERT_TRUE(Eventually([&] {
+    auto w = observer->Waiters(name);
+    return w.ok() && w->size() == 1;
+  })) << "the fourth permit is not listed as waiting";
+  const std::string marker = DelayMarkerKey(name, member3);
+  const TimePoint until = MonotonicClock::now() + seconds(15);
+  while (MonotonicClock::now() < until) {
+    const bool was_granted = granted.load();
+    const bool marker_there = raw.Exists(marker);
+    if (marker_there && was_granted) {
+      ADD_FAILURE() << "granted while the lock-delay marker existed";
+      break;
+    }
+    if (was_granted) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_GT((*waited)->token(), g3->token);
+  EXPECT_EQ(observer->List(name)->size(), 3u);
+  EXPECT_TRUE((*waited)->Release().ok());
+  EXPECT_TRUE(keeper->Release(name, p1).ok());
+  EXPECT_TRUE(keeper->Release(name, p2).ok());
 }
 
 TEST(EtcdBackendTest, UnreachableEndpointsFailWithinTheConnectTimeout) {

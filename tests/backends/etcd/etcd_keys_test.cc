@@ -63,6 +63,49 @@ TEST(EtcdKeysTest, DoneKeysNeverMeetLockKeys) {
   }
 }
 
+// Lock-delay markers: outside every queue (etcdctl and Go's Mutex never see
+// them), one range per lock name, and back to the name and member.
+TEST(EtcdKeysTest, DelayMarkersStayOutOfQueuesAndApartPerName) {
+  EXPECT_EQ(DelayPrefix("", "jobs/a"), ".dlock-delay:jobs%2Fa:");
+  EXPECT_EQ(DelayPrefix("app/", "50%:x"), "app/.dlock-delay:50%25%3Ax:");
+  EXPECT_EQ(DelayKey(DelayPrefix("app/", "a"), QueuePrefix("app/", "a"), "app/a/694d"),
+            "app/.dlock-delay:a:694d");
+  const std::string owner = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(DelayKey(DelayPrefix("", "a"), QueuePrefix("", "a"), "a/694d-" + owner),
+            ".dlock-delay:a:694d-" + owner);
+  for (std::string name : {"a", "a/b", "a:b", "a%3Ab", "a/694d", ".dlock-delay:a", "/", ":"}) {
+    const std::string k =
+        DelayKey(DelayPrefix("app/", name), QueuePrefix("app/", name), QueuePrefix("app/", name) + "694d");
+    EXPECT_EQ(k.find('/', 4), std::string::npos) << k;
+    EXPECT_EQ(LockNameOf("app/", k), std::nullopt) << k;
+    EXPECT_FALSE(k.starts_with(QueuePrefix("app/", name))) << k;
+    EXPECT_EQ(DelayLockNameOf("app/", k), name) << k;
+    EXPECT_TRUE(k.starts_with(DelayListPrefix("app/", name.substr(0, 1)))) << k;
+    EXPECT_NE(k, DoneKey("app/", name));
+  }
+  // A name's range holds its own markers only, not those of names it is a
+  // prefix of.
+  for (std::string longer : {"a:b", "a/b", "ab"}) {
+    const std::string k = DelayPrefix("", longer) + "694d";
+    EXPECT_FALSE(k.starts_with(DelayPrefix("", "a"))) << k;
+    EXPECT_TRUE(k.starts_with(DelayListPrefix("", "a"))) << k;
+  }
+  EXPECT_EQ(DelayLockNameOf("", ".dlock-done:a"), std::nullopt);
+  EXPECT_EQ(DelayLockNameOf("", ".dlock-delay:a"), std::nullopt) << "no member";
+  EXPECT_EQ(DelayLockNameOf("", ".dlock-delay:a%zz:1"), std::nullopt);
+
+  MarkerValue m = DecodeMarker(EncodeMarker(1234, EncodeValue(owner, 3, "host:1")));
+  EXPECT_EQ(m.member_revision, 1234);
+  EXPECT_EQ(m.member.owner_hex, owner);
+  EXPECT_EQ(m.member.limit, 3u);
+  EXPECT_EQ(m.member.label, "host:1");
+  m = DecodeMarker(EncodeMarker(7, owner));
+  EXPECT_EQ(m.member_revision, 7);
+  EXPECT_EQ(m.member.limit, 1u);
+  EXPECT_EQ(DecodeMarker("x\n").member_revision, 0);
+  EXPECT_EQ(DecodeMarker("").member.limit, 1u);
+}
+
 TEST(EtcdKeysTest, MemberValuesCarryLimitAndLabel) {
   const std::string owner = "0123456789abcdef0123456789abcdef";
   EXPECT_EQ(EncodeValue(owner, 1, ""), owner) << "the old format for a plain mutex";

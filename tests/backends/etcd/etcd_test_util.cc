@@ -104,4 +104,19 @@ std::int64_t RawEtcd::GrantedTtl(std::int64_t lease) {
   return r.ok() ? r->grantedttl() : 0;
 }
 
+std::int64_t RawEtcd::TtlLeft(std::int64_t lease) {
+  auto r = conn_->LeaseTimeToLive(lease, Deadline());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->ttl() : 0;
+}
+
+bool RawEtcd::Exists(const std::string& key) {
+  pb::RangeRequest r;
+  r.set_key(key);
+  r.set_count_only(true);
+  auto got = conn_->Range(r, Deadline());
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  return got.ok() && got->count() > 0;
+}
+
 }  // namespace dlock::etcd::testing

@@ -48,6 +48,10 @@ class RawEtcd {
   void Delete(const std::string& key);
   // The granted TTL of `lease`, in seconds.
   std::int64_t GrantedTtl(std::int64_t lease);
+  // The TTL `lease` has left by etcd's clock, in seconds; -1 once it is gone.
+  std::int64_t TtlLeft(std::int64_t lease);
+  // Whether `key` exists (a linearizable read).
+  bool Exists(const std::string& key);
 
  private:
   std::unique_ptr<Connection> conn_;
