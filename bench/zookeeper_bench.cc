@@ -19,7 +19,10 @@
 //  (d) Curator's own uncontended cycle against a raw create+delete, for
 //      reference.
 //
-// (a) and (b) alternate in blocks of 50 so that drift hits both alike.
+// (a) and (b) alternate in blocks of 50 so that drift hits both alike; the
+// target compares their medians, as the other stores' benchmarks do (a few
+// multi-millisecond fsync or GC stalls move a mean by more than the
+// difference being measured).
 // Targets (issue 7): cycle <= 1.1 x floor; contended throughput >= 1.2 x the
 // better of Curator and kazoo, FIFO kept.
 //
@@ -189,7 +192,7 @@ Contended RunContended(const std::string& name, const std::vector<std::string>& 
 
 int main(int argc, char** argv) {
   std::string uri, json_path;
-  int iterations = 300, duration_s = 6, hold_ms = 1;
+  int iterations = 600, duration_s = 6, hold_ms = 1;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "--worker") {
     if (args.size() != 6) return 64;
@@ -270,9 +273,10 @@ int main(int argc, char** argv) {
   std::printf("session timeout negotiated: %lld ms\n",
               static_cast<long long>(backend->SessionTimeout().count()));
   std::printf("uncontended cycle: mean %.0f us p50 %.0f us | floor (create+delete) mean %.0f us "
-              "p50 %.0f us | ratio %.3f (target <= 1.1)\n",
+              "p50 %.0f us | p50 ratio %.3f (target <= 1.1; mean ratio %.3f)\n",
               Mean(cycle_us), Summarize(cycle_us).p50_us, Mean(floor_us),
-              Summarize(floor_us).p50_us, Mean(cycle_us) / Mean(floor_us));
+              Summarize(floor_us).p50_us, Summarize(cycle_us).p50_us / Summarize(floor_us).p50_us,
+              Mean(cycle_us) / Mean(floor_us));
 
   // (c)
   const std::string self = "/proc/" + std::to_string(getpid()) + "/exe";

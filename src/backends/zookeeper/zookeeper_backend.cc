@@ -395,7 +395,9 @@ std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest&
                                                               const std::string& path,
                                                               std::uint64_t g) {
   std::lock_guard lock(mu);
-  if (contenders.empty()) keeper_cv.notify_all();  // the heartbeat starts
+  // (The keeper is not woken for a first contender: it wakes at least once a
+  // second anyway, sooner than any heartbeat or reaping falls due, and a
+  // wake-up per acquisition is a thread switch on every uncontended cycle.)
   auto& slot = contenders[{r.key, r.owner}];
   if (!slot || slot->gen != g) {
     slot = std::make_shared<Contender>();
