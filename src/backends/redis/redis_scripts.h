@@ -159,12 +159,52 @@ if not head and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX'
   return {1, redis.call('INCR', counter), tonumber(ttl)}
 end
 local owner = string.sub(ARGV[1], 1, 32)
+if head == owner and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX', ttl) then
+  -- The hand-off: the head of the queue, woken by a release, takes the free
+  -- key (an exclusive request: nobody ahead, nobody holding) and its place
+  -- goes.
+  redis.call('LPOP', queue)
+  local base = string.sub(lock, 1, -5)
+  redis.call('HDEL', base .. 'qexp', owner)
+  redis.call('HDEL', base .. 'qinfo', owner)
+  return {1, redis.call('INCR', counter), tonumber(ttl)}
+end
 local held = redis.call('GET', lock)
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   local o, vt, vg = string.match(held, '^(%x+)|(%d*)|(%d*)|')
   if not o or (vg ~= '' and vt == ttl) then
     redis.call('PEXPIRE', lock, ttl)
     return {1, redis.call('GET', counter), tonumber(ttl)}
+  end
+end
+if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner then
+  -- A new exclusive waiter that cannot be granted now: another owner holds
+  -- the key alone, or a live waiter is ahead. It takes its place at the
+  -- tail and looks no further (dead places ahead are dropped by the slow
+  -- path, which every retry runs). This runs right after every release, as
+  -- the releaser queues again, so it is kept short.
+  local base = string.sub(lock, 1, -5)
+  local qexp = base .. 'qexp'
+  if redis.call('HEXISTS', qexp, owner) == 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local blocked = held and held ~= '*'
+    local ahead = head and tonumber(redis.call('HGET', qexp, head) or '0') or 0
+    if blocked or ahead > now then
+      local qttl = tonumber(ARGV[4])
+      redis.call('HSET', qexp, owner, string.format('%.0f', now + qttl))
+      redis.call('RPUSH', queue, owner)
+      redis.call('HSET', base .. 'qinfo', owner, '1|' .. string.format('%.0f', now) .. '|' ..
+                 (string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''))
+      if redis.call('PTTL', queue) < qttl then
+        redis.call('PEXPIRE', queue, qttl)
+        redis.call('PEXPIRE', qexp, qttl)
+        redis.call('PEXPIRE', base .. 'qinfo', qttl)
+      end
+      local left = blocked and redis.call('PTTL', lock) or ahead - now
+      if left < 0 then left = 0 end
+      return {0, 0, left}
+    end
   end
 end
 )lua") + kLib + R"lua(
@@ -300,6 +340,10 @@ if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   head = redis.call('LINDEX', queue, 0)
   if not head then return 1 end
   redis.call('PUBLISH', channel, head)
+  -- An exclusive head is the only one to wake: done, before the helpers
+  -- below are defined (each costs the server a closure per call).
+  local info = redis.call('HGET', string.sub(lock, 1, -5) .. 'qinfo', head)
+  if not info or string.sub(info, 1, 2) == '1|' then return 1 end
 end
 )lua") + kLib + R"lua(
 local base = string.sub(lock, 1, -5)
