@@ -34,6 +34,9 @@ constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 // retries at ttl/10), and one stuck for long would hold up loss detection.
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
+// A waiting attempt this soon after this backend's own release of the key
+// leaves the nudge to the head that release told (see NoteReleased).
+constexpr std::chrono::milliseconds kJustReleased{1000};
 
 // {t} is the locks table, {q} the queue table, {d} the run-once table, all
 // quoted identifiers.
@@ -90,7 +93,7 @@ BEGIN
     COMMENT ON TABLE {t} IS '{locks_comment}';
   END IF;
   IF to_regclass('{q}') IS NULL THEN
-    CREATE TABLE {q} (
+    CREATE UNLOGGED TABLE {q} (
       key          bytea NOT NULL,
       owner        text NOT NULL,
       enqueued_at  timestamptz NOT NULL,
@@ -371,7 +374,7 @@ told AS (
   WHERE EXISTS (SELECT 1 FROM granted)),
 nudged AS (
   SELECT pg_notify($8, $9 || ' ' || owner) FROM successor
-  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held)))sql";
+  WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held) AND $10))sql";
 
 constexpr const char* kAcquireQueueCounts = R"sql(,
        (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
@@ -734,8 +737,29 @@ class PostgresBackend final : public Backend {
     std::lock_guard lock(queued_mu_);
     return queued_.count(owner + std::string(key)) > 0;
   }
+  // The last release by this backend of a key, which NOTIFYed the head of
+  // its queue: the next waiting attempt on that key, if it comes at once (a
+  // process queueing again right after its release), need not nudge the
+  // head — that release told it, and the head, if refused because another
+  // place turned out first, nudges that one itself. Saves a NOTIFY (a
+  // database-wide lock at commit, and a signal to every listener) per
+  // contended hand-off.
+  void NoteReleased(std::string_view key) {
+    std::lock_guard lock(queued_mu_);
+    if (released_.size() > 1024) released_.clear();
+    released_[std::string(key)] = SteadyClock::now();
+  }
+  bool JustReleased(std::string_view key) {
+    std::lock_guard lock(queued_mu_);
+    auto it = released_.find(std::string(key));
+    if (it == released_.end()) return false;
+    const bool recent = SteadyClock::now() - it->second < kJustReleased;
+    released_.erase(it);
+    return recent;
+  }
   std::mutex queued_mu_;
   std::set<std::string> queued_;
+  std::map<std::string, SteadyTime> released_;
 
   TimedMutex mu_;  // guards conn_ and the two below
   PgConnHandle conn_;
@@ -805,7 +829,7 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
                Substitute(sql, {{"t", locks_}, {"q", queue_}, {"d", done_}}) + ";\n";
   };
-  add("dlock_acquire", "(bytea, text, bigint, bigint, text, bigint, bigint, text, text)",
+  add("dlock_acquire", "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)",
       Substitute(AcquireSql(true), AcquireConditions()));
   add("dlock_acquire_once", "(bytea, text, bigint, bigint, text, bigint)",
       Substitute(AcquireSql(false), AcquireConditions()));
@@ -914,7 +938,8 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   if (waiting) {
     params.Int(request.queue_ttl.count())
         .Text(ChannelName(options_.table, hash))
-        .Text(KeyHashText(hash));
+        .Text(KeyHashText(hash))
+        .Text(JustReleased(request.key) ? "f" : "t");  // may nudge the head
   }
   const char* statement = waiting               ? "dlock_acquire"
                           : request.limit == 1 ? "dlock_acquire_exclusive"
@@ -952,7 +977,10 @@ Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
   if (!IsMarkedQueued(key, owner_text)) {
     auto held = Run("dlock_release_held", params, deadline, what);
     if (!held.ok()) return held.status();
-    if (PQntuples(held->get()) == 1) return Status::Ok();
+    if (PQntuples(held->get()) == 1) {
+      NoteReleased(key);
+      return Status::Ok();
+    }
     // Nothing released: was it somebody else's, or nobody's?
   }
   auto result = Run("dlock_release", params, deadline, what);
