@@ -287,6 +287,7 @@ struct ZooKeeperBackend::Impl {
   std::vector<std::shared_ptr<Contender>> to_reap;  // needing a look first
   bool heartbeat_now = false;
   TimePoint last_heartbeat{};
+  TimePoint keeper_next{};  // when the keeper, asleep, plans to wake
   std::jthread keeper;  // last: started in the constructor body
 };
 
@@ -395,9 +396,18 @@ std::shared_ptr<Contender> ZooKeeperBackend::Impl::FindOrAdd(const LeaseRequest&
                                                               const std::string& path,
                                                               std::uint64_t g) {
   std::lock_guard lock(mu);
-  // (The keeper is not woken for a first contender: it wakes at least once a
-  // second anyway, sooner than any heartbeat or reaping falls due, and a
-  // wake-up per acquisition is a thread switch on every uncontended cycle.)
+  if (contenders.empty()) {
+    // The heartbeat starts: wake the keeper only if it would sleep past the
+    // next beat (a short session); otherwise its own wake-up (at least once
+    // a second) is soon enough, and a wake-up per acquisition would be a
+    // thread switch on every uncontended cycle.
+    const milliseconds period =
+        session ? session->timeout() / kHeartbeatsPerTimeout : milliseconds(0);
+    if (keeper_next > last_heartbeat + period) {
+      heartbeat_now = true;  // what the keeper's wait looks for
+      keeper_cv.notify_all();
+    }
+  }
   auto& slot = contenders[{r.key, r.owner}];
   if (!slot || slot->gen != g) {
     slot = std::make_shared<Contender>();
@@ -985,7 +995,9 @@ void ZooKeeperBackend::Impl::KeeperLoop(std::stop_token stop) {
              session->state() == Session::State::kConnected;
     };
     const auto wait = std::max<std::chrono::nanoseconds>(next - Now(), std::chrono::nanoseconds(0));
+    keeper_next = next;
     keeper_cv.wait_for(lock, stop, wait, beat_due);
+    keeper_next = TimePoint{};
   }
 }
 
