@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   exec->add_option("--lock-delay", exec_flags.lock_delay,
                    "if this lease is lost (expired, dlock killed) rather than released, "
                    "nobody gets KEY until the store's clock is this far past the loss, so "
-                   "writes still in flight drain first (0..24h; not on etcd or redlock)");
+                   "writes still in flight drain first (0..24h; not on redlock)");
   exec->add_flag("--shared", exec_flags.shared,
                  "take the read side of a read-write lock: shared with other --shared "
                  "holders, never with a plain exec of KEY (the writer); a waiting writer "
