@@ -371,10 +371,13 @@ void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::s
                     c->ahead_left.end())) {
       if (type == ZOO_DELETED_EVENT) {
         if (AheadGoneLocked(*c, path)) look.push_back(c);
+        // The waiting thread only cares once the lock is ours or a look is
+        // under way; one of several nodes ahead going is not worth a wake-up.
+        if (c->phase != Contender::Phase::kWaiting || c->pred_gone) woke = true;
       } else {
         c->watch_armed = false;  // a data change used the watch up: re-arm
+        woke = true;
       }
-      woke = true;
     } else if (c->phase == Contender::Phase::kHeld && !c->node.empty() &&
                c->NodePath() == path) {
       if (type == ZOO_DELETED_EVENT) {
@@ -1143,7 +1146,8 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
       ops[0].kind = ops[1].kind = MultiOp::Kind::kDelete;
       ops[0].path = c->lock_path + "/" + node;
       ops[1].path = c->delay_path + "/" + node;
-      const Reply* r = live->session->Multi(std::move(ops))->Wait(m.attempt_timeout);
+      auto op = live->session->Multi(std::move(ops));
+      const Reply* r = op->Wait(m.attempt_timeout);  // points into `op`
       if (r != nullptr && r->rc == ZOK) return Status::Ok();
       if (r != nullptr && r->results.size() == 2 && r->results[0] == ZNONODE) return Status::Ok();
       // Otherwise (our marker gone, or no answer) the node alone, below.
