@@ -110,6 +110,7 @@ class Observer {
     return r != nullptr && r->rc == ZOK ? r->stat.ephemeral_owner : 0;
   }
   bool Exists(const std::string& path) {
+    auto sync = session_->Sync("/");  // see Contenders
     auto op = session_->Exists(path, false);
     const Reply* r = op->Wait(seconds(5));
     return r != nullptr && r->rc == ZOK;
