@@ -4,10 +4,7 @@
 # No two children may overlap, and tokens must strictly increase in log order.
 # Against a server store when run with its fixture ($DLOCK_TEST_URI_FILE).
 source "$(dirname "$0")/lib.sh"
-if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
-  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
-  echo "store: ${DLOCK_BACKEND%%://*}"
-fi
+use_fixture_store
 LOG="$WORK/log"
 : >"$LOG"
 RUNS_PER_SHELL=${RUNS_PER_SHELL:-50}

@@ -36,6 +36,15 @@ expect_exit() {
   fi
 }
 
+# With a server fixture ($DLOCK_TEST_URI_FILE, written by tests/servers/),
+# run against that store instead of the default SQLite file.
+use_fixture_store() {
+  if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
+    export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
+    echo "store: ${DLOCK_BACKEND%%://*}"
+  fi
+}
+
 finish() {
   if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2

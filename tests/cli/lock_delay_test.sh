@@ -9,10 +9,7 @@
 # backend tests check the same against each store's own clock). Without a
 # lock-delay the next holder gets the key after the ttl, well under D.
 source "$(dirname "$0")/lib.sh"
-if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
-  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
-  echo "store: ${DLOCK_BACKEND%%://*}"
-fi
+use_fixture_store
 K="lock-delay-$$-$RANDOM"
 now_ms() { date +%s%3N; }
 

@@ -4,10 +4,7 @@
 # run with its fixture ($DLOCK_TEST_URI_FILE); keys are fresh per run, since
 # run-once records are permanent on a long-lived server.
 source "$(dirname "$0")/lib.sh"
-if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
-  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
-  echo "store: ${DLOCK_BACKEND%%://*}"
-fi
+use_fixture_store
 P="once-$$-$RANDOM"  # key prefix: fresh on a long-lived server
 RUNS="$WORK/runs"
 : >"$RUNS"

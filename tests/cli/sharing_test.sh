@@ -8,10 +8,7 @@
 # marker files, each wait bounded so that a broken lock fails instead of
 # hanging.
 source "$(dirname "$0")/lib.sh"
-if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
-  export DLOCK_BACKEND=$(cat "$DLOCK_TEST_URI_FILE")
-  echo "store: ${DLOCK_BACKEND%%://*}"
-fi
+use_fixture_store
 P="sharing-$$-$RANDOM"  # key prefix: fresh on a long-lived server
 M="$WORK/m"
 mkdir -p "$M"

@@ -456,6 +456,53 @@ TEST_F(ConformanceTest, ListShowsLabelTtlAndHolding) {
   EXPECT_TRUE(b->Release(key, OwnerId(8, 8)).ok());
 }
 
+// Run-once records (Backend::IsDone / MarkDone): only the key's holder may
+// mark it done; a mark is seen by every client, outlives the holding, and
+// belongs to that key alone.
+TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
+  auto backend = RawBackend();
+  auto other = RawBackend();
+  ASSERT_TRUE(backend && other);
+  const std::string key = UniqueKey("once/job");
+  auto done = backend->IsDone(key);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_FALSE(*done);
+
+  // Nobody holds it: nobody may mark it.
+  const OwnerId stranger(0x51, 1);
+  EXPECT_EQ(backend->MarkDone(key, stranger).code(), StatusCode::kNotOwner);
+  // Another client holds it: this client's waiter may not. (Whether another
+  // client may mark it with the holder's owner id is the store's: an owner id
+  // is the credential on SQLite, PostgreSQL and Redis, a session's node or
+  // key on etcd and ZooKeeper, whose tests check that they refuse.)
+  const OwnerId holder(0x52, 2), waiter(0x53, 3);
+  auto granted = other->TryAcquire(Req(key, holder, milliseconds(10'000)));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  LeaseRequest waiting = Req(key, waiter, milliseconds(10'000));
+  waiting.queue_ttl = milliseconds(5'000);
+  auto queued = backend->TryAcquire(waiting);
+  ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
+  EXPECT_EQ(backend->MarkDone(key, waiter).code(), StatusCode::kNotOwner) << "a waiter";
+  (void)backend->Release(key, waiter);  // leaves the queue
+  ASSERT_TRUE(other->Release(key, holder).ok());
+
+  // The holder marks it; every client then sees it done.
+  const OwnerId b(0x54, 4);
+  granted = backend->TryAcquire(Req(key, b, milliseconds(10'000)));
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  Status marked = backend->MarkDone(key, b);
+  EXPECT_TRUE(marked.ok()) << marked.ToString();
+  EXPECT_TRUE(backend->MarkDone(key, b).ok()) << "marking again is harmless";
+  EXPECT_TRUE(*backend->IsDone(key));
+  EXPECT_TRUE(*other->IsDone(key)) << "seen from another client";
+  // Released: the mark stays, and the released owner can mark no more.
+  ASSERT_TRUE(backend->Release(key, b).ok());
+  EXPECT_EQ(backend->MarkDone(key, b).code(), StatusCode::kNotOwner);
+  EXPECT_TRUE(*other->IsDone(key)) << "the mark outlives the holding";
+  EXPECT_FALSE(*other->IsDone(key + "/x")) << "a longer key has its own record";
+  EXPECT_FALSE(*other->IsDone(key.substr(0, key.rfind('/')))) << "so has a shorter one";
+}
+
 TEST_F(ConformanceTest, ElectionTermsIncreaseAndObserversSeeTheLeader) {
   auto a = NewClient();
   auto b = NewClient();

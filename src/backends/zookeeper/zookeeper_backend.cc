@@ -139,11 +139,9 @@ struct Contender {
   std::shared_ptr<Op> children;  // pipelined behind `create`
   std::string node;              // our node's name once known
   FencingToken token = 0;        // its czxid
-  // kWaiting: how many contenders were ahead at the last look, and the one
-  // whose deletion this waiter watches: one without whose going it cannot
-  // be granted (the node just ahead for a limit-1 contender, the nearest
-  // limit-1 node ahead for a sharing one).
-  std::size_t ahead = 0;
+  // kWaiting: the node whose deletion this waiter watches: one without
+  // whose going it cannot be granted (the node just ahead for a limit-1
+  // contender, the nearest limit-1 node ahead for a sharing one).
   std::string predecessor;  // full path
   // An exclusive waiter with at most kWatchAhead ahead: every node ahead not
   // yet seen to go (full paths, in queue order; back() is `predecessor`),
@@ -176,6 +174,11 @@ struct Contender {
   TimePoint expires_at{};
 
   std::string NodePath() const { return lock_path + "/" + node; }
+  // Whether this waiter watches the node at `path`.
+  bool Watches(const std::string& path) const {
+    return path == predecessor ||
+           std::find(ahead_left.begin(), ahead_left.end(), path) != ahead_left.end();
+  }
   std::string MarkerPath() const { return delay_path + "/" + node; }
 };
 
@@ -366,9 +369,7 @@ void ZooKeeperBackend::Impl::OnNodeEvent(std::uint64_t g, int type, const std::s
       look.push_back(c);
       woke = true;
     } else if (c->phase == Contender::Phase::kWaiting && !c->predecessor.empty() &&
-               (c->predecessor == path ||
-                std::find(c->ahead_left.begin(), c->ahead_left.end(), path) !=
-                    c->ahead_left.end())) {
+               c->Watches(path)) {
       if (type == ZOO_DELETED_EVENT) {
         if (AheadGoneLocked(*c, path)) look.push_back(c);
         // The waiting thread only cares once the lock is ours or a look is
@@ -572,7 +573,6 @@ bool ZooKeeperBackend::Impl::ApplyLookLocked(Contender& c, const std::vector<Loc
   }
   if (mine == sorted.size()) return false;
   c.looked_at_cversion = cversion;
-  c.ahead = mine;
   if (parent.data_length > 0) c.key_had_delays = true;
   for (std::size_t i = 0; i < mine; ++i) {
     if (sorted[i].delay_ms != 0) c.ahead_had_delay = true;
@@ -635,7 +635,6 @@ bool ZooKeeperBackend::Impl::AheadGoneLocked(Contender& c, const std::string& pa
   if (c.phase != Contender::Phase::kWaiting) return false;
   if (!c.ahead_left.empty()) {
     std::erase(c.ahead_left, path);
-    c.ahead = c.ahead_left.size();
     if (c.ahead_left.empty()) {
       // Every node ahead at our last look is gone, and later nodes sort
       // after ours: we hold the lock now, no need to look.
@@ -1278,10 +1277,7 @@ bool ZooKeeperBackend::WaitForRelease(std::string_view key, TimePoint until,
           auto c = weak.lock();
           if (!c) return;
           std::lock_guard lock(m.mu);
-          if (c->predecessor != path &&
-              std::find(c->ahead_left.begin(), c->ahead_left.end(), path) == c->ahead_left.end()) {
-            return;  // no longer ahead of us
-          }
+          if (!c->Watches(path)) return;  // no longer ahead of us
           if (r.rc == ZNONODE) {
             (void)m.AheadGoneLocked(*c, path);  // gone before the watch was set
           } else if (r.rc != ZOK) {

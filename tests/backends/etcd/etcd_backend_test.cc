@@ -421,31 +421,18 @@ std::string DelayMarkerKey(const std::string& name, const std::string& member) {
   return DelayKey(DelayPrefix("", name), QueuePrefix("", name), member);
 }
 
-TEST(EtcdBackendTest, OnlyTheHolderMarksARunDone) {
+// etcd's half of ConformanceTest.OnlyTheHolderMarksARunDone: a holder whose
+// key was deleted behind its back (as when its session lease expires)
+// records nothing, and a mark, on no lease, outlives the lock.
+TEST(EtcdBackendTest, AHolderWhoseKeyIsGoneMarksNothing) {
   const std::string name = UniqueName("once/job");
   auto backend = NewBackend();
   auto other = NewBackend();
-  auto done = backend->IsDone(name);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_FALSE(*done);
-
-  // Nobody holds it: nobody may mark it.
-  const OwnerId a = NewOwner();
-  EXPECT_EQ(backend->MarkDone(name, a).code(), StatusCode::kNotOwner);
-  // Another client holds it: neither a stranger nor that client's waiter may.
   const OwnerId holder = NewOwner();
   auto granted = other->TryAcquire(Req(name, holder));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  LeaseRequest waiting = Req(name, a);
-  waiting.queue_ttl = seconds(5);
-  auto queued = backend->TryAcquire(waiting);
-  ASSERT_TRUE(queued.ok() && !queued->granted);
-  EXPECT_EQ(backend->MarkDone(name, a).code(), StatusCode::kNotOwner) << "a waiter";
   EXPECT_EQ(backend->MarkDone(name, holder).code(), StatusCode::kNotOwner)
       << "another client's owner";
-  ASSERT_TRUE(backend->Release(name, a).ok());
-  // The holder whose key was deleted behind its back (as when its session
-  // lease expires) records nothing.
   auto q = other->Queue(name);
   ASSERT_TRUE(q.ok() && q->size() == 1);
   RawEtcd().Delete((*q)[0].key);
@@ -454,21 +441,12 @@ TEST(EtcdBackendTest, OnlyTheHolderMarksARunDone) {
   EXPECT_FALSE(*other->IsDone(name));
   (void)other->Release(name, holder);
 
-  // The holder marks it; every client then sees it done.
   const OwnerId b = NewOwner();
   granted = backend->TryAcquire(Req(name, b));
   ASSERT_TRUE(granted.ok() && granted->granted);
-  Status marked = backend->MarkDone(name, b);
-  EXPECT_TRUE(marked.ok()) << marked.ToString();
-  EXPECT_TRUE(backend->MarkDone(name, b).ok()) << "marking again is harmless";
-  EXPECT_TRUE(*backend->IsDone(name));
-  EXPECT_TRUE(*NewBackend()->IsDone(name)) << "seen from another client";
-  // Released: the mark stays, and the released owner can mark no more.
+  EXPECT_TRUE(backend->MarkDone(name, b).ok());
   ASSERT_TRUE(backend->Release(name, b).ok());
-  EXPECT_EQ(backend->MarkDone(name, b).code(), StatusCode::kNotOwner);
   EXPECT_TRUE(*other->IsDone(name)) << "no lease: it outlives the lock";
-  EXPECT_FALSE(*other->IsDone(name + "/x")) << "a longer name has its own record";
-  EXPECT_FALSE(*other->IsDone(name.substr(0, name.rfind('/')))) << "so has a shorter one";
 }
 
 TEST(EtcdBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {

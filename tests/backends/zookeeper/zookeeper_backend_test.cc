@@ -480,33 +480,21 @@ OwnerId NewOwner() {
   return OwnerId(DefaultRandom()->Next() | 1, n++);
 }
 
-TEST(ZooKeeperBackendTest, OnlyTheHolderMarksARunDone) {
+// ZooKeeper's half of ConformanceTest.OnlyTheHolderMarksARunDone: a holder
+// whose node was deleted behind its back (as when its session expires)
+// records nothing (the multi's check fails, the create with it); the record
+// is a persistent znode, named by the key with or without a leading '/'.
+TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   Observer zk;
   const std::string key = UniqueKey("once/job");
   const std::string record = *DonePath(FixtureOptions().chroot, key);
   auto backend = OpenZooKeeper(FixtureOptions());
   auto other = OpenZooKeeper(FixtureOptions());
-  auto done = backend->IsDone(key);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_FALSE(*done);
-
-  // Nobody holds it: nobody may mark it.
-  const OwnerId a = NewOwner();
-  EXPECT_EQ(backend->MarkDone(key, a).code(), StatusCode::kNotOwner);
-  // Another client holds it: neither this client's waiter nor a stranger may.
   const OwnerId holder = NewOwner();
   auto granted = other->TryAcquire(Req(key, holder));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  LeaseRequest waiting = Req(key, a);
-  waiting.queue_ttl = seconds(10);
-  auto queued = backend->TryAcquire(waiting);
-  ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
-  EXPECT_EQ(backend->MarkDone(key, a).code(), StatusCode::kNotOwner) << "a waiter";
   EXPECT_EQ(backend->MarkDone(key, holder).code(), StatusCode::kNotOwner)
       << "another client's owner";
-  ASSERT_TRUE(backend->Release(key, a).ok());
-  // The holder whose node was deleted behind its back (as when its session
-  // expires) records nothing: the multi's check fails, the create with it.
   auto nodes = zk.Contenders(key);
   ASSERT_EQ(nodes.size(), 1u);
   ASSERT_TRUE(zk.Delete(*LockPath(FixtureOptions().chroot, key) + "/" + nodes[0].name));
@@ -515,24 +503,15 @@ TEST(ZooKeeperBackendTest, OnlyTheHolderMarksARunDone) {
   EXPECT_FALSE(*backend->IsDone(key));
   (void)other->Release(key, holder);
 
-  // The holder marks it; every client then sees it done.
   const OwnerId b = NewOwner();
   granted = backend->TryAcquire(Req(key, b));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  Status marked = backend->MarkDone(key, b);
-  EXPECT_TRUE(marked.ok()) << marked.ToString();
-  EXPECT_TRUE(backend->MarkDone(key, b).ok()) << "marking again is harmless";
+  EXPECT_TRUE(backend->MarkDone(key, b).ok());
   EXPECT_TRUE(zk.Exists(record));
-  EXPECT_TRUE(*backend->IsDone(key));
-  EXPECT_TRUE(*other->IsDone(key)) << "seen from another client";
   EXPECT_TRUE(*other->IsDone("/" + key)) << "one leading / names the same key";
-  // Released: the mark stays, and the released owner can mark no more.
   ASSERT_TRUE(backend->Release(key, b).ok());
-  EXPECT_EQ(backend->MarkDone(key, b).code(), StatusCode::kNotOwner);
   backend.reset();  // its session ends: the record is persistent
   EXPECT_TRUE(*other->IsDone(key));
-  EXPECT_FALSE(*other->IsDone(key + "/x")) << "a longer key has its own record";
-  EXPECT_FALSE(*other->IsDone(key.substr(0, key.rfind('/')))) << "so has a shorter one";
 }
 
 TEST(ZooKeeperBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {
