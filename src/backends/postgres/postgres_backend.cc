@@ -60,7 +60,11 @@ SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')
 // columns, with defaults that keep its rows' meaning (no lock-delay, limit
 // 1, no label), and its comment says schema 2 (a schema-1 dlock then refuses
 // to open it; one already running keeps excluding correctly, since holders
-// still live in the same rows, but ignores lock-delays).
+// still live in the same rows, but ignores lock-delays). New tables are
+// ANALYZEd at once: one never analyzed is planned from its page count
+// alone, and the queue's pages fill with dead places within seconds of
+// contention (a 4-process hand-off ran ~30 % slower until autovacuum's
+// first ANALYZE, docs/benchmarks-postgres.md).
 constexpr const char* kCreateSql = R"sql(
 BEGIN;
 SELECT pg_advisory_xact_lock({lock_id});
@@ -81,6 +85,7 @@ BEGIN
       sharers       jsonb NOT NULL DEFAULT '[]'
     ) WITH (fillfactor = 90);
     COMMENT ON TABLE {t} IS '{locks_comment}';
+    ANALYZE {t};
   ELSIF obj_description(to_regclass('{t}'), 'pg_class') = '{locks_comment_v1}' THEN
     ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ttl_ms bigint,
                     ADD COLUMN IF NOT EXISTS lock_delay_ms bigint NOT NULL DEFAULT 0,
@@ -103,6 +108,7 @@ BEGIN
       PRIMARY KEY (key, owner)
     );
     COMMENT ON TABLE {q} IS '{queue_comment}';
+    ANALYZE {q};
   ELSIF obj_description(to_regclass('{q}'), 'pg_class') = '{queue_comment_v1}' THEN
     ALTER TABLE {q} ADD COLUMN IF NOT EXISTS holder_limit bigint NOT NULL DEFAULT 1,
                     ADD COLUMN IF NOT EXISTS label text NOT NULL DEFAULT '';
@@ -162,7 +168,11 @@ COMMIT;
 //  - told:   a grant tells the next waiter in line (NOTIFY, payload
 //            "<key hash> <its owner> <ttl_ms>") when this lease will expire:
 //            it may have been refused while the key was free but it was not
-//            yet first, and so knows no holder's expiry to wake at.
+//            yet first, and so knows no holder's expiry to wake at. Only
+//            when its place outlives the lease: a live waiter attempts again
+//            before its place lapses, and so learns the expiry in time by
+//            itself (one NOTIFY, which signals every listening backend,
+//            saved per hand-off of a lease longer than the queue ttl).
 //  - nudged: a waiter refused while the key is free (someone else is first)
 //            wakes the first. Places are ordered by enqueued_at, taken before
 //            their commit: an entry can become visible *ahead* of one a
@@ -239,60 +249,52 @@ granted AS (
                        WHERE e->>'o' = $2) END AS token){queue_write}
 SELECT (SELECT token FROM granted),
        (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2){queue_counts}
+        FROM held WHERE owner <> $2 HAVING count(*) > 0){queue_counts}
 )sql";
 
-// The uncontended fast path: a single exclusive attempt (limit 1, no queue
-// place), the one a plain TryAcquire sends. The same rule as the template
-// for that case, without the sharers bookkeeping a writer never needs: it
-// takes the key when no holding counts (held, or inside its lock-delay;
-// primary or sharer) and nobody waits, or re-grants a live holding of the
-// same owner (a retried request: same token). Lapsed sharers are dropped.
-// Same parameters as dlock_acquire_once ($6, the limit, is 1 and unused).
-constexpr const char* kAcquireExclusiveSql = R"sql(
+// The lean forms, for an exclusive attempt (limit 1) on a key whose row
+// exists and has no sharers — every attempt of a plain mutex after the
+// key's first grant. The same rule as kAcquireTemplate for that case, as a
+// plain UPDATE without the sharers bookkeeping: re-grant our own live
+// holding (a retried request: same token), or take the key when its holder
+// no longer counts (none, or expired and past its lock-delay) and nobody
+// waits ahead of us. The server runs this in about half the time of the
+// template's upsert (docs/benchmarks-postgres.md). Built with the same
+// queue parts into dlock_acquire_lean (waiting) and dlock_acquire_once_lean
+// (a single attempt), with the same parameters. The third column,
+// `fallback`, is true when this form cannot decide (no row for the key
+// yet, or sharers in it): it then granted nothing, and the template must
+// run (a waiting attempt may have taken its place already; the template
+// keeps it). One clock reading, statement_timestamp(): when the request
+// arrived, before any wait for the row lock.
+constexpr const char* kAcquireLeanTemplate = R"sql(
 WITH
-c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+c AS MATERIALIZED (SELECT statement_timestamp() AS now),
 held AS (
-  SELECT l.owner, l.expires_at + l.lock_delay_ms * interval '1 millisecond' AS until,
-         l.expires_at > c.now AS live
+  SELECT l.owner, l.expires_at + l.lock_delay_ms * interval '1 millisecond' AS until
   FROM {t} AS l, c
   WHERE l.key = $1 AND l.owner IS NOT NULL
-    AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now
-  UNION ALL
-  SELECT e->>'o', (e->>'u')::timestamptz, (e->>'x')::timestamptz > c.now
-  FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
-  WHERE l.key = $1 AND l.sharers <> '[]'::jsonb AND (e->>'u')::timestamptz > c.now),
-queued AS (
-  SELECT 1 FROM {q}, c
-  WHERE key = $1 AND owner <> $2 AND expires_at > c.now
-  LIMIT 1),
+    AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now),
+{queue_read}
 granted AS (
-  INSERT INTO {t} AS l (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
-                        lock_delay_ms, label, holder_limit, sharers)
-  SELECT $1, $2, 1, 1, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, 1, '[]'
+  UPDATE {t} AS l SET
+    token = CASE WHEN {mine} THEN l.token ELSE l.token + 1 END,
+    holder_token = CASE WHEN {mine} THEN l.holder_token ELSE l.token + 1 END,
+    acquired_at = CASE WHEN {mine} THEN l.acquired_at ELSE c.now END,
+    owner = $2,
+    expires_at = c.now + $3 * interval '1 millisecond',
+    ttl_ms = $3, lock_delay_ms = $4, label = $5, holder_limit = 1
   FROM c
-  WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND live)
-     OR (NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM queued))
-  ON CONFLICT (key) DO UPDATE SET
-    token = CASE WHEN {p_mine} THEN l.token ELSE l.token + 1 END,
-    holder_token = CASE WHEN {p_mine} THEN l.holder_token ELSE l.token + 1 END,
-    acquired_at = CASE WHEN {p_mine} THEN l.acquired_at ELSE excluded.acquired_at END,
-    owner = excluded.owner,
-    expires_at = excluded.expires_at,
-    ttl_ms = excluded.ttl_ms,
-    lock_delay_ms = excluded.lock_delay_ms,
-    label = excluded.label,
-    holder_limit = 1,
-    sharers = '[]'
-  WHERE {p_mine}
-     OR (NOT {p_counts}
-         AND (l.sharers = '[]'::jsonb
-              OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
-                             WHERE (e->>'u')::timestamptz > excluded.acquired_at)))
-  RETURNING l.holder_token AS token)
+  WHERE l.key = $1 AND l.sharers = '[]'::jsonb
+    AND ({mine}
+         OR ((l.owner IS NULL
+              OR l.expires_at + l.lock_delay_ms * interval '1 millisecond' <= c.now)
+             AND (SELECT n FROM ahead) = 0))
+  RETURNING l.holder_token AS token){queue_write}
 SELECT (SELECT token FROM granted),
        (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2)
+        FROM held WHERE owner <> $2 HAVING count(*) > 0),
+       NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND sharers = '[]'::jsonb){queue_counts}
 )sql";
 
 // Conditions on the existing row `l` inside the upsert's DO UPDATE, where
@@ -365,13 +367,14 @@ dequeued AS (
     AND EXISTS (SELECT 1 FROM granted)
   RETURNING 1),
 successor AS (
-  SELECT owner FROM {q}
+  SELECT owner, expires_at FROM {q}
   WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
   ORDER BY enqueued_at, owner
   LIMIT 1),
 told AS (
   SELECT pg_notify($8, $9 || ' ' || owner || ' ' || $3) FROM successor
-  WHERE EXISTS (SELECT 1 FROM granted)),
+  WHERE EXISTS (SELECT 1 FROM granted)
+    AND expires_at > (SELECT now FROM c) + $3 * interval '1 millisecond'),
 nudged AS (
   SELECT pg_notify($8, $9 || ' ' || owner) FROM successor
   WHERE NOT EXISTS (SELECT 1 FROM granted) AND NOT EXISTS (SELECT 1 FROM held) AND $10))sql";
@@ -380,9 +383,10 @@ constexpr const char* kAcquireQueueCounts = R"sql(,
        (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
        (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged))sql";
 
-// The two prepared forms of kAcquireTemplate.
-std::string AcquireSql(bool waiting) {
-  std::string sql = kAcquireTemplate;
+// The prepared forms of kAcquireTemplate and kAcquireLeanTemplate: waiting
+// (with the queue writes) or a single attempt (the queue only read).
+std::string AcquireSql(const char* form, bool waiting) {
+  std::string sql = form;
   auto put = [&](const std::string& name, const char* text) {
     const std::size_t pos = sql.find(name);
     sql.replace(pos, name.size(), text);
@@ -393,12 +397,52 @@ std::string AcquireSql(bool waiting) {
   return sql;
 }
 
-// Release: frees this owner's holding (primary or sharer), unless it expired
-// and is still inside its lock-delay (an unclean end keeps the key closed
-// for the delay, even when the late holder then releases); drops lapsed
-// sharers on the way. {released} is shared by both release statements.
-// $1 key, $2 owner.
-constexpr const char* kReleasedCte = R"sql(
+// The NOTIFY after a release names the head of the queue, so only the next
+// in line wakes; when that head shares (a reader, a permit), everybody on
+// the key wakes (the empty owner), as several may now be admitted.
+// Placeholders of both release statements; $1 key, $2 owner.
+const std::map<std::string, std::string>& ReleaseConditions() {
+  static const auto* conditions = new std::map<std::string, std::string>{
+      {"head_owner",
+       "coalesce((SELECT CASE WHEN holder_limit = 1 THEN owner ELSE '' END FROM {q} "
+       "WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp() "
+       "ORDER BY enqueued_at, owner LIMIT 1), '')"},
+      // Our first-holder / sharer holding may be freed: anything but one
+      // that expired and is still inside its lock-delay.
+      {"p_free",
+       "coalesce(" "(l.owner = $2 AND NOT (l.expires_at <= c.now AND "
+       "l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now))" ", false)"},
+      {"s_free",
+       "coalesce(" "(e->>'o' = $2 AND NOT ((e->>'x')::timestamptz <= c.now AND "
+       "(e->>'u')::timestamptz > c.now))" ", false)"},
+  };
+  return *conditions;
+}
+
+// Release of an exclusive holding by an owner with no place in the queue
+// (it was granted, which removed its place), the usual release, as a plain
+// UPDATE: clear our first-holder columns unless our holding expired and is
+// still inside its lock-delay, and NOTIFY the head of the queue, one row
+// back. A row with sharers is left to kReleaseSql, and so is every case
+// where this returns no row (nothing of ours released: another owner's, or
+// nobody's?). $1 key, $2 owner, $3 channel, $4 key hash text. One clock
+// reading, statement_timestamp(), as in kAcquireLeanTemplate.
+constexpr const char* kReleaseLeanSql = R"sql(
+UPDATE {t} AS l SET owner = NULL, expires_at = NULL
+FROM (SELECT statement_timestamp() AS now) AS c
+WHERE l.key = $1 AND l.sharers = '[]'::jsonb AND {p_free}
+RETURNING pg_notify($3, $4 || ' ' || {head_owner})
+)sql";
+
+// Release, the general form: $1 key, $2 owner, $3 channel, $4 key hash
+// text. Frees our holding (first holder or sharer; keeping the row's token
+// counter), drops lapsed sharers and our place in the queue, and NOTIFYs,
+// in the same transaction, the head of the queue (or everybody on the
+// key): after a release of the key, or after a waiter that gave up left a
+// free key's queue. `other` tells kNotOwner from "nobody holds it" (OK:
+// release is idempotent).
+constexpr const char* kReleaseSql = R"sql(
+WITH
 c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 released AS (
   UPDATE {t} AS l SET
@@ -414,48 +458,6 @@ released AS (
                       AND EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
                                   WHERE {s_free})))
   RETURNING 1),
-head AS (
-  SELECT owner, holder_limit FROM {q}
-  WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp()
-  ORDER BY enqueued_at, owner
-  LIMIT 1),)sql";
-
-const std::map<std::string, std::string>& ReleaseConditions() {
-  static const auto* conditions = new std::map<std::string, std::string>{
-      {"p_free",
-       "coalesce(" "(l.owner = $2 AND NOT (l.expires_at <= c.now AND "
-       "l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now))" ", false)"},
-      {"s_free",
-       "coalesce(" "(e->>'o' = $2 AND NOT ((e->>'x')::timestamptz <= c.now AND "
-       "(e->>'u')::timestamptz > c.now))" ", false)"},
-  };
-  return *conditions;
-}
-
-// The NOTIFY after a release names the head of the queue, so only the next
-// in line wakes; when that head shares (a reader, a permit), everybody on
-// the key wakes (the empty owner), as several may now be admitted.
-constexpr const char* kHeadOwnerSql =
-    "coalesce((SELECT CASE WHEN holder_limit = 1 THEN owner ELSE '' END FROM head), '')";
-
-// Release of a held lease by an owner that has no place in the queue (it
-// was granted, which removed its place): free the holding and NOTIFY, one
-// row back. No row back (nothing released): kReleaseSql decides why.
-// $1 key, $2 owner, $3 channel, $4 key hash text.
-constexpr const char* kReleaseHeldSql = R"sql(
-WITH {released}
-unused AS (SELECT 1)
-SELECT pg_notify($3, $4 || ' ' || {head_owner}) FROM released
-)sql";
-
-// Release, one statement: $1 key, $2 owner, $3 channel, $4 key hash text.
-// Frees our holding (keeping the row's token counter), drops our place in
-// the queue, and NOTIFYs, in the same transaction, the head of the queue
-// (or everybody on the key): after a release of the key, or after a waiter
-// that gave up left a free key's queue. `other` tells kNotOwner from
-// "nobody holds it" (OK: release is idempotent).
-constexpr const char* kReleaseSql = R"sql(
-WITH {released}
 left_queue AS (
   DELETE FROM {q} WHERE key = $1 AND owner = $2
   RETURNING 1),
@@ -472,23 +474,6 @@ notified AS (
 SELECT (SELECT count(*) FROM released), EXISTS (SELECT 1 FROM other),
        (SELECT count(*) FROM notified)
 )sql";
-
-std::string ReleaseSql(const char* form) {
-  std::map<std::string, std::string> values = ReleaseConditions();
-  std::string released = kReleasedCte;
-  for (const auto& [name, value] : values) {
-    const std::string pattern = "{" + name + "}";
-    for (std::size_t pos = released.find(pattern); pos != std::string::npos;
-         pos = released.find(pattern, pos + value.size())) {
-      released.replace(pos, pattern.size(), value);
-    }
-  }
-  std::string sql = form;
-  sql.replace(sql.find("{released}"), 10, released);
-  const std::string head = kHeadOwnerSql;
-  sql.replace(sql.find("{head_owner}"), 12, head);
-  return sql;
-}
 
 // Renew due leases of a client, one statement per round, each key at most
 // once per round (an UPDATE changes a row once): $1 keys (hex), $2 owners,
@@ -829,14 +814,19 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
                Substitute(sql, {{"t", locks_}, {"q", queue_}, {"d", done_}}) + ";\n";
   };
-  add("dlock_acquire", "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)",
-      Substitute(AcquireSql(true), AcquireConditions()));
-  add("dlock_acquire_once", "(bytea, text, bigint, bigint, text, bigint)",
-      Substitute(AcquireSql(false), AcquireConditions()));
-  add("dlock_acquire_exclusive", "(bytea, text, bigint, bigint, text, bigint)",
-      Substitute(kAcquireExclusiveSql, AcquireConditions()));
-  add("dlock_release", "(bytea, text, text, text)", ReleaseSql(kReleaseSql));
-  add("dlock_release_held", "(bytea, text, text, text)", ReleaseSql(kReleaseHeldSql));
+  const char* waiting_types = "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)";
+  const char* once_types = "(bytea, text, bigint, bigint, text, bigint)";
+  const std::map<std::string, std::string> lean = {{"mine", "(l.owner = $2 AND l.expires_at > c.now)"}};
+  add("dlock_acquire", waiting_types,
+      Substitute(AcquireSql(kAcquireTemplate, true), AcquireConditions()));
+  add("dlock_acquire_once", once_types,
+      Substitute(AcquireSql(kAcquireTemplate, false), AcquireConditions()));
+  add("dlock_acquire_lean", waiting_types, Substitute(AcquireSql(kAcquireLeanTemplate, true), lean));
+  add("dlock_acquire_once_lean", once_types,
+      Substitute(AcquireSql(kAcquireLeanTemplate, false), lean));
+  add("dlock_release", "(bytea, text, text, text)", Substitute(kReleaseSql, ReleaseConditions()));
+  add("dlock_release_lean", "(bytea, text, text, text)",
+      Substitute(kReleaseLeanSql, ReleaseConditions()));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
   add("dlock_list", "(bytea, bytea)", kListSql);
   add("dlock_ping", "", kPingSql);
@@ -941,10 +931,19 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
         .Text(KeyHashText(hash))
         .Text(JustReleased(request.key) ? "f" : "t");  // may nudge the head
   }
-  const char* statement = waiting               ? "dlock_acquire"
-                          : request.limit == 1 ? "dlock_acquire_exclusive"
-                                               : "dlock_acquire_once";
-  auto result = Run(statement, params, CallDeadline(), "acquire " + request.key);
+  const std::string what = "acquire " + request.key;
+  const SteadyTime deadline = CallDeadline();
+  auto run_attempt = [&]() -> Result<PgResultHandle> {
+    if (request.limit == 1) {
+      // The lean form first; the template when it cannot decide (no row for
+      // the key yet, or sharers in it).
+      auto lean = Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline,
+                      what);
+      if (!lean.ok() || Value(lean->get(), 0, 2) != "t") return lean;
+    }
+    return Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, deadline, what);
+  };
+  auto result = run_attempt();
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
   Attempt attempt;
@@ -975,7 +974,7 @@ Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
   const std::string what = "release " + std::string(key);
   const SteadyTime deadline = CallDeadline();
   if (!IsMarkedQueued(key, owner_text)) {
-    auto held = Run("dlock_release_held", params, deadline, what);
+    auto held = Run("dlock_release_lean", params, deadline, what);
     if (!held.ok()) return held.status();
     if (PQntuples(held->get()) == 1) {
       NoteReleased(key);
