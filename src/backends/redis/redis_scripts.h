@@ -170,14 +170,18 @@ if head == owner and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX',
   return {1, redis.call('INCR', counter), tonumber(ttl)}
 end
 local held = redis.call('GET', lock)
-if held and held ~= '*' and string.sub(held, 1, 32) == owner then
+local mine = held and held ~= '*' and string.sub(held, 1, 32) == owner
+if mine then
   local o, vt, vg = string.match(held, '^(%x+)|(%d*)|(%d*)|')
   if not o or (vg ~= '' and vt == ttl) then
     redis.call('PEXPIRE', lock, ttl)
     return {1, redis.call('GET', counter), tonumber(ttl)}
   end
+  -- Ours, but its grant time is not yet recorded (or the ttl changes): the
+  -- slow path extends it (extend_lock). Never the queue: that would put a
+  -- holder retrying a waiting acquire (its reply was lost) behind itself.
 end
-if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner then
+if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
   -- A new exclusive waiter that cannot be granted now: another owner holds
   -- the key alone, or a live waiter is ahead. It takes its place at the
   -- tail and looks no further (dead places ahead are dropped by the slow

@@ -309,6 +309,26 @@ TEST_F(RedisServer, GivingUpLeavesTheQueueAndWakesTheNext) {
   ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
 }
 
+// The core retries an attempt whose reply was lost with the same owner; a
+// waiting attempt that was in fact granted must get its token back. (The
+// queueing fast path once took the holder's own key for another's and put
+// the holder in the queue behind itself, refused until its own lease ran
+// out.)
+TEST_F(RedisServer, AWaitingAttemptRetriedByTheHolderGetsItsTokenBack) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("retried");
+  const OwnerId me(1, 1);
+  auto first = b->TryAcquire({key, me, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  auto again = b->TryAcquire({key, me, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->granted) << "the holder was refused its own key";
+  EXPECT_EQ(again->token, first->token);
+  EXPECT_EQ(Cmd(admin_.get(), {"LLEN", QueueName(key)})->integer, 0)
+      << "the holder queued behind itself";
+  ASSERT_TRUE(b->Release(key, me).ok());
+}
+
 TEST_F(RedisServer, NoScriptAfterScriptFlushFallsBackToEval) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("noscript");
