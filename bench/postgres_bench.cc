@@ -34,9 +34,9 @@
 // (a), (b) and (b') take turns, one iteration each in a rotating order, so
 // that drift on a noisy machine hits all alike (in blocks of 100, a run of
 // one kind on one connection came out up to 25 % faster than the same
-// write interleaved: the scheduler settles a ping-ponging pair of processes). Targets: cycle p50 <= 1.3 x floor p50; hand-off
-// p50 <= 3 x write RT p50; every process's grant count within +-15% of the
-// mean. Exit status: 0 when everything was measured (MISS included), 64 for a
+// write interleaved, probably as the scheduler settles a ping-ponging pair
+// of processes). Targets: cycle p50 <= 1.3 x floor p50; hand-off p50 <= 3 x
+// write RT p50; every process's grant count within +-15% of the mean. Exit status: 0 when everything was measured (MISS included), 64 for a
 // bad flag, 1 when something could not be measured.
 #include <libpq-fe.h>
 #include <sys/utsname.h>
