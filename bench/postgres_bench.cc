@@ -36,8 +36,9 @@
 // one kind on one connection came out up to 25 % faster than the same
 // write interleaved, probably as the scheduler settles a ping-ponging pair
 // of processes). Targets: cycle p50 <= 1.3 x floor p50; hand-off p50 <= 3 x
-// write RT p50; every process's grant count within +-15% of the mean. Exit status: 0 when everything was measured (MISS included), 64 for a
-// bad flag, 1 when something could not be measured.
+// write RT p50; every process's grant count within +-15% of the mean. Exit
+// status: 0 when everything was measured (MISS included), 64 for a bad flag,
+// 1 when something could not be measured.
 #include <libpq-fe.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>

@@ -248,8 +248,7 @@ granted AS (
                  ELSE (SELECT max((e->>'t')::bigint) FROM jsonb_array_elements(l.sharers) AS e
                        WHERE e->>'o' = $2) END AS token){queue_write}
 SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2 HAVING count(*) > 0){queue_counts}
+       {holder_left}{queue_counts}
 )sql";
 
 // The lean forms, for an exclusive attempt (limit 1) on a key whose row
@@ -292,8 +291,7 @@ granted AS (
              AND (SELECT n FROM ahead) = 0))
   RETURNING l.holder_token AS token){queue_write}
 SELECT (SELECT token FROM granted),
-       (SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
-        FROM held WHERE owner <> $2 HAVING count(*) > 0),
+       {holder_left},
        NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND sharers = '[]'::jsonb){queue_counts}
 )sql";
 
@@ -383,6 +381,15 @@ constexpr const char* kAcquireQueueCounts = R"sql(,
        (SELECT count(*) FROM enqueued) + (SELECT count(*) FROM dequeued) +
        (SELECT count(*) FROM told) + (SELECT count(*) FROM nudged))sql";
 
+// Both acquire forms' second column: ms until the first counting holding
+// of another owner lapses (never below 1), or NULL when none counts (the
+// key is free, or only ours counts). Without HAVING, min() over no rows is
+// NULL and GREATEST(1, NULL) is 1: a refused waiter on a free key was told
+// "1 ms left" and retried every millisecond.
+constexpr const char* kHolderLeftSql = R"sql((
+  SELECT GREATEST(1, ceil(extract(epoch FROM min(until) - clock_timestamp()) * 1000))::bigint
+  FROM held WHERE owner <> $2 HAVING count(*) > 0))sql";
+
 // The prepared forms of kAcquireTemplate and kAcquireLeanTemplate: waiting
 // (with the queue writes) or a single attempt (the queue only read).
 std::string AcquireSql(const char* form, bool waiting) {
@@ -394,6 +401,7 @@ std::string AcquireSql(const char* form, bool waiting) {
   put("{queue_read}", waiting ? kAcquireQueueRead : kAcquireOnceQueueRead);
   put("{queue_write}", waiting ? kAcquireQueueWrite : "");
   put("{queue_counts}", waiting ? kAcquireQueueCounts : "");
+  put("{holder_left}", kHolderLeftSql);
   return sql;
 }
 
@@ -814,9 +822,11 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
                Substitute(sql, {{"t", locks_}, {"q", queue_}, {"d", done_}}) + ";\n";
   };
-  const char* waiting_types = "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)";
+  const char* waiting_types =
+      "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)";
   const char* once_types = "(bytea, text, bigint, bigint, text, bigint)";
-  const std::map<std::string, std::string> lean = {{"mine", "(l.owner = $2 AND l.expires_at > c.now)"}};
+  const std::map<std::string, std::string> lean = {
+      {"mine", "(l.owner = $2 AND l.expires_at > c.now)"}};
   add("dlock_acquire", waiting_types,
       Substitute(AcquireSql(kAcquireTemplate, true), AcquireConditions()));
   add("dlock_acquire_once", once_types,
