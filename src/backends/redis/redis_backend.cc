@@ -123,14 +123,36 @@ Result<FencingToken> ParseToken(const redisReply* r) {
 
 std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
 
-// The ticket a refused attempt took for the waiter's next WaitForRelease on
-// the same thread (the core calls TryAcquire, then WaitForRelease, on the
-// caller's thread; see backend.h).
+// A grant on release's message, "<owner>:<token>:<server ms>", after the
+// owner's `skip` characters: {token, time}, or nothing if it is not one.
+std::optional<std::pair<FencingToken, long long>> ParseGrant(std::string_view message,
+                                                             std::size_t skip) {
+  if (message.size() <= skip || message[skip] != ':') return std::nullopt;
+  const char* p = message.data() + skip + 1;
+  const char* end = message.data() + message.size();
+  FencingToken token = 0;
+  long long at = 0;
+  auto [q, ec] = std::from_chars(p, end, token);
+  if (ec != std::errc() || token == 0 || q == end || *q != ':') return std::nullopt;
+  auto [r, ec2] = std::from_chars(q + 1, end, at);
+  if (ec2 != std::errc() || r != end || at <= 0) return std::nullopt;
+  return std::make_pair(token, at);
+}
+
+// What a refused attempt leaves for the waiter's next WaitForRelease on the
+// same thread, and what that wait leaves for the next TryAcquire (the core
+// calls TryAcquire, then WaitForRelease, then TryAcquire, on the caller's
+// thread; see backend.h).
 struct PendingWait {
   std::uint64_t backend = 0;  // RedisBackend::id_ (never reused, unlike an address)
   std::string channel;
   std::string owner;
   std::optional<Subscriber::Ticket> ticket;
+  TimePoint sent{};         // when the refused attempt was sent (client clock)
+  long long refused_at = 0; // when the server refused it (server ms)
+  // Set by WaitForRelease when a release granted the key to this waiter
+  // (docs/backend-redis.md, "Grant on release"): its token.
+  FencingToken granted = 0;
 };
 thread_local PendingWait tls_pending;
 std::atomic<std::uint64_t> next_backend_id{1};
@@ -348,25 +370,38 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
                      std::to_string(options_.wait_timeout.count())});
     timeout += options_.wait_timeout;
   }
-  // Taken before the attempt is sent: anything published after it wakes the
-  // waiter (redis_subscriber.h).
+  const PendingWait pending = std::exchange(tls_pending, {});
+  if (pending.granted != 0 && pending.backend == id_ && pending.channel == channel &&
+      pending.owner == request.owner.ToString()) {
+    // A release granted the key to this waiter after its last refused
+    // attempt was sent: the lease counts from that send. Taken only while
+    // most of the ttl is left; otherwise an attempt (which finds the key
+    // ours and renews it) tells more.
+    if (clock_->Now() - pending.sent < request.ttl / 4) {
+      return Attempt{true, pending.granted, milliseconds(0), milliseconds(0), pending.sent};
+    }
+  }
+  // Both taken before the attempt is sent: anything published after the
+  // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
+  // this attempt's refusal follows `sent`.
+  const TimePoint sent = clock_->Now();
   std::optional<Subscriber::Ticket> ticket;
   if (request.queue_ttl > milliseconds(0)) {
     std::lock_guard lock(subscriber_mu_);
     if (subscriber_) ticket = subscriber_->Current(channel);
   }
 
-  tls_pending = {};
   auto conn = Take(what);
   if (!conn.ok()) return conn.status();
   auto replies = (*conn)->Eval(scripts::Acquire(), keys, args, extra, timeout, what);
   if (!replies.ok()) return replies.status();
   const redisReply* r = (*replies)[0].get();
   if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
-  long long granted = 0, left = 0;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !ReplyInt(r->element[0], &granted) ||
-      !ReplyInt(r->element[2], &left)) {
-    return OddReply("the acquire script's {granted, token, ttl}", (*conn)->server(), what);
+  long long granted = 0, left = 0, server_now = 0;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements > 4 ||
+      !ReplyInt(r->element[0], &granted) || !ReplyInt(r->element[2], &left) ||
+      (r->elements == 4 && !ReplyInt(r->element[3], &server_now))) {
+    return OddReply("the acquire script's {granted, token, ttl[, time]}", (*conn)->server(), what);
   }
   if (granted == 1) {
     auto token = ParseToken(r->element[1]);
@@ -390,28 +425,35 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
     return Attempt{true, *token, milliseconds(0)};
   }
   if (request.queue_ttl > milliseconds(0)) {
-    tls_pending = {id_, channel, request.owner.ToString(), ticket};
+    tls_pending = {id_, channel, request.owner.ToString(), ticket, sent, server_now};
   }
   return Attempt{false, 0, milliseconds(std::max<long long>(0, left))};
 }
 
 bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
   const std::string channel = WakeChannel(options_.connect.db, key);
-  std::optional<Subscriber::Ticket> ticket;
-  std::string owner;
-  if (tls_pending.backend == id_ && tls_pending.channel == channel) {
-    ticket = tls_pending.ticket;
-    owner = std::move(tls_pending.owner);
-  }
-  tls_pending = {};
+  PendingWait pending = std::exchange(tls_pending, {});
+  if (pending.backend != id_ || pending.channel != channel) pending = {};
   Subscriber& subscriber = EnsureSubscriber();
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
   const auto left = std::clamp<Duration>(until - clock_->Now(), Duration::zero(), kPlaceRefresh);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
-  return subscriber.Wait(channel, ticket, owner, deadline, std::move(stop)) !=
-         Subscriber::Outcome::kDown;
+  std::string message;
+  const Subscriber::Outcome outcome =
+      subscriber.Wait(channel, pending.ticket, pending.owner, deadline, std::move(stop), &message);
+  // "owner:token:time": the key is this waiter's. Believed only when the
+  // grant's time (server ms) is after the refusal of the attempt the wait
+  // follows, so that the lease may count from that attempt's send; and not
+  // with wait_replicas, whose grants an attempt must confirm with WAIT.
+  const auto grant = ParseGrant(message, pending.owner.size());
+  if (grant && options_.wait_replicas == 0 && pending.refused_at > 0 &&
+      grant->second > pending.refused_at) {
+    pending.granted = grant->first;
+    tls_pending = std::move(pending);
+  }
+  return outcome != Subscriber::Outcome::kDown;
 }
 
 Status RedisBackend::Ping() {

@@ -30,7 +30,8 @@ namespace dlock::redis::scripts {
 //    end has not is inside its lock-delay: it holds nothing (no renewal,
 //    release or retry) but still counts against the sharing rule.
 // Waiters: the `queue` list (arrival order), `qexp` (owner -> place expiry)
-// and `qinfo` (owner -> "limit|since|label").
+// and `qinfo` (owner -> "limit|since|ttl|label"; ttl, in ms, only for an
+// exclusive waiter without lock-delay: what a grant on release gives it).
 // The fast paths (a free key nobody waits for; an uncontended release) make
 // as few redis.call()s as possible, before any Lua function is defined:
 // each call costs the server about a microsecond.
@@ -142,7 +143,7 @@ end
 // Returns {1, token, ttl_ms} when granted (a fresh grant bumps the counter;
 // an owner already holding it gets its token back and a fresh ttl), else
 // {0, 0, ms until a holding ends, or, with no holder, until the place of the
-// waiter ahead expires}.
+// waiter ahead expires, the server's time in ms}.
 // The sharing rule (backend.h): granted iff holders (including those inside
 // their lock-delay) + live waiters ahead + 1 <= the smallest limit among
 // them and this request. A refused caller with queue_ttl_ms > 0 takes (or
@@ -199,7 +200,7 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
       redis.call('HSET', qexp, owner, string.format('%.0f', now + qttl))
       redis.call('RPUSH', queue, owner)
       redis.call('HSET', base .. 'qinfo', owner, '1|' .. string.format('%.0f', now) .. '|' ..
-                 (string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''))
+                 ttl .. '|' .. (string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''))
       if redis.call('PTTL', queue) < qttl then
         redis.call('PEXPIRE', queue, qttl)
         redis.call('PEXPIRE', qexp, qttl)
@@ -207,7 +208,7 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
       end
       local left = blocked and redis.call('PTTL', lock) or ahead - now
       if left < 0 then left = 0 end
-      return {0, 0, left}
+      return {0, 0, left, now}
     end
   end
 end
@@ -299,7 +300,8 @@ end
 if qttl > 0 then
   if redis.call('HSET', qexp, owner, fmt(now + qttl)) == 1 then
     redis.call('RPUSH', queue, owner)
-    redis.call('HSET', qinfo, owner, fmt(limit) .. '|' .. fmt(now) .. '|' .. label)
+    redis.call('HSET', qinfo, owner, fmt(limit) .. '|' .. fmt(now) .. '|' ..
+               ((limit == 1 and delay == 0) and ttl or '') .. '|' .. label)
   end
   if redis.call('PTTL', queue) < qttl then
     redis.call('PEXPIRE', queue, qttl)
@@ -321,7 +323,7 @@ elseif first then
   left = first - now
 end
 if left < 0 then left = 0 end
-return {0, 0, left}
+return {0, 0, left, now}
 )lua");
   return s;
 }
@@ -331,34 +333,59 @@ return {0, 0, left}
 // Ends the owner's holding if it has one (1); otherwise drops the owner's
 // place in the queue (a waiter giving up) and returns 0 when nobody holds
 // the key, -1 when another owner does. A holding inside its lock-delay is
-// not held. Then wakes each waiter the sharing rule now admits (for an
-// exclusive release: the head, and those behind it if it is a reader).
+// not held. Then serves the queue:
+//  - grant on release: an exclusive holding's release gives the key straight
+//    to the head of the queue when that is a live exclusive waiter without
+//    lock-delay (its place records its ttl): the head's holding is set, the
+//    counter bumped, its place dropped, and the message "owner:token:time"
+//    (time: the grant's, server ms) tells it so. The head needs no round
+//    trip of its own (docs/backend-redis.md, "Grant on release");
+//  - otherwise it wakes each waiter the sharing rule now admits (a message
+//    naming its owner): an exclusive head with lock-delay, or a reader head
+//    and the readers behind it; dead places are passed over.
 inline const Script& Release() {
   static const Script s(std::string(R"lua(
 local lock, queue = KEYS[1], KEYS[2]
 local owner, channel = ARGV[1], ARGV[2]
 local held = redis.call('GET', lock)
-local head
+local head, now
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   redis.call('DEL', lock)
   head = redis.call('LINDEX', queue, 0)
   if not head then return 1 end
-  redis.call('PUBLISH', channel, head)
-  -- An exclusive head is the only one to wake: done, before the helpers
-  -- below are defined (each costs the server a closure per call).
-  local info = redis.call('HGET', string.sub(lock, 1, -5) .. 'qinfo', head)
-  if not info or string.sub(info, 1, 2) == '1|' then return 1 end
+  local base = string.sub(lock, 1, -5)
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if tonumber(redis.call('HGET', base .. 'qexp', head) or '0') > now then
+    local info = redis.call('HGET', base .. 'qinfo', head) or ''
+    local gttl, label = string.match(info, '^1|%d+|(%d+)|(.*)$')
+    if gttl then
+      redis.call('SET', lock, head .. '|' .. gttl .. '||' .. label, 'PX', gttl)
+      local tok = string.format('%.0f', redis.call('INCR', base .. 'token'))
+      redis.call('LPOP', queue)
+      redis.call('HDEL', base .. 'qexp', head)
+      redis.call('HDEL', base .. 'qinfo', head)
+      redis.call('PUBLISH', channel, head .. ':' .. tok .. ':' .. string.format('%.0f', now))
+      return 1
+    end
+    -- An exclusive head that takes the key itself (lock-delay): woken alone,
+    -- before the helpers below are defined (each costs a closure per call).
+    local lim = string.match(info, '^(%d+)|')
+    if not lim or lim == '1' then
+      redis.call('PUBLISH', channel, head)
+      return 1
+    end
+  end
 end
 )lua") + kLib + R"lua(
 local base = string.sub(lock, 1, -5)
 local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
 if head then
-  if qlimit(redis.call('HGET', qinfo, head)) > 1 then
-    wake(queue, qexp, qinfo, channel, 0, 4294967295, clock(), head)
-  end
+  -- A reader at the head, or a dead head: every live waiter now admitted.
+  wake(queue, qexp, qinfo, channel, 0, 4294967295, now, nil)
   return 1
 end
-local now, mine, live = nil, false, false
+local mine, live = false, false
 local hn, hlim = 0, 4294967295
 if held == '*' then
   now = clock()
@@ -480,7 +507,7 @@ for i, queue in ipairs(KEYS) do
     if tonumber(exps[j] or '0') > now then
       local lim, waited, lab = '1', '-1', ''
       if infos[j] then
-        local a, b, c = string.match(infos[j], '^(%d+)|(%d+)|(.*)$')
+        local a, b, c = string.match(infos[j], '^(%d+)|(%d+)|%d*|(.*)$')
         if a then lim, waited, lab = a, fmt(math.max(0, now - tonumber(b))), c end
       end
       for _, v in ipairs({i, w, lim, waited, lab}) do out[#out + 1] = v end

@@ -87,7 +87,7 @@ std::optional<Subscriber::Ticket> Subscriber::Current(const std::string& channel
 
 Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<Ticket> ticket,
                                      const std::string& target, SteadyTime deadline,
-                                     std::stop_token stop) {
+                                     std::stop_token stop, std::string* message) {
   std::unique_lock lock(mu_);
   if (down_ || stopping_) return Outcome::kDown;
   Channel& ch = channels_[channel];
@@ -102,10 +102,19 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
     if (!ticket) return ch.state == State::kSubscribed;
     if (ch.epoch != ticket->epoch) return true;
     if (ch.messages - ticket->messages > kRecent) return true;  // some forgotten
+    bool found = false;
     for (std::uint64_t m = ticket->messages + 1; m <= ch.messages; ++m) {
-      if (target.empty() || ch.recent[m % kRecent] == target) return true;
+      const std::string& payload = ch.recent[m % kRecent];
+      if (target.empty() || payload == target) {
+        found = true;
+      } else if (payload.size() > target.size() && payload.starts_with(target) &&
+                 payload[target.size()] == ':') {
+        // A grant for this waiter: the last one counts.
+        if (message) *message = payload;
+        found = true;
+      }
     }
-    return false;
+    return found;
   };
   // A stop request must interrupt a poll() this thread may be in.
   std::stop_callback on_stop(stop, [this] { WakeReader(); });

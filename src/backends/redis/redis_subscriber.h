@@ -13,7 +13,8 @@
 // wants the role.
 //
 // Wake-ups are targeted: a message's payload is the owner id of the waiter
-// whose turn it is, and only that waiter wakes (no thundering herd).
+// whose turn it is (alone, or followed by ":" and what a grant on release
+// tells it), and only that waiter wakes (no thundering herd).
 //
 // No lost wake-ups: a message only counts for an attempt that was sent
 // after the subscription was confirmed. The backend takes a Ticket (the
@@ -68,9 +69,12 @@ class Subscriber {
   std::optional<Ticket> Current(const std::string& channel);
 
   // Messages name the waiter (owner id) they are for; with a non-empty
-  // `target` only those, and a lost subscription, wake this wait.
+  // `target` only those, and a lost subscription, wake this wait. A message
+  // "<target>:<more>" (a grant on release) also wakes it, and is stored in
+  // `*message` when that is given.
   Outcome Wait(const std::string& channel, std::optional<Ticket> ticket,
-               const std::string& target, SteadyTime deadline, std::stop_token stop);
+               const std::string& target, SteadyTime deadline, std::stop_token stop,
+               std::string* message = nullptr);
 
   // How long an unused channel stays subscribed.
   static constexpr std::chrono::seconds kLinger{10};

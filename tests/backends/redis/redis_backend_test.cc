@@ -268,6 +268,19 @@ TEST_F(RedisServer, WaitersAreServedInArrivalOrderAndALoopingReleaserCannotStarv
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 0}));
 }
 
+// Waits until the server's clock has passed `owner`'s queue place.
+void WaitForPlaceToLapse(redisContext* admin, const std::string& key, const OwnerId& owner) {
+  const long long expiry = std::atoll(
+      ReplyString(Cmd(admin, {"HGET", QueueExpiryName(key), owner.ToString()}).get()).c_str());
+  ASSERT_GT(expiry, 0);
+  for (;;) {
+    ReplyPtr t = Cmd(admin, {"TIME"});
+    const long long now = std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
+    if (now > expiry) return;
+    std::this_thread::sleep_for(milliseconds(expiry - now + 1));
+  }
+}
+
 TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
   auto b = OpenRaw(uri_);
   ASSERT_NE(b, nullptr);
@@ -277,16 +290,13 @@ TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
   // `dead` queues for 300 ms and never comes back; `live` queues behind it.
   EXPECT_FALSE(b->TryAcquire({key, dead, milliseconds(10'000), milliseconds(300)})->granted);
   EXPECT_FALSE(b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)})->granted);
-  ASSERT_TRUE(b->Release(key, holder).ok());
-  // Free, but `dead` is still the head: `live` waits, told how long.
-  auto refused = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
-  ASSERT_TRUE(refused.ok());
-  EXPECT_FALSE(refused->granted);
-  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
-  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(300));
   // A single attempt (no queue place) does not jump the queue either.
   EXPECT_FALSE(b->TryAcquire({key, OwnerId(4, 4), milliseconds(10'000)})->granted);
-  std::this_thread::sleep_for(refused->holder_ttl_remaining + milliseconds(20));
+  WaitForPlaceToLapse(admin_.get(), key, dead);
+  // The release passes over the lapsed place: nobody holds the key, and
+  // `live` (woken) takes it.
+  ASSERT_TRUE(b->Release(key, holder).ok());
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", LockName(key)})->integer, 0);
   auto granted = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
   ASSERT_TRUE(granted.ok());
   EXPECT_TRUE(granted->granted);
@@ -294,6 +304,127 @@ TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
   // The queue is empty again: a single attempt gets the key.
   EXPECT_TRUE(b->TryAcquire({key, OwnerId(5, 5), milliseconds(10'000)})->granted);
   ASSERT_TRUE(b->Release(key, OwnerId(5, 5)).ok());
+}
+
+// The price of grant on release (docs/backend-redis.md): a waiter that dies
+// while its place at the head still lives is granted the key by the next
+// release, and holds it for its ttl, as if it had died holding it.
+TEST_F(RedisServer, AWaiterDeadAtTheHeadIsGrantedAndHoldsForItsTtl) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("dead-head");
+  const OwnerId holder(1, 1), dead(2, 2), live(3, 3);
+  ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
+  EXPECT_FALSE(b->TryAcquire({key, dead, milliseconds(600), milliseconds(3000)})->granted);
+  EXPECT_FALSE(b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)})->granted);
+  ASSERT_TRUE(b->Release(key, holder).ok());
+  EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", LockName(key)}).get()).substr(0, 32),
+            dead.ToString());
+  auto refused = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->granted);
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(600));
+  std::this_thread::sleep_for(refused->holder_ttl_remaining + milliseconds(20));
+  auto granted = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(granted.ok());
+  EXPECT_TRUE(granted->granted);
+  ASSERT_TRUE(b->Release(key, live).ok());
+}
+
+// A waiter that takes its place, then waits on a subscription that was
+// confirmed before its (second) refused attempt, as the core does.
+struct QueuedWaiter {
+  Backend* backend;
+  LeaseRequest request;
+  // The first wait only subscribes; the refused attempt after it is the one
+  // whose wait a message can end.
+  void Queue() {
+    auto first = backend->TryAcquire(request);
+    ASSERT_TRUE(first.ok() && !first->granted);
+    backend->WaitForRelease(request.key, DefaultClock()->Now() + milliseconds(2000), {});
+    auto second = backend->TryAcquire(request);
+    ASSERT_TRUE(second.ok() && !second->granted);
+  }
+};
+
+TEST_F(RedisServer, AReleaseGrantsTheHeadWhichNeedsNoRoundTripOfItsOwn) {
+  auto holder_b = OpenRaw(uri_);
+  auto waiter_b = OpenRaw(uri_);
+  const std::string key = UniqueKey("grant-on-release");
+  const OwnerId holder(1, 1), waiter(2, 2);
+  auto held = holder_b->TryAcquire({key, holder, milliseconds(10'000)});
+  ASSERT_TRUE(held.ok() && held->granted);
+  LeaseRequest request{key, waiter, milliseconds(10'000), milliseconds(3000)};
+  request.label = "next|in line";
+  std::atomic<bool> queued{false};
+  std::atomic<long long> calls_before{0};
+  Result<Attempt> got = InternalError("not run");
+  TimePoint queued_at{}, woke_at{};
+  std::thread t([&] {
+    QueuedWaiter{waiter_b.get(), request}.Queue();
+    queued_at = DefaultClock()->Now();
+    queued = true;
+    EXPECT_TRUE(waiter_b->WaitForRelease(key, DefaultClock()->Now() + milliseconds(5000), {}));
+    woke_at = DefaultClock()->Now();
+    got = waiter_b->TryAcquire(request);
+  });
+  while (!queued) std::this_thread::sleep_for(milliseconds(1));
+  calls_before = CommandCalls("evalsha");
+  ASSERT_TRUE(holder_b->Release(key, holder).ok());
+  t.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->granted);
+  EXPECT_EQ(got->token, held->token + 1);
+  // The lease counts from the refused attempt's send, before the release.
+  EXPECT_NE(got->valid_from, TimePoint{});
+  EXPECT_LT(got->valid_from, queued_at);
+  EXPECT_LT(woke_at - queued_at, std::chrono::seconds(1)) << "woken by the message, not a refresh";
+  // The release was the only script call: the head sent nothing.
+  EXPECT_EQ(CommandCalls("evalsha"), calls_before + 1);
+  EXPECT_EQ(Cmd(admin_.get(), {"LLEN", QueueName(key)})->integer, 0);
+  auto listed = waiter_b->List(key);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].owner, waiter);
+  EXPECT_EQ((*listed)[0].token, got->token);
+  EXPECT_EQ((*listed)[0].label, "next|in line");
+  // It is a holding like any other: renewed, then released.
+  EXPECT_TRUE(waiter_b->Renew(std::vector<LeaseRequest>{request})[0].ok());
+  ASSERT_TRUE(waiter_b->Release(key, waiter).ok());
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", LockName(key)})->integer, 0);
+}
+
+// A grant message older than the waiter's last refusal (here forged; in
+// life one delayed past a lease that then ran out) is not believed: the next
+// attempt asks the server.
+TEST_F(RedisServer, AGrantMessageOlderThanTheLastRefusalIsNotBelieved) {
+  auto holder_b = OpenRaw(uri_);
+  auto waiter_b = OpenRaw(uri_);
+  const std::string key = UniqueKey("stale-grant");
+  const OwnerId holder(1, 1), waiter(2, 2);
+  ASSERT_TRUE(holder_b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
+  const LeaseRequest request{key, waiter, milliseconds(10'000), milliseconds(3000)};
+  for (const std::string forged : {":999:1", ":999", ":x:y", ":999:1:2"}) {
+    std::atomic<bool> queued{false}, done{false};
+    Result<Attempt> got = InternalError("not run");
+    std::thread t([&] {
+      QueuedWaiter{waiter_b.get(), request}.Queue();
+      queued = true;
+      EXPECT_TRUE(waiter_b->WaitForRelease(key, DefaultClock()->Now() + milliseconds(5000), {}));
+      got = waiter_b->TryAcquire(request);
+      done = true;
+    });
+    while (!queued) std::this_thread::sleep_for(milliseconds(1));
+    // Published until the waiter has woken (it may not be waiting yet).
+    while (!done) {
+      Cmd(admin_.get(), {"PUBLISH", WakeChannel(0, key), waiter.ToString() + forged});
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    t.join();
+    ASSERT_TRUE(got.ok()) << forged << ": " << got.status().ToString();
+    EXPECT_FALSE(got->granted) << forged << ": the holder still holds the key";
+  }
+  ASSERT_TRUE(holder_b->Release(key, holder).ok());
 }
 
 TEST_F(RedisServer, GivingUpLeavesTheQueueAndWakesTheNext) {
@@ -558,7 +689,9 @@ TEST_F(RedisServer, LockDelayHoldsTheKeyAfterAnExpiryByRedisClock) {
       if (retry_at + 100 < end) {
         EXPECT_FALSE(retry->granted) << "the lost holder got its key back inside its lock-delay";
       }
-      if (retry->granted) ASSERT_TRUE(b->Release(key, holder).ok());
+      if (retry->granted) {
+        ASSERT_TRUE(b->Release(key, holder).ok());
+      }
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
