@@ -8,6 +8,10 @@
 namespace dlock::zookeeper {
 namespace {
 
+// The longest a DNS change to the ensemble's host names goes unnoticed
+// while the connection stays up (zoo_set_servers_resolution_delay).
+constexpr int kResolveEveryMs = 60'000;
+
 // The C client logs connection attempts and errors to stderr by default,
 // which would land in every `dlock exec` user's terminal. Only with
 // DLOCK_ZK_LOG set does it reach stderr.
@@ -210,6 +214,12 @@ Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
                             (err != 0 ? std::strerror(err) : "unknown error") +
                             " (do the host names resolve?)");
   }
+  // By default the client resolves the host list again every time its I/O
+  // thread polls: getaddrinfo (files read, a netlink query) for every
+  // request and event. Under contention that was ~40 % of a CPU for four
+  // clients on one key (docs/backend-zookeeper.md). Once a minute is enough
+  // to follow a DNS change; a lost connection still resolves at once.
+  (void)zoo_set_servers_resolution_delay(zh, kResolveEveryMs);
   s->zh_ = zh;
   return s;
 }
