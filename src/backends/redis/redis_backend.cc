@@ -352,8 +352,19 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
   }
   if (request.limit == 0) return InvalidArgumentError("acquire: limit is 0");
   DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
-  const std::string what = "acquire " + Quoted(request.key);
   const std::string channel = WakeChannel(options_.connect.db, request.key);
+  const PendingWait pending = std::exchange(tls_pending, {});
+  if (pending.granted != 0 && pending.backend == id_ && pending.channel == channel &&
+      pending.owner == request.owner.ToString()) {
+    // A release granted the key to this waiter after its last refused
+    // attempt was sent: the lease counts from that send. Taken only while
+    // most of the ttl is left; otherwise an attempt (which finds the key
+    // ours and renews it) tells more.
+    if (clock_->Now() - pending.sent < request.ttl / 4) {
+      return Attempt{true, pending.granted, milliseconds(0), milliseconds(0), pending.sent};
+    }
+  }
+  const std::string what = "acquire " + Quoted(request.key);
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
   const std::string keys[] = {LockName(request.key), CounterName(request.key),
@@ -369,17 +380,6 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
     extra.push_back({"WAIT", std::to_string(options_.wait_replicas),
                      std::to_string(options_.wait_timeout.count())});
     timeout += options_.wait_timeout;
-  }
-  const PendingWait pending = std::exchange(tls_pending, {});
-  if (pending.granted != 0 && pending.backend == id_ && pending.channel == channel &&
-      pending.owner == request.owner.ToString()) {
-    // A release granted the key to this waiter after its last refused
-    // attempt was sent: the lease counts from that send. Taken only while
-    // most of the ttl is left; otherwise an attempt (which finds the key
-    // ours and renews it) tells more.
-    if (clock_->Now() - pending.sent < request.ttl / 4) {
-      return Attempt{true, pending.granted, milliseconds(0), milliseconds(0), pending.sent};
-    }
   }
   // Both taken before the attempt is sent: anything published after the
   // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
