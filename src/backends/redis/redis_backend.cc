@@ -444,12 +444,15 @@ bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::st
   const Subscriber::Outcome outcome =
       subscriber.Wait(channel, pending.ticket, pending.owner, deadline, std::move(stop), &message);
   // "owner:token:time": the key is this waiter's. Believed only when the
-  // grant's time (server ms) is after the refusal of the attempt the wait
-  // follows, so that the lease may count from that attempt's send; and not
-  // with wait_replicas, whose grants an attempt must confirm with WAIT.
+  // grant's time (server ms) is not before the refusal of the attempt the
+  // wait follows, so that the lease may count from that attempt's send. (In
+  // the same millisecond the grant came after the refusal: a grant before it
+  // would still have held, a ttl being >= 10 ms, and the attempt would have
+  // found the key its own.) Not with wait_replicas, whose grants an attempt
+  // must confirm with WAIT.
   const auto grant = ParseGrant(message, pending.owner.size());
   if (grant && options_.wait_replicas == 0 && pending.refused_at > 0 &&
-      grant->second > pending.refused_at) {
+      grant->second >= pending.refused_at) {
     pending.granted = grant->first;
     tls_pending = std::move(pending);
   }
