@@ -295,6 +295,14 @@ SELECT (SELECT token FROM granted),
        NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND sharers = '[]'::jsonb){queue_counts}
 )sql";
 
+// The lean forms' one placeholder: our own live holding (a retried request),
+// on the row `l` being updated at `c.now`.
+const std::map<std::string, std::string>& LeanConditions() {
+  static const auto* conditions = new std::map<std::string, std::string>{
+      {"mine", "(l.owner = $2 AND l.expires_at > c.now)"}};
+  return *conditions;
+}
+
 // Conditions on the existing row `l` inside the upsert's DO UPDATE, where
 // `excluded` is the request (excluded.acquired_at is the statement's now).
 // Each is coalesced to false: a free row's owner and expiry are NULL, and
@@ -825,15 +833,14 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
   const char* waiting_types =
       "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)";
   const char* once_types = "(bytea, text, bigint, bigint, text, bigint)";
-  const std::map<std::string, std::string> lean = {
-      {"mine", "(l.owner = $2 AND l.expires_at > c.now)"}};
   add("dlock_acquire", waiting_types,
       Substitute(AcquireSql(kAcquireTemplate, true), AcquireConditions()));
   add("dlock_acquire_once", once_types,
       Substitute(AcquireSql(kAcquireTemplate, false), AcquireConditions()));
-  add("dlock_acquire_lean", waiting_types, Substitute(AcquireSql(kAcquireLeanTemplate, true), lean));
+  add("dlock_acquire_lean", waiting_types,
+      Substitute(AcquireSql(kAcquireLeanTemplate, true), LeanConditions()));
   add("dlock_acquire_once_lean", once_types,
-      Substitute(AcquireSql(kAcquireLeanTemplate, false), lean));
+      Substitute(AcquireSql(kAcquireLeanTemplate, false), LeanConditions()));
   add("dlock_release", "(bytea, text, text, text)", Substitute(kReleaseSql, ReleaseConditions()));
   add("dlock_release_lean", "(bytea, text, text, text)",
       Substitute(kReleaseLeanSql, ReleaseConditions()));

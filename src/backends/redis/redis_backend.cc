@@ -123,13 +123,11 @@ Result<FencingToken> ParseToken(const redisReply* r) {
 
 std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
 
-// A grant on release's message, "<owner>:<token>:<server ms>", after the
-// owner's `skip` characters: {token, time}, or nothing if it is not one.
-std::optional<std::pair<FencingToken, long long>> ParseGrant(std::string_view message,
-                                                             std::size_t skip) {
-  if (message.size() <= skip || message[skip] != ':') return std::nullopt;
-  const char* p = message.data() + skip + 1;
-  const char* end = message.data() + message.size();
+// What a grant on release's message, "<owner>:<token>:<server ms>", says
+// after "<owner>:": {token, time}, or nothing if it is not that.
+std::optional<std::pair<FencingToken, long long>> ParseGrant(std::string_view text) {
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
   FencingToken token = 0;
   long long at = 0;
   auto [q, ec] = std::from_chars(p, end, token);
@@ -450,7 +448,7 @@ bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::st
   // would still have held, a ttl being >= 10 ms, and the attempt would have
   // found the key its own.) Not with wait_replicas, whose grants an attempt
   // must confirm with WAIT.
-  const auto grant = ParseGrant(message, pending.owner.size());
+  const auto grant = ParseGrant(message);
   if (grant && options_.wait_replicas == 0 && pending.refused_at > 0 &&
       grant->second >= pending.refused_at) {
     pending.granted = grant->first;

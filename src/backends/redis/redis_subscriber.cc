@@ -110,7 +110,7 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
       } else if (payload.size() > target.size() && payload.starts_with(target) &&
                  payload[target.size()] == ':') {
         // A grant for this waiter: the last one counts.
-        if (message) *message = payload;
+        if (message) *message = payload.substr(target.size() + 1);
         found = true;
       }
     }

@@ -70,8 +70,8 @@ class Subscriber {
 
   // Messages name the waiter (owner id) they are for; with a non-empty
   // `target` only those, and a lost subscription, wake this wait. A message
-  // "<target>:<more>" (a grant on release) also wakes it, and is stored in
-  // `*message` when that is given.
+  // "<target>:<more>" (a grant on release) also wakes it, and <more> is
+  // stored in `*message` when that is given.
   Outcome Wait(const std::string& channel, std::optional<Ticket> ticket,
                const std::string& target, SteadyTime deadline, std::stop_token stop,
                std::string* message = nullptr);

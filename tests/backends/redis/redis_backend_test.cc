@@ -273,10 +273,8 @@ void WaitForPlaceToLapse(redisContext* admin, const std::string& key, const Owne
   const long long expiry = std::atoll(
       ReplyString(Cmd(admin, {"HGET", QueueExpiryName(key), owner.ToString()}).get()).c_str());
   ASSERT_GT(expiry, 0);
-  for (;;) {
-    ReplyPtr t = Cmd(admin, {"TIME"});
-    const long long now = std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
-    if (now > expiry) return;
+  for (long long now = RedisNowMs(admin); now <= expiry; now = RedisNowMs(admin)) {
+    ASSERT_GT(now, 0);
     std::this_thread::sleep_for(milliseconds(expiry - now + 1));
   }
 }
@@ -604,13 +602,6 @@ TEST_F(RedisServer, FenceAdmitsNewerTokensAndRejectsOlderOnes) {
 }
 
 // ------------------------------------------- #10: sharing, labels, lock-delay
-
-// Redis's own clock (TIME), in ms.
-long long RedisNowMs(redisContext* c) {
-  ReplyPtr t = Cmd(c, {"TIME"});
-  if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return -1;
-  return std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
-}
 
 LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds ttl,
                  milliseconds lock_delay = milliseconds(0), std::uint32_t limit = 1,

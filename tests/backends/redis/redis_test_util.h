@@ -104,6 +104,13 @@ inline ReplyPtr Cmd(redisContext* c, const std::vector<std::string>& args) {
       redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), len.data())));
 }
 
+// Redis's own clock (TIME), in ms; -1 when it cannot be read.
+inline long long RedisNowMs(redisContext* c) {
+  ReplyPtr t = Cmd(c, {"TIME"});
+  if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2) return -1;
+  return std::atoll(t->element[0]->str) * 1000 + std::atoll(t->element[1]->str) / 1000;
+}
+
 inline std::unique_ptr<Backend> OpenRaw(const std::string& uri, Status* error = nullptr,
                                         std::chrono::milliseconds connect_timeout =
                                             std::chrono::milliseconds(2000)) {

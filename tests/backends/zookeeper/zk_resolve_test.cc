@@ -10,14 +10,11 @@
 #include <netdb.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "backends/zookeeper/zk_session.h"
-#include "backends/zookeeper/zookeeper_backend.h"
-#include "core/uri.h"
+#include "zk_fixture.h"
 
 namespace {
 std::atomic<int> resolutions{0};
@@ -37,17 +34,7 @@ namespace {
 using std::chrono::seconds;
 
 TEST(ZooKeeperSession, TheHostListIsNotResolvedOnEveryPoll) {
-  const char* file = std::getenv("DLOCK_TEST_URI_FILE");
-  ASSERT_NE(file, nullptr) << "no fixture: run through ctest";
-  std::ifstream in(file);
-  std::string text;
-  std::getline(in, text);
-  auto uri = internal::ParseUri(text);
-  ASSERT_TRUE(uri.ok()) << uri.status().ToString();
-  auto options = OptionsFromUri(*uri);
-  ASSERT_TRUE(options.ok()) << options.status().ToString();
-
-  auto session = Session::Start(options->hosts, seconds(10), DefaultClock(), {}, {});
+  auto session = Session::Start(testing::FixtureOptions().hosts, seconds(10), DefaultClock(), {}, {});
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   ASSERT_EQ((*session)->WaitConnected(seconds(10)), Session::State::kConnected);
   ASSERT_GT(resolutions.load(), 0) << "the interposer saw no resolution at all: it tests nothing";

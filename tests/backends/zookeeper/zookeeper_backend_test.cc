@@ -25,38 +25,20 @@
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "harness/proxy.h"
+#include "zk_fixture.h"
 
 namespace dlock::zookeeper {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using namespace dlock::zookeeper::testing;
 
 // The fault proxy writes to sockets its peers may have reset.
 const bool kSigpipeIgnored = [] {
   std::signal(SIGPIPE, SIG_IGN);
   return true;
 }();
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string FixtureUri() {
-  std::ifstream in(Env("DLOCK_TEST_URI_FILE"));
-  std::string uri;
-  std::getline(in, uri);
-  return uri;
-}
-
-ZkOptions FixtureOptions() {
-  auto uri = internal::ParseUri(FixtureUri());
-  EXPECT_TRUE(uri.ok()) << "no fixture: run through ctest (DLOCK_TEST_URI_FILE)";
-  auto o = OptionsFromUri(*uri);
-  EXPECT_TRUE(o.ok()) << o.status().ToString();
-  return *o;
-}
 
 // Runs the fixture script: verb, then the member number if any.
 std::string Member(const std::string& verb, int member = 0) {
