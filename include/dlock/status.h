@@ -13,6 +13,9 @@
 //   kUnavailable       the store could not be reached or answered oddly; the
 //                      same call may succeed if retried
 //   kInvalidArgument   the input is wrong; retrying cannot help
+//   kPermissionDenied  the store refused these credentials, or this user may
+//                      not touch these keys; fix the credentials or the
+//                      store's grants, retrying cannot help
 //   kCancelled         the caller's stop_token asked to stop
 //   kFailedPrecondition the object is in the wrong state (e.g. a moved-from
 //                      Lease)
@@ -40,6 +43,7 @@ enum class StatusCode {
   kStaleToken,
   kUnavailable,
   kInvalidArgument,
+  kPermissionDenied,
   kCancelled,
   kFailedPrecondition,
   kInternal,
@@ -82,6 +86,7 @@ inline Status NotOwnerError(std::string m) { return {StatusCode::kNotOwner, std:
 inline Status StaleTokenError(std::string m) { return {StatusCode::kStaleToken, std::move(m)}; }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -123,5 +128,17 @@ class [[nodiscard]] Result {
     ::dlock::Status dlock_status_ = (expr);    \
     if (!dlock_status_.ok()) return dlock_status_; \
   } while (0)
+
+// Evaluates `expr` (a Result<T>); returns its Status if it failed, else
+// moves its value into `lhs`, which may declare a variable:
+//   DLOCK_ASSIGN_OR_RETURN(auto rows, db.Query(sql));
+#define DLOCK_ASSIGN_OR_RETURN(lhs, expr) \
+  DLOCK_ASSIGN_OR_RETURN_IMPL_(DLOCK_STATUS_CONCAT_(dlock_result_, __LINE__), lhs, expr)
+#define DLOCK_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                                 \
+  if (!result.ok()) return result.status();             \
+  lhs = std::move(*result)
+#define DLOCK_STATUS_CONCAT_(a, b) DLOCK_STATUS_CONCAT_INNER_(a, b)
+#define DLOCK_STATUS_CONCAT_INNER_(a, b) a##b
 
 #endif  // DLOCK_STATUS_H_

@@ -9,6 +9,7 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidArgument: return kExitUsage;
     case StatusCode::kUnavailable: return kExitUnavailable;
+    case StatusCode::kPermissionDenied: return kExitNoPermission;
     case StatusCode::kLockHeld:
     case StatusCode::kDeadlineExceeded: return kExitTimedOut;
     case StatusCode::kLeaseLost:

@@ -21,6 +21,7 @@ enum ExitCode : int {
   kExitCantCreate = 73,   // a fenced resource cannot be written
   kExitUnavailable = 69,  // the store cannot be opened or reached
   kExitTimedOut = 75,     // gave up waiting for the lock
+  kExitNoPermission = 77, // the store refused the credentials or this user's rights
   kExitLeaseLost = 79,    // the lease was lost; the child was terminated
 };
 

@@ -12,6 +12,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kStaleToken: return "StaleToken";
     case StatusCode::kUnavailable: return "Unavailable";
     case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kInternal: return "Internal";
