@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "dlock/sharing.h"
+
 namespace dlock::testing {
 namespace {
 std::chrono::milliseconds Ms(Duration d) {
@@ -27,21 +29,20 @@ Result<Attempt> InMemoryStore::TryAcquire(const LeaseRequest& request) {
       return Attempt{.granted = true, .token = h.token};
     }
   }
-  // The sharing rule: holders + waiters ahead + 1 <= the smallest limit.
-  std::uint32_t limit = request.limit;
-  std::size_t count = e.holders.size() + 1;
+  std::uint32_t smallest = kSharedLimit;
+  std::size_t ahead = e.holders.size();
   Duration wait_left{0};
   for (const Holding& h : e.holders) {
-    limit = std::min(limit, h.limit);
+    smallest = std::min(smallest, h.limit);
     wait_left = std::max<Duration>(wait_left, h.expires_at + h.lock_delay - now);
   }
   auto me = std::find_if(e.queue.begin(), e.queue.end(),
                          [&](const Waiter& w) { return w.owner == request.owner; });
   for (auto it = e.queue.begin(); it != me; ++it) {
-    limit = std::min(limit, it->limit);
-    ++count;
+    smallest = std::min(smallest, it->limit);
+    ++ahead;
   }
-  if (count > limit) {
+  if (!Admits(ahead, smallest, request.limit)) {
     if (request.queue_ttl > std::chrono::milliseconds(0)) {
       if (me == e.queue.end()) {
         e.queue.push_back({request.owner, request.limit, request.label, now, {}});

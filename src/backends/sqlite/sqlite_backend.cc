@@ -25,6 +25,7 @@
 
 #include "core/duration.h"
 #include "core/fd.h"
+#include "dlock/sharing.h"
 
 namespace dlock::sqlite {
 namespace {
@@ -547,9 +548,8 @@ class SqliteBackend final : public Backend {
     bool queued = false;
     // The sharing rule of backend.h for a request with `limit`.
     bool Admits(std::uint32_t limit) const {
-      const std::int64_t smallest =
-          std::min({static_cast<std::int64_t>(limit), holder_limit, ahead_limit});
-      return holders + ahead + 1 <= smallest;
+      const auto smallest = static_cast<std::uint32_t>(std::min(holder_limit, ahead_limit));
+      return dlock::Admits(static_cast<std::size_t>(holders + ahead), smallest, limit);
     }
   };
   Result<KeyState> ReadState(std::string_view key, std::string_view owner, const BootTime& now);
