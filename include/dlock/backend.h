@@ -1,20 +1,20 @@
 // Backend: the small interface one store implements.
 //
 // A backend only speaks to its store: one attempt to grant, one owner-checked
-// release, one batched renewal, a listing, and (optionally) a way to wait for
-// a key to be released. Waiting policy, deadlines, renewal timing and loss
+// release, one batched renewal, a listing, and an Acquisition object for an
+// attempt that waits. Waiting policy, deadlines, renewal timing and loss
 // detection live in the core (src/core/) and are written once.
 //
 // Contract for every implementation (tests/conformance checks it):
-//  - TryAcquire grants when the key is free, its lease has expired by the
-//    store's clock, or `owner` already holds it (a retried request whose
-//    reply was lost: the same token comes back and the lease is extended).
+//  - An attempt (TryAcquire, Acquisition::Try) grants when the key is free,
+//    its lease has expired by the store's clock, or `owner` already holds it
+//    (a retried request whose reply was lost: the same token comes back and
+//    the lease is extended).
 //    Each new grant's token is strictly larger than every earlier token for
 //    that key. Expiry is judged only by the store's clock.
 //  - Release deletes the key only when `owner` holds it: kNotOwner when
 //    another owner does, OK when nobody does (idempotent). It also drops any
-//    place `owner` has in the key's wait queue (the core calls it when a
-//    waiting acquire gives up).
+//    place `owner` has in the key's wait queue.
 //  - Renew extends each lease that `owner` still holds to a fresh ttl from
 //    the store's now; kNotOwner for one it no longer holds. (The ttl in each
 //    request is the granted one, Attempt::granted_ttl, when the store
@@ -35,10 +35,12 @@
 //
 // Thread-safety: the core calls a backend from the caller's thread and from
 // the client's renewal thread at once; implementations must be thread-safe.
+// Each Acquisition is used by one thread at a time (see below).
 #ifndef DLOCK_BACKEND_H_
 #define DLOCK_BACKEND_H_
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stop_token>
@@ -120,11 +122,57 @@ struct SessionLiveness {
   TimePoint heard_at{};
 };
 
+// One acquisition of one key by one owner, from its first attempt until it
+// is granted or given up: what etcd's Mutex and Curator's LockInternals
+// keep per lock. It owns whatever the store needs between attempts (a place
+// in the key's queue, a node, a subscription, a grant handed over by a
+// release), so that nothing about an attempt in progress lives in the
+// Backend's shared maps or in the calling thread.
+//
+// The core drives it as: Try; if not granted, Wait; Try again; ... until a
+// grant, a deadline or a cancel. Calls on one Acquisition never overlap, but
+// may come from different threads one after the other (the asynchronous API
+// will resume an acquisition on whichever worker is free), so an
+// implementation keeps no thread-local state. Try is one step: at most one
+// round of requests to the store, bounded by the request's deadline; only
+// Wait blocks.
+class Acquisition {
+ public:
+  // Frees what the object holds locally (a subscription, a watch). It does
+  // not leave the store's queue: an acquisition dropped without Abandon is a
+  // waiter that died, and its place lapses with its queue_ttl.
+  virtual ~Acquisition() = default;
+
+  // One attempt. Once it has granted, the acquisition is over: the lease is
+  // renewed and released through the Backend by (key, owner).
+  virtual Result<Attempt> Try() = 0;
+
+  // Blocks until another Try may succeed (the key or a waiter ahead was
+  // released, or this waiter reached the head), `until` passes, or `stop`
+  // is requested. False at once if the store cannot tell: the core then
+  // polls with capped backoff. The core calls Try again within a third of
+  // the request's queue_ttl, so that the place stays fresh.
+  virtual bool Wait(TimePoint until, std::stop_token stop) = 0;
+
+  // The caller gives up: leave the queue, and release a grant this owner
+  // may have got unseen (a Try whose reply was lost). Idempotent.
+  virtual void Abandon() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
+  // One attempt, on its own. A backend that keeps the default Begin also
+  // takes (or refreshes) `owner`'s place in the key's queue here when
+  // request.queue_ttl > 0: its waiters queue through TryAcquire. A backend
+  // with its own Begin queues waiters only through its Acquisitions.
   virtual Result<Attempt> TryAcquire(const LeaseRequest& request) = 0;
+
+  // Starts an acquisition: the core's every Acquire goes through it. The
+  // default wraps TryAcquire, WaitForRelease and Release, which is all a
+  // store without per-attempt state needs.
+  virtual std::unique_ptr<Acquisition> Begin(const LeaseRequest& request);
   virtual Status Release(std::string_view key, const OwnerId& owner) = 0;
   // One Status per request, in order. All requests in one call share the
   // store round trip where the store allows it.
@@ -132,12 +180,8 @@ class Backend {
   // Held (unexpired) locks whose key starts with `prefix`, by key.
   virtual Result<std::vector<HolderInfo>> List(std::string_view prefix) = 0;
 
-  // Blocks until `key` may have been released or expired (or, for a queueing
-  // backend, this waiter may have reached the head), `until` passes, or
-  // `stop` is requested. Returns true if it can wait that way; a backend
-  // without notifications returns false at once and the core polls with
-  // capped backoff instead. The core never asks to wait past a third of the
-  // request's queue_ttl, so that a waiter's queue place stays fresh.
+  // The default Begin's Wait: as Acquisition::Wait, for `key`. A backend
+  // with its own Begin need not implement it.
   virtual bool WaitForRelease(std::string_view /*key*/, TimePoint /*until*/,
                               std::stop_token /*stop*/) {
     return false;

@@ -53,25 +53,22 @@ void ClientCore::Start() {
   loop_ = clock_->StartLoop([this](TimePoint now) { return Tick(now); });
 }
 
-Result<Lease> ClientCore::Acquire(std::string_view key,
-                                  const AcquireOptions& options, bool wait) {
-  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+Status ClientCore::CheckOptions(const AcquireOptions& options, bool wait) const {
   DLOCK_RETURN_IF_ERROR(ValidateTtl(options.ttl));
   if (wait && options.wait < milliseconds(0)) {
     return InvalidArgumentError("wait " + FormatDuration(options.wait) +
                                 " is negative: use 0 for a single attempt");
   }
-  const Duration drift =
-      options.drift_margin ? Duration(*options.drift_margin) : DefaultDrift(options.ttl);
   if (options.max_hold && *options.max_hold <= milliseconds(0)) {
     return InvalidArgumentError("max hold " + FormatDuration(*options.max_hold) +
                                 " must be positive");
   }
+  const Duration drift =
+      options.drift_margin ? Duration(*options.drift_margin) : DefaultDrift(options.ttl);
   if (drift < Duration::zero() || drift >= options.ttl) {
     return InvalidArgumentError("drift margin must be at least 0 and less than the ttl " +
                                 FormatDuration(options.ttl));
   }
-
   if (options.lock_delay < milliseconds(0) || options.lock_delay > kMaxTtl) {
     return InvalidArgumentError("lock delay " + FormatDuration(options.lock_delay) +
                                 " is out of range: 0 to 24h");
@@ -88,115 +85,124 @@ Result<Lease> ClientCore::Acquire(std::string_view key,
     return InvalidArgumentError(
         "shared (a read lock) and permits (a semaphore) do not combine: use one");
   }
-  const std::uint32_t limit = options.shared ? kSharedLimit : options.permits;
-  if (limit != 1 && !backend_->SupportsSharing()) {
+  if ((options.shared || options.permits != 1) && !backend_->SupportsSharing()) {
     return InvalidArgumentError("read-write locks and semaphores are not supported by " +
                                 backend_->Describe());
   }
-  const std::string& label = options.label ? *options.label : label_;
-  DLOCK_RETURN_IF_ERROR(ValidateLabel(label));
-  LeaseRequest request{std::string(key), OwnerId(session_, random_->Next()),
-                       options.ttl, wait ? kQueueTtl : milliseconds(0), options.lock_delay};
-  request.limit = limit;
-  request.label = label;
-  const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
-  if (wait) request.deadline = deadline;
-  Duration poll_interval = kFirstPollInterval;
-  // Set once an attempt's outcome is unknown (its reply was lost): the store
-  // may have granted the key to this owner. Later attempts with the same
-  // owner re-grant it; if we give up, we release it. A waiting acquire that
-  // gives up also releases, to leave the backend's wait queue at once.
-  bool maybe_granted = false;
-  auto give_up = [&] {
-    if (maybe_granted || wait) (void)backend_->Release(request.key, request.owner);
-  };
+  return ValidateLabel(options.label ? *options.label : label_);
+}
 
+LeaseRequest ClientCore::MakeRequest(std::string_view key, const AcquireOptions& options,
+                                     bool wait, TimePoint deadline) {
+  LeaseRequest request{std::string(key), OwnerId(session_, random_->Next()), options.ttl,
+                       wait ? kQueueTtl : milliseconds(0), options.lock_delay};
+  request.limit = options.shared ? kSharedLimit : options.permits;
+  request.label = options.label ? *options.label : label_;
+  if (wait) request.deadline = deadline;
+  return request;
+}
+
+Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& options,
+                                  bool wait) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  DLOCK_RETURN_IF_ERROR(CheckOptions(options, wait));
+  const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
+  const LeaseRequest request = MakeRequest(key, options, wait, deadline);
+  // The acquisition owns this attempt's place in the store (if any) until
+  // it is granted or abandoned.
+  std::unique_ptr<Acquisition> acquisition = backend_->Begin(request);
+  Duration poll_interval = kFirstPollInterval;
   for (;;) {
     if (options.cancel.stop_requested()) {
-      give_up();
+      acquisition->Abandon();
       return CancelledError("acquire of key " + Quoted(key) + " was cancelled");
     }
     const TimePoint sent = clock_->Now();
-    Result<Attempt> attempt = backend_->TryAcquire(request);
-    if (attempt.ok() && attempt->granted) {
-      // The store may apply another TTL than asked for (etcd rounds up to
-      // whole seconds and its minimum): believe the store, so that the
-      // client neither gives up a lease the store still holds for it nor
-      // renews more often than needed. An explicit drift margin stays (as
-      // long as it is below the TTL); the default one follows the TTL.
-      const milliseconds ttl =
-          attempt->granted_ttl > milliseconds(0) ? attempt->granted_ttl : options.ttl;
-      const Duration lease_drift =
-          options.drift_margin && drift < Duration(ttl) ? drift : DefaultDrift(ttl);
-      auto state = std::make_shared<LeaseState>();
-      state->key = request.key;
-      state->owner = request.owner;
-      state->token = attempt->token;
-      state->token_ordered = backend_->OrdersTokens();
-      state->ttl = ttl;
-      state->effective_ttl = ttl;
-      state->drift = lease_drift;
-      state->on_lost = options.on_lost;
-      const std::optional<SessionLiveness> session = backend_->Liveness();
-      if (session && session->timeout > milliseconds(0)) {
-        state->effective_ttl = std::min(ttl, session->timeout);
-        // A session shorter than the ttl: the default margin follows it.
-        if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
-      }
-      if (options.max_hold) state->renew_until = sent + *options.max_hold;
-      // A session-based store may vouch for the lease only from its
-      // session's last keep-alive, sent before this request.
-      const TimePoint from = attempt->valid_from != TimePoint{} && attempt->valid_from < sent
-                                 ? attempt->valid_from
-                                 : sent;
-      bool wake;
-      {
-        std::lock_guard lock(mu_);
-        ExtendLocked(*state, from, session);
-        held_.push_back(state);
-        wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
-      }
-      // Waking the loop costs a thread switch on every acquire; only needed
-      // when this lease must be renewed before the loop's next planned run.
-      if (wake) loop_->Wake();
-      return Lease(shared_from_this(), std::move(state));
-    }
-    milliseconds holder_left{0};
-    if (attempt.ok()) {
-      holder_left = attempt->holder_ttl_remaining;
-    } else if (attempt.status().code() == StatusCode::kUnavailable) {
-      maybe_granted = true;
-    } else {
+    Result<Attempt> attempt = acquisition->Try();
+    if (attempt.ok() && attempt->granted) return StartLease(request, options, *attempt, sent);
+    // kUnavailable: the outcome is unknown; trying again with the same
+    // owner re-grants a grant whose reply was lost.
+    if (!attempt.ok() && attempt.status().code() != StatusCode::kUnavailable) {
+      acquisition->Abandon();
       return attempt.status();
     }
-
     const TimePoint now = clock_->Now();
     if (now >= deadline) {
-      give_up();
+      acquisition->Abandon();
       if (!attempt.ok()) return attempt.status();
-      std::string left = holder_left > milliseconds(0)
-                             ? " (its lease has " + FormatDuration(holder_left) + " left)"
-                             : "";
-      if (!wait) {
-        return LockHeldError("key " + Quoted(key) + " is held by another owner" + left);
-      }
-      return DeadlineExceededError("gave up waiting for key " + Quoted(key) + " after " +
-                                   FormatDuration(options.wait) +
-                                   ": still held by another owner" + left);
+      return GaveUpError(key, options, wait, attempt->holder_ttl_remaining);
     }
     TimePoint until = std::min(deadline, now + kQueueTtl / 3);
+    const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);
     if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
-    if (attempt.ok() && backend_->WaitForRelease(key, until, options.cancel)) continue;
-
-    // Poll with capped, jittered exponential backoff, so that many waiters
-    // on one host neither spin nor march in step.
-    const auto half = poll_interval / 2;
-    const Duration jittered =
-        half + Duration(static_cast<Duration::rep>(random_->Next() %
-                                                   static_cast<std::uint64_t>(half.count() + 1)));
-    clock_->SleepUntil(std::min(deadline, now + jittered), options.cancel);
-    poll_interval = std::min(poll_interval * 2, kMaxPollInterval);
+    if (attempt.ok() && acquisition->Wait(until, options.cancel)) continue;
+    Backoff(std::min(deadline, until), poll_interval, options.cancel);
   }
+}
+
+Status ClientCore::GaveUpError(std::string_view key, const AcquireOptions& options, bool wait,
+                               milliseconds holder_left) const {
+  const std::string left = holder_left > milliseconds(0)
+                               ? " (its lease has " + FormatDuration(holder_left) + " left)"
+                               : "";
+  if (!wait) return LockHeldError("key " + Quoted(key) + " is held by another owner" + left);
+  return DeadlineExceededError("gave up waiting for key " + Quoted(key) + " after " +
+                               FormatDuration(options.wait) + ": still held by another owner" +
+                               left);
+}
+
+void ClientCore::Backoff(TimePoint until, Duration& interval, std::stop_token cancel) {
+  // Capped, jittered and exponential, so that many waiters on one host
+  // neither spin nor march in step.
+  const auto half = interval / 2;
+  const Duration jittered =
+      half + Duration(static_cast<Duration::rep>(
+                 random_->Next() % static_cast<std::uint64_t>(half.count() + 1)));
+  clock_->SleepUntil(std::min(until, clock_->Now() + jittered), std::move(cancel));
+  interval = std::min(interval * 2, kMaxPollInterval);
+}
+
+Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireOptions& options,
+                                     const Attempt& attempt, TimePoint sent) {
+  // The store may apply another TTL than asked for (etcd rounds up to whole
+  // seconds and its minimum): believe the store, so that the client neither
+  // gives up a lease the store still holds for it nor renews more often
+  // than needed. An explicit drift margin stays (as long as it is below the
+  // TTL); the default one follows the TTL.
+  const milliseconds ttl = attempt.granted_ttl > milliseconds(0) ? attempt.granted_ttl : options.ttl;
+  auto state = std::make_shared<LeaseState>();
+  state->key = request.key;
+  state->owner = request.owner;
+  state->token = attempt.token;
+  state->token_ordered = backend_->OrdersTokens();
+  state->ttl = ttl;
+  state->effective_ttl = ttl;
+  state->drift = options.drift_margin && Duration(*options.drift_margin) < Duration(ttl)
+                     ? Duration(*options.drift_margin)
+                     : DefaultDrift(ttl);
+  state->on_lost = options.on_lost;
+  const std::optional<SessionLiveness> session = backend_->Liveness();
+  if (session && session->timeout > milliseconds(0)) {
+    state->effective_ttl = std::min(ttl, session->timeout);
+    // A session shorter than the ttl: the default margin follows it.
+    if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
+  }
+  if (options.max_hold) state->renew_until = sent + *options.max_hold;
+  // A session-based store may vouch for the lease only from its session's
+  // last keep-alive, sent before this request.
+  const TimePoint from =
+      attempt.valid_from != TimePoint{} && attempt.valid_from < sent ? attempt.valid_from : sent;
+  bool wake;
+  {
+    std::lock_guard lock(mu_);
+    ExtendLocked(*state, from, session);
+    held_.push_back(state);
+    wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
+  }
+  // Waking the loop costs a thread switch on every acquire; only needed when
+  // this lease must be renewed before the loop's next planned run.
+  if (wake) loop_->Wake();
+  return Lease(shared_from_this(), std::move(state));
 }
 
 Result<std::vector<Lease>> ClientCore::AcquireAll(std::vector<std::string> keys,

@@ -82,6 +82,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   TimePoint ValidUntil(const LeaseState& state) const;
 
  private:
+  // The options' own errors (kInvalidArgument), and what this store cannot do.
+  Status CheckOptions(const AcquireOptions& options, bool wait) const;
+  LeaseRequest MakeRequest(std::string_view key, const AcquireOptions& options, bool wait,
+                           TimePoint deadline);
+  // The lease a granted attempt sent at `sent` starts; renewed from now on.
+  Result<Lease> StartLease(const LeaseRequest& request, const AcquireOptions& options,
+                           const Attempt& attempt, TimePoint sent);
+  Status GaveUpError(std::string_view key, const AcquireOptions& options, bool wait,
+                     std::chrono::milliseconds holder_left) const;
+  // Sleeps a jittered `interval` (at most until `until`) and doubles it, up
+  // to a cap: the wait of a store that cannot notify.
+  void Backoff(TimePoint until, Duration& interval, std::stop_token cancel);
   // valid_until and next_renew_at after a grant or renewal sent at `sent`,
   // bounded by the store's session when it has one. Under mu_ for `state`.
   void ExtendLocked(LeaseState& state, TimePoint sent,

@@ -1,20 +1,72 @@
 #include "dlock/testing/faulty_backend.h"
 
+#include <utility>
+
 namespace dlock::testing {
 
-Result<Attempt> FaultyBackend::TryAcquire(const LeaseRequest& request) {
+namespace {
+
+// What the plan says of the next attempt: fail it before it reaches the
+// store, or lose its reply on the way back.
+struct AttemptFault {
+  std::optional<Status> error;
   bool lose_reply = false;
-  {
-    std::lock_guard lock(plan_->mu);
-    if (plan_->acquire_error) return *plan_->acquire_error;
-    if (plan_->lose_acquire_replies > 0) {
-      --plan_->lose_acquire_replies;
-      lose_reply = true;
-    }
+};
+
+AttemptFault NextAttemptFault(FaultPlan& plan) {
+  std::lock_guard lock(plan.mu);
+  if (plan.acquire_error) return {plan.acquire_error, false};
+  if (plan.lose_acquire_replies == 0) return {};
+  --plan.lose_acquire_replies;
+  return {std::nullopt, true};
+}
+
+Status LostReply() { return UnavailableError("injected: reply to acquire was lost"); }
+
+class FaultyAcquisition final : public Acquisition {
+ public:
+  FaultyAcquisition(std::unique_ptr<Acquisition> inner, Backend& store, LeaseRequest request,
+                    std::shared_ptr<FaultPlan> plan)
+      : inner_(std::move(inner)), store_(store), request_(std::move(request)),
+        plan_(std::move(plan)) {}
+
+  Result<Attempt> Try() override {
+    AttemptFault fault = NextAttemptFault(*plan_);
+    if (fault.error) return *fault.error;
+    Result<Attempt> r = inner_->Try();
+    if (!fault.lose_reply) return r;
+    // The inner acquisition saw its answer; only we know it was lost.
+    lost_a_reply_ = true;
+    return LostReply();
   }
+  bool Wait(TimePoint until, std::stop_token stop) override {
+    return inner_->Wait(until, std::move(stop));
+  }
+  void Abandon() override {
+    inner_->Abandon();
+    if (lost_a_reply_) (void)store_.Release(request_.key, request_.owner);
+  }
+
+ private:
+  std::unique_ptr<Acquisition> inner_;
+  Backend& store_;
+  const LeaseRequest request_;
+  std::shared_ptr<FaultPlan> plan_;
+  bool lost_a_reply_ = false;
+};
+
+}  // namespace
+
+Result<Attempt> FaultyBackend::TryAcquire(const LeaseRequest& request) {
+  AttemptFault fault = NextAttemptFault(*plan_);
+  if (fault.error) return *fault.error;
   Result<Attempt> r = inner_->TryAcquire(request);
-  if (lose_reply) return UnavailableError("injected: reply to acquire was lost");
+  if (fault.lose_reply) return LostReply();
   return r;
+}
+
+std::unique_ptr<Acquisition> FaultyBackend::Begin(const LeaseRequest& request) {
+  return std::make_unique<FaultyAcquisition>(inner_->Begin(request), *inner_, request, plan_);
 }
 
 Status FaultyBackend::Release(std::string_view key, const OwnerId& owner) {

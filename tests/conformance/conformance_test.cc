@@ -20,6 +20,7 @@
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
+#include "sharing_cases.h"
 
 namespace dlock {
 namespace {
@@ -325,26 +326,71 @@ TEST_F(ConformanceTest, AQueuedWriterIsNotStarvedByNewReaders) {
   const std::string key = UniqueKey("rw-fair");
   ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit))->granted);
   // The writer waits (it takes a place in the queue)...
-  auto w = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  auto writer = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  auto w = writer->Try();
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   ASSERT_FALSE(w->granted);
   // ...so readers arriving after it wait too, though the key is read-held.
+  std::vector<std::unique_ptr<Acquisition>> readers;
   for (std::uint64_t i = 10; i < 13; ++i) {
-    auto late = b->TryAcquire(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000)));
+    readers.push_back(b->Begin(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000))));
+    auto late = readers.back()->Try();
     ASSERT_TRUE(late.ok()) << late.status().ToString();
     EXPECT_FALSE(late->granted) << "a reader overtook a waiting writer";
   }
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  auto w2 = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  auto w2 = writer->Try();
   ASSERT_TRUE(w2.ok() && w2->granted) << "the writer comes first";
   ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
   // Then the queued readers, together.
-  for (std::uint64_t i = 10; i < 13; ++i) {
-    auto r = b->TryAcquire(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000)));
+  for (auto& reader : readers) {
+    auto r = reader->Try();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_TRUE(r->granted) << "reader " << i;
+    EXPECT_TRUE(r->granted);
   }
   for (std::uint64_t i = 10; i < 13; ++i) EXPECT_TRUE(b->Release(key, OwnerId(i, i)).ok());
+}
+
+// The table in sharing_cases.h, which the core's DecideQueue follows too:
+// every arrival is one owner with an acquisition of its own.
+TEST_F(ConformanceTest, SharingFollowsTheTableOfCases) {
+  auto b = RawBackend();
+  if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
+  for (const testing::SharingCase& c : testing::SharingCases()) {
+    const std::string key = UniqueKey(std::string("table/") + c.name);
+    std::vector<std::unique_ptr<Acquisition>> arrivals;
+    std::vector<bool> holds;
+    auto owner = [](std::size_t i) { return OwnerId(0x7a, 100 + i); };
+    auto attempt = [&](std::size_t who, bool want, std::size_t step) {
+      auto r = arrivals[who]->Try();
+      ASSERT_TRUE(r.ok()) << c.name << ", step " << step << ": " << r.status().ToString();
+      EXPECT_EQ(r->granted, want) << c.name << ", step " << step << " (arrival " << who << ")";
+      holds[who] = r->granted;
+    };
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      const testing::SharingStep& step = c.steps[s];
+      if (step.kind == testing::SharingStep::Kind::kArrive) {
+        arrivals.push_back(b->Begin(Shared(key, owner(arrivals.size()), step.limit,
+                                           milliseconds(10'000))));
+        holds.push_back(false);
+        attempt(arrivals.size() - 1, step.granted, s);
+      } else if (step.kind == testing::SharingStep::Kind::kRetry) {
+        attempt(step.who, step.granted, s);
+      } else if (holds[step.who]) {
+        EXPECT_TRUE(b->Release(key, owner(step.who)).ok()) << c.name << ", step " << s;
+        holds[step.who] = false;
+      } else {
+        arrivals[step.who]->Abandon();
+      }
+    }
+    for (std::size_t i = 0; i < arrivals.size(); ++i) {
+      if (holds[i]) {
+        EXPECT_TRUE(b->Release(key, owner(i)).ok());
+      } else {
+        arrivals[i]->Abandon();
+      }
+    }
+  }
 }
 
 TEST_F(ConformanceTest, SemaphoreAdmitsExactlyNHolders) {
@@ -406,11 +452,12 @@ TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
   auto b = RawBackend();
   const std::string key = UniqueKey("waiters");
   ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), 1))->granted);
-  auto queued = b->TryAcquire(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  auto waiter = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
+  auto queued = waiter->Try();
   ASSERT_TRUE(queued.ok() && !queued->granted);
   auto waiters = b->Waiters(key);
   if (!waiters.ok() && waiters.status().code() == StatusCode::kFailedPrecondition) {
-    (void)b->Release(key, OwnerId(2, 2));
+    waiter->Abandon();
     (void)b->Release(key, OwnerId(1, 1));
     GTEST_SKIP() << waiters.status().ToString();
   }
@@ -419,14 +466,17 @@ TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
   EXPECT_EQ((*waiters)[0].key, key);
   EXPECT_EQ((*waiters)[0].owner, OwnerId(2, 2));
   EXPECT_EQ((*waiters)[0].label, "conformance");
-  // A waiter that gives up leaves at once (the core releases its place).
-  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).code() != StatusCode::kUnavailable);
+  // A waiter that gives up leaves at once.
+  waiter->Abandon();
   waiters = b->Waiters(key);
   ASSERT_TRUE(waiters.ok());
   EXPECT_TRUE(waiters->empty()) << "a waiter that left is still listed";
-  // A waiter that dies leaves when its place expires.
-  ASSERT_FALSE(b->TryAcquire(Shared(key, OwnerId(3, 3), 1, milliseconds(300)))->granted);
+  // A waiter that dies (drops its acquisition without abandoning it) leaves
+  // when its place expires.
+  auto dying = b->Begin(Shared(key, OwnerId(3, 3), 1, milliseconds(300)));
+  ASSERT_FALSE(dying->Try()->granted);
   ASSERT_EQ(b->Waiters(key)->size(), 1u);
+  dying.reset();
   std::this_thread::sleep_for(milliseconds(1500));
   waiters = b->Waiters(key);
   ASSERT_TRUE(waiters.ok());
@@ -480,10 +530,11 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   LeaseRequest waiting = Req(key, waiter, milliseconds(10'000));
   waiting.queue_ttl = milliseconds(5'000);
-  auto queued = backend->TryAcquire(waiting);
+  auto acquisition = backend->Begin(waiting);
+  auto queued = acquisition->Try();
   ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
   EXPECT_EQ(backend->MarkDone(key, waiter).code(), StatusCode::kNotOwner) << "a waiter";
-  (void)backend->Release(key, waiter);  // leaves the queue
+  acquisition->Abandon();  // leaves the queue
   ASSERT_TRUE(other->Release(key, holder).ok());
 
   // The holder marks it; every client then sees it done.

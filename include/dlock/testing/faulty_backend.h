@@ -8,6 +8,8 @@
 //   plan->renew_error = UnavailableError("partitioned");   // renewals fail
 //   plan->lose_acquire_replies = 1;  // next grant happens, reply is lost
 //
+// Faults apply to TryAcquire and to the Try of every Acquisition it begins.
+//
 // Thread-safety: FaultPlan fields are read under its mutex by the wrapper;
 // set them through the setters or while no call is in flight.
 #ifndef DLOCK_TESTING_FAULTY_BACKEND_H_
@@ -63,6 +65,8 @@ class FaultyBackend final : public Backend {
       : inner_(std::move(inner)), plan_(std::move(plan)) {}
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  // The inner store's acquisition, with the plan's acquire faults on Try.
+  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override {

@@ -1,0 +1,47 @@
+// Backend::Begin's default: an acquisition for a store that keeps no
+// per-attempt state of its own (SQLite, the in-memory store, Redlock). Each
+// Try is one TryAcquire (which takes or refreshes the owner's queue place
+// when queue_ttl > 0), Wait is WaitForRelease, Abandon is Release.
+#include "dlock/backend.h"
+
+namespace dlock {
+namespace {
+
+class DefaultAcquisition final : public Acquisition {
+ public:
+  DefaultAcquisition(Backend& backend, LeaseRequest request)
+      : backend_(backend), request_(std::move(request)) {}
+
+  Result<Attempt> Try() override {
+    Result<Attempt> attempt = backend_.TryAcquire(request_);
+    // A lost reply may hide a grant: Abandon must release it.
+    if (!attempt.ok() && attempt.status().code() == StatusCode::kUnavailable) {
+      maybe_granted_ = true;
+    }
+    return attempt;
+  }
+
+  bool Wait(TimePoint until, std::stop_token stop) override {
+    return backend_.WaitForRelease(request_.key, until, std::move(stop));
+  }
+
+  void Abandon() override {
+    // A single attempt that was answered took no place and no grant.
+    if (maybe_granted_ || request_.queue_ttl > std::chrono::milliseconds(0)) {
+      (void)backend_.Release(request_.key, request_.owner);
+    }
+  }
+
+ private:
+  Backend& backend_;
+  const LeaseRequest request_;
+  bool maybe_granted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Acquisition> Backend::Begin(const LeaseRequest& request) {
+  return std::make_unique<DefaultAcquisition>(*this, request);
+}
+
+}  // namespace dlock
