@@ -11,6 +11,7 @@
 #endif
 
 #include "backends/sqlite/sqlite_backend.h"
+#include "core/credentials.h"
 #include "core/uri.h"
 #ifdef DLOCK_HAVE_POSTGRES
 #include "backends/postgres/postgres_backend.h"
@@ -122,6 +123,7 @@ Result<std::unique_ptr<Backend>> OpenBackend(std::string_view text,
   if (!uri.ok()) {
     return InvalidArgumentError(uri.status().message() + "; supported: " + SupportedSchemes());
   }
+  DLOCK_RETURN_IF_ERROR(ResolveCredentials(*uri));
   for (const Entry& e : kEntries) {
     if (e.scheme != uri->scheme) continue;
     if (!e.factory) {
