@@ -46,6 +46,9 @@ class OwnerId {
 inline constexpr std::size_t kMaxKeyBytes = 1024;
 inline constexpr std::chrono::milliseconds kMinTtl{10};
 inline constexpr std::chrono::milliseconds kMaxTtl = std::chrono::hours(24);
+// The longest wait or max hold: a year. Far beyond any sensible lock, and
+// far inside what a clock's time point can add without overflowing.
+inline constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(8760);
 
 // Keys are 1..1024 bytes of anything but NUL.
 Status ValidateKey(std::string_view key);

@@ -55,13 +55,14 @@ void ClientCore::Start() {
 
 Status ClientCore::CheckOptions(const AcquireOptions& options, bool wait) const {
   DLOCK_RETURN_IF_ERROR(ValidateTtl(options.ttl));
-  if (wait && options.wait < milliseconds(0)) {
+  if (wait && (options.wait < milliseconds(0) || options.wait > kMaxWait)) {
     return InvalidArgumentError("wait " + FormatDuration(options.wait) +
-                                " is negative: use 0 for a single attempt");
+                                " is out of range: 0 (a single attempt) to 8760h");
   }
-  if (options.max_hold && *options.max_hold <= milliseconds(0)) {
+  if (options.max_hold &&
+      (*options.max_hold <= milliseconds(0) || *options.max_hold > kMaxWait)) {
     return InvalidArgumentError("max hold " + FormatDuration(*options.max_hold) +
-                                " must be positive");
+                                " is out of range: more than 0, up to 8760h");
   }
   const Duration drift =
       options.drift_margin ? Duration(*options.drift_margin) : DefaultDrift(options.ttl);
@@ -209,9 +210,9 @@ Result<std::vector<Lease>> ClientCore::AcquireAll(std::vector<std::string> keys,
                                                   const AcquireOptions& options) {
   if (keys.empty()) return InvalidArgumentError("AcquireAll needs at least one key");
   for (const auto& k : keys) DLOCK_RETURN_IF_ERROR(ValidateKey(k));
-  if (options.wait < milliseconds(0)) {
+  if (options.wait < milliseconds(0) || options.wait > kMaxWait) {
     return InvalidArgumentError("wait " + FormatDuration(options.wait) +
-                                " is negative: use 0 for a single attempt");
+                                " is out of range: 0 (a single attempt) to 8760h");
   }
   // One canonical order for everyone: no two callers can each hold a key
   // the other waits for.
@@ -276,8 +277,8 @@ Result<std::optional<Leader>> ClientCore::AwaitLeader(std::string_view key,
                                                       FencingToken after_term,
                                                       milliseconds wait,
                                                       std::stop_token cancel) {
-  if (wait < milliseconds(0)) {
-    return InvalidArgumentError("wait " + FormatDuration(wait) + " is negative");
+  if (wait < milliseconds(0) || wait > kMaxWait) {
+    return InvalidArgumentError("wait " + FormatDuration(wait) + " is out of range: 0 to 8760h");
   }
   const TimePoint deadline = clock_->Now() + wait;
   Duration poll = kFirstPollInterval;

@@ -42,14 +42,15 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   else if (unit == "h") unit_ms = 3'600'000;
   else if (unit.empty()) return bad("no unit");
   else return bad("unknown unit '" + std::string(unit) + "'");
-  if (whole > std::numeric_limits<std::int64_t>::max() / 3'600'000 / 2) {
-    return bad("too large");
-  }
   // frac / frac_scale * unit_ms must be a whole number of milliseconds.
   std::uint64_t frac_ms_num = frac * unit_ms;
   if (frac_ms_num % frac_scale != 0) return bad("finer than a millisecond");
-  return std::chrono::milliseconds(
-      static_cast<std::int64_t>(whole * unit_ms + frac_ms_num / frac_scale));
+  // `whole` has at most 10 digits, so this cannot overflow.
+  const std::uint64_t ms = whole * unit_ms + frac_ms_num / frac_scale;
+  if (ms > static_cast<std::uint64_t>(kMaxDuration.count())) {
+    return bad("longer than the maximum, 8760h (a year)");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
 }
 
 std::string FormatDuration(std::chrono::milliseconds d) {

@@ -10,9 +10,13 @@
 
 namespace dlock::internal {
 
+// The longest duration ParseDuration accepts: a year (kMaxWait). Any
+// longer, a deadline counted from now could overflow a clock's time point.
+inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(8760);
+
 // A non-negative decimal number followed by ms, s, m or h, with a whole
-// number of milliseconds. kInvalidArgument otherwise, with a message that
-// quotes `text` and says what is accepted.
+// number of milliseconds, at most kMaxDuration. kInvalidArgument otherwise,
+// with a message that quotes `text` and says what is accepted.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
 // 1500ms -> "1.5s", 250ms -> "250ms", 300000ms -> "5m".

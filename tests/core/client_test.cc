@@ -480,9 +480,12 @@ TEST_P(ClientTest, BadInputIsRefusedWithAClearMessage) {
   };
   AcquireOptions ok = Ttl(seconds(30));
   AcquireOptions zero_ttl = ok, big_ttl = ok, neg_wait = ok, big_drift = ok;
+  AcquireOptions endless_wait = ok, endless_hold = ok;
   zero_ttl.ttl = milliseconds(0);
   big_ttl.ttl = std::chrono::hours(25);
   neg_wait.wait = milliseconds(-1);
+  endless_wait.wait = std::chrono::hours(2'600'000);  // once wrapped the deadline
+  endless_hold.max_hold = std::chrono::hours(2'600'000);
   big_drift.drift_margin = seconds(30);
   std::vector<Case> cases = {
       {"", ok, "key is empty"},
@@ -490,7 +493,9 @@ TEST_P(ClientTest, BadInputIsRefusedWithAClearMessage) {
       {std::string("a\0b", 3), ok, "NUL"},
       {"k", zero_ttl, "ttl 0ms is out of range: a ttl is 10ms to 24h"},
       {"k", big_ttl, "ttl 25h is out of range"},
-      {"k", neg_wait, "wait -1ms is negative"},
+      {"k", neg_wait, "wait -1ms is out of range"},
+      {"k", endless_wait, "is out of range: 0 (a single attempt) to 8760h"},
+      {"k", endless_hold, "is out of range: more than 0, up to 8760h"},
       {"k", big_drift, "drift margin"},
   };
   for (const auto& c : cases) {

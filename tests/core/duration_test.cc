@@ -28,6 +28,15 @@ TEST(DurationTest, RefusesWhatItCannotReadAndSaysWhatItAccepts) {
   }
 }
 
+TEST(DurationTest, NothingLongerThanAYearWhichNoClockOverflowsOn) {
+  EXPECT_EQ(*ParseDuration("8760h"), kMaxDuration);
+  for (const char* too_long : {"8760.001h", "8761h", "2600000h", "9999999999h", "526000m"}) {
+    auto r = ParseDuration(too_long);
+    ASSERT_FALSE(r.ok()) << too_long;
+    EXPECT_NE(r.status().message().find("8760h"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(DurationTest, FormatsReadably) {
   EXPECT_EQ(FormatDuration(milliseconds(250)), "250ms");
   EXPECT_EQ(FormatDuration(milliseconds(1500)), "1.5s");
