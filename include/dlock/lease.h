@@ -75,6 +75,14 @@ class Lease {
   // Requested when the lease is lost (not when it is released).
   std::stop_token stop_token() const;
 
+  // Renews now, in one round trip, rather than at the next background
+  // renewal: to confirm the lease after the process was stopped, say. OK
+  // when the store still holds the key for this owner (valid_until then
+  // counts from this call); kLeaseLost, and the lease is lost, when it does
+  // not or valid_until passed first; kUnavailable when the store could not
+  // answer (the lease is unchanged: it is still believed until valid_until).
+  Status Renew();
+
   // Releases the lock if this owner still holds it. Idempotent: a second call
   // returns OK. Returns kLeaseLost if the lease was lost first (the store is
   // still asked to drop the key if, and only if, this owner holds it).

@@ -451,8 +451,47 @@ Status ClientCore::Release(LeaseState& state) {
   return released;
 }
 
+Status ClientCore::RenewNow(const std::shared_ptr<LeaseState>& state) {
+  DLOCK_RETURN_IF_ERROR(Check(*state));
+  const LeaseRequest request{state->key, state->owner, state->ttl};
+  const TimePoint sent = clock_->Now();
+  std::vector<Status> results = backend_->Renew(std::span<const LeaseRequest>(&request, 1));
+  const TimePoint replied = clock_->Now();
+  const std::optional<SessionLiveness> session = backend_->Liveness();
+  Status result =
+      results.size() == 1 ? results[0] : InternalError("backend returned no renewal result");
+  std::vector<std::shared_ptr<LeaseState>> newly_lost;
+  bool give_back = false;
+  {
+    std::lock_guard lock(mu_);
+    if (state->phase != LeaseState::Phase::kHeld) return CheckLocked(*state);
+    if (replied >= state->valid_until) {
+      // As in Tick: once the caller may have seen it lost, it stays lost.
+      give_back = result.ok();
+      result = LeaseLostError("renewal of key " + Quoted(state->key) +
+                              " was answered after the lease's valid_until");
+      MarkLostLocked(state, result, newly_lost);
+    } else if (result.ok()) {
+      ExtendLocked(*state, sent, session);
+    } else if (result.code() == StatusCode::kNotOwner ||
+               result.code() == StatusCode::kLeaseLost) {
+      result = LeaseLostError("the store no longer holds key " + Quoted(state->key) +
+                              " for this owner: " + result.message());
+      MarkLostLocked(state, result, newly_lost);
+    }
+    std::erase_if(held_, [](const auto& s) { return s->phase != LeaseState::Phase::kHeld; });
+  }
+  if (give_back) (void)backend_->Release(state->key, state->owner);
+  NotifyLost(newly_lost);
+  return result;
+}
+
 Status ClientCore::Check(const LeaseState& state) const {
   std::lock_guard lock(mu_);
+  return CheckLocked(state);
+}
+
+Status ClientCore::CheckLocked(const LeaseState& state) const {
   switch (state.phase) {
     case LeaseState::Phase::kReleased:
       return FailedPreconditionError("lease on key " + Quoted(state.key) + " was released");
@@ -504,6 +543,11 @@ std::stop_token Lease::stop_token() const { return state_->lost.get_token(); }
 Status Lease::Check() const {
   if (!state_) return FailedPreconditionError("empty Lease");
   return core_->Check(*state_);
+}
+
+Status Lease::Renew() {
+  if (!state_) return FailedPreconditionError("empty Lease");
+  return core_->RenewNow(state_);
 }
 
 Status Lease::Release() {

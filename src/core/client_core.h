@@ -78,6 +78,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   // For Lease.
   Status Release(LeaseState& state);
+  Status RenewNow(const std::shared_ptr<LeaseState>& state);
   Status Check(const LeaseState& state) const;
   TimePoint ValidUntil(const LeaseState& state) const;
 
@@ -94,6 +95,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Sleeps a jittered `interval` (at most until `until`) and doubles it, up
   // to a cap: the wait of a store that cannot notify.
   void Backoff(TimePoint until, Duration& interval, std::stop_token cancel);
+  Status CheckLocked(const LeaseState& state) const;  // under mu_
   // valid_until and next_renew_at after a grant or renewal sent at `sent`,
   // bounded by the store's session when it has one. Under mu_ for `state`.
   void ExtendLocked(LeaseState& state, TimePoint sent,
