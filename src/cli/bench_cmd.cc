@@ -10,6 +10,7 @@
 //   many keys C clients, one key each: cycles per second, against the same
 //             clients pinging (two pings per cycle)
 //   memory    client memory per held lease, with L leases held by one client
+#include "cli/command.h"
 #include "cli/bench_cmd.h"
 
 #include <unistd.h>
@@ -298,6 +299,28 @@ int RunBench(const BenchFlags& f) {
     if (!file) return Fail(kExitCantCreate, "cannot write " + f.json);
   }
   return kExitOk;
+}
+
+void AddBenchCommand(CLI::App& app, Commands& commands) {
+  auto bench = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure a store: floor, lock cycle, hand-off, hot key, many keys, memory per lease");
+  cmd->add_option("--backend", bench->backend, kBackendHelp);
+  cmd->add_option("--iterations", bench->iterations, "samples of the floor and the cycle")
+      ->capture_default_str();
+  cmd->add_option("--contenders", bench->contenders, "clients contending for one key")
+      ->capture_default_str();
+  cmd->add_option("--hold", bench->hold, "critical section of the contenders")
+      ->capture_default_str();
+  cmd->add_option("--duration", bench->duration, "length of the contended run")
+      ->capture_default_str();
+  cmd->add_option("--clients", bench->clients, "clients in the many-key run")
+      ->capture_default_str();
+  cmd->add_option("--leases", bench->leases, "leases held at once for the memory figure")
+      ->capture_default_str();
+  cmd->add_option("--json", bench->json,
+                  "write every figure to FILE (read by 'dlock plan --from-bench FILE')");
+  commands.push_back({cmd, [bench] { return RunBench(*bench); }});
 }
 
 }  // namespace dlock::cli

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "cli/common.h"
 #include "core/duration.h"
 #include "core/uri.h"
@@ -228,6 +229,54 @@ int RunChaos(const ChaosFlags& f) {
   if (total_violations > 0) return kExitViolations;
   if (total_recovery > 0) return kExitRecoveryOnly;
   return kExitOk;
+}
+
+void AddChaosCommands(CLI::App& app, Commands& commands) {
+  auto chaos = std::make_shared<ChaosFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "chaos", "Run workers against a store while injecting faults, and check the history");
+  cmd->add_option("--backend", chaos->backend,
+                  "store URI (default: a fresh SQLite file in each run's directory)");
+  cmd->add_option("--workload", chaos->workload,
+                  "fenced (writes checked by a fence) or unfenced (the positive control)")
+      ->capture_default_str();
+  cmd->add_option("--faults", chaos->faults,
+                  "comma-separated: pause, kill, partition, clock-step, delay, drop, "
+                  "store-restart; or none")
+      ->capture_default_str();
+  cmd->add_option("--duration", chaos->duration, "length of each run")->capture_default_str();
+  cmd->add_option("--ttl", chaos->ttl, "the workers' lease")->capture_default_str();
+  cmd->add_option("--seed", chaos->seed, "replay a schedule (default: random, printed)");
+  cmd->add_option("--runs", chaos->runs, "runs, with seeds seed, seed+1, ...")
+      ->capture_default_str();
+  cmd->add_option("--workers", chaos->workers, "worker processes")->capture_default_str();
+  cmd->add_flag("--json", chaos->json, "print the results as JSON");
+  cmd->add_option("--report", chaos->report,
+                  "write an HTML report (timeline + checks) of the last failing, else last, run");
+  cmd->add_option("--dir", chaos->dir, "where run directories go (default: $TMPDIR)");
+  cmd->add_option("--server-script", chaos->server_script,
+                  "store-restart: the store's script (scripts/servers/<store>.sh)");
+  cmd->add_option("--server-dir", chaos->server_dir,
+                  "store-restart: the directory the script started the store in");
+  cmd->add_flag("--keep", chaos->keep,
+                "keep every run's directory (failing fenced runs are always kept)");
+  cmd->footer(
+      "Exit status: 0 no violation; 3 safety violations; 4 only recovery failures; 64 usage; "
+      "69 store unavailable.");
+  commands.push_back({cmd, [chaos] { return RunChaos(*chaos); }});
+
+  // One worker of a chaos run; the store comes in $DLOCK_BACKEND, never argv.
+  auto worker = std::make_shared<ChaosWorkerFlags>();
+  cmd = app.add_subcommand("chaos-worker", "one worker of 'dlock chaos'");
+  cmd->group("");  // hidden
+  cmd->add_option("--id", worker->id)->required();
+  cmd->add_option("--incarnation", worker->incarnation);
+  cmd->add_option("--backend", worker->backend);
+  cmd->add_option("--key", worker->key)->required();
+  cmd->add_option("--resource", worker->resource)->required();
+  cmd->add_option("--ttl", worker->ttl)->required();
+  cmd->add_flag("--unfenced", worker->unfenced);
+  commands.push_back({cmd, [worker] { return RunChaosWorker(*worker); }});
 }
 
 }  // namespace dlock::cli

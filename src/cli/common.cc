@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "cli/text.h"
+
 namespace dlock::cli {
 
 int ExitCodeFor(const Status& status) {
@@ -23,13 +25,9 @@ int ExitCodeFor(const Status& status) {
 }
 
 int Fail(int code, std::string_view message) {
-  std::string line = "dlock: ";
-  line += message;
-  // One line, always: a store's message may carry newlines.
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << line << '\n';
+  // One line, always, and nothing a terminal acts on: a store's message may
+  // carry newlines, a key escape sequences.
+  std::cerr << "dlock: " << Printable(message) << '\n';
   return code;
 }
 

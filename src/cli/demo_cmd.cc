@@ -10,6 +10,7 @@
 //
 // Workers are this same binary run as `dlock demo-worker`; they report events
 // as JSON lines on a pipe, and the demo stamps them with its own clock.
+#include "cli/command.h"
 #include "cli/demo_cmd.h"
 
 #include <fcntl.h>
@@ -103,16 +104,26 @@ struct Worker {
   }
 };
 
-Status Spawn(Worker& w, std::vector<std::string> args) {
+// A worker gets the store's URI in its environment (private to this user),
+// never on its argv (which `ps` shows everyone), and no descriptor of ours
+// but its stdout.
+Status Spawn(Worker& w, std::vector<std::string> args, const std::string& store_uri) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return InternalError("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  std::vector<char*> argv;
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  std::vector<std::string> env = {"DLOCK_BACKEND=" + store_uri};
+  for (char** e = environ; *e; ++e) {
+    if (!std::string_view(*e).starts_with("DLOCK_BACKEND=")) env.emplace_back(*e);
+  }
+  std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
+  for (auto& e : env) envp.push_back(e.data());
   argv.push_back(nullptr);
-  int rc = ::posix_spawn(&w.pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  envp.push_back(nullptr);
+  int rc = ::posix_spawn(&w.pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
@@ -182,7 +193,7 @@ int RunDemoWorker(const DemoWorkerFlags& f) {
   auto wait = internal::ParseDuration(f.wait);
   auto work = internal::ParseDuration(f.work);
   if (!ttl.ok() || !wait.ok() || !work.ok()) return Fail(kExitUsage, "demo-worker: bad duration");
-  auto client = Client::Connect(f.backend);
+  auto client = Client::Connect("");  // $DLOCK_BACKEND, set by the demo
   if (!client.ok()) {
     Emit({{"event", "error"}, {"detail", client.status().message()}});
     return ExitCodeFor(client.status());
@@ -260,8 +271,8 @@ int RunDemo(const DemoFlags& flags) {
                          const std::string& wait) {
     std::vector<std::string> a = {"dlock",  "demo-worker", "--name", name,
                                   "--key",  flags.key,     "--ttl",  flags.ttl,
-                                  "--wait", wait,          "--backend", store->uri,
-                                  "--dir",  dir,           "--add",  std::to_string(add),
+                                  "--wait", wait,          "--dir",  dir,
+                                  "--add",  std::to_string(add),
                                   "--work", work};
     if (!fenced) a.push_back("--no-fence");
     return a;
@@ -270,7 +281,7 @@ int RunDemo(const DemoFlags& flags) {
 
   // A: acquire, read, and get frozen in the middle of its work.
   Worker a;
-  if (Status s = Spawn(a, worker_args("A", 10, "300ms", "30s")); !s.ok()) return Fail(s);
+  if (Status s = Spawn(a, worker_args("A", 10, "300ms", "30s"), store->uri); !s.ok()) return Fail(s);
   FencingToken token_a = 0;
   for (json e = a.Next(); !e.is_null(); e = a.Next()) {
     if (e["event"] == "error") return fail("worker A: " + e.value("detail", std::string()));
@@ -285,7 +296,7 @@ int RunDemo(const DemoFlags& flags) {
 
   // B: waits until the store expires A's lease, then does its update.
   Worker b;
-  if (Status s = Spawn(b, worker_args("B", 20, "0ms", internal::FormatDuration(*ttl * 10)));
+  if (Status s = Spawn(b, worker_args("B", 20, "0ms", internal::FormatDuration(*ttl * 10)), store->uri);
       !s.ok()) {
     return Fail(s);
   }
@@ -349,6 +360,33 @@ int RunDemo(const DemoFlags& flags) {
   }
   if (!as_designed) return fail("the story did not play out as expected (see the timeline)");
   return kExitOk;
+}
+
+void AddDemoCommands(CLI::App& app, Commands& commands) {
+  auto demo = std::make_shared<DemoFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "Play the stale-writer story live: a paused holder, an expired lease, a fence");
+  cmd->add_option("--backend", demo->backend, kBackendHelp);
+  cmd->add_option("--ttl", demo->ttl, "lease of the two workers")->capture_default_str();
+  cmd->add_option("--key", demo->key, "lock key the workers use")->capture_default_str();
+  cmd->add_flag("--no-fence", demo->no_fence,
+                "write without the fence, and watch an update get lost");
+  cmd->add_flag("--json", demo->json, "print the events and the outcome as JSON");
+  commands.push_back({cmd, [demo] { return RunDemo(*demo); }});
+
+  // One worker of the demo; the store comes in $DLOCK_BACKEND, never argv.
+  auto worker = std::make_shared<DemoWorkerFlags>();
+  cmd = app.add_subcommand("demo-worker", "one worker of 'dlock demo'");
+  cmd->group("");  // hidden
+  cmd->add_option("--name", worker->name)->required();
+  cmd->add_option("--key", worker->key)->required();
+  cmd->add_option("--ttl", worker->ttl)->required();
+  cmd->add_option("--wait", worker->wait);
+  cmd->add_option("--dir", worker->dir)->required();
+  cmd->add_option("--add", worker->add);
+  cmd->add_option("--work", worker->work);
+  cmd->add_flag("--no-fence", worker->no_fence);
+  commands.push_back({cmd, [worker] { return RunDemoWorker(*worker); }});
 }
 
 }  // namespace dlock::cli

@@ -25,7 +25,6 @@ struct DemoWorkerFlags {
   std::string key;
   std::string ttl;
   std::string wait = "30s";
-  std::string backend;
   std::string dir;
   int add = 0;
   std::string work = "0ms";

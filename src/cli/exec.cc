@@ -1,61 +1,173 @@
-// How `dlock exec` keeps its promise: the child's process group is gone
-// before the lease's valid_until, so before the store can grant the key to
-// anybody else.
-//
-//   acquire ──> fork child in its own process group ──> renew in background
-//        │                                                  │
-//        │  valid_until - lead:      SIGTERM to the group   │ (no renewal
-//        │  valid_until - lead/5:    SIGKILL to the group   │  got through)
-//        │  lease lost (store names another owner): SIGKILL at once
-//
-// Signals are blocked in every thread and read from a signalfd, so the main
-// loop sees SIGCHLD, SIGINT and SIGTERM as events next to the lease's
-// deadlines, and nothing runs inside a signal handler.
 #include "cli/exec.h"
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <optional>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <iostream>
+#include <optional>
 #include <thread>
 
+#include "cli/command.h"
 #include "cli/common.h"
-#include "core/fd.h"
+#include "cli/exported_store.h"
+#include "cli/signals.h"
+#include "cli/supervisor.h"
 #include "core/duration.h"
+#include "core/fd.h"
 
 extern char** environ;
 
 namespace dlock::cli {
-using internal::Fd;
 namespace {
 
+using internal::Fd;
 using std::chrono::milliseconds;
 
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The flags, checked: what RunExec acts on.
+struct ExecPlan {
+  std::string primary;            // the key named in messages and DLOCK_KEY
+  std::vector<std::string> keys;  // every key, primary included
+  AcquireOptions options;         // ttl, wait, sharing, lock-delay, max hold
+  milliseconds grace{0};
+};
 
-Result<milliseconds> ParseFlagDuration(std::string_view flag, const std::string& text) {
+Result<milliseconds> FlagDuration(std::string_view flag, const std::string& text) {
   auto d = internal::ParseDuration(text);
   if (!d.ok()) return d.status().WithContext(flag);
   return d;
 }
 
-// The child's environment: ours, with DLOCK_* replaced. DLOCK_KEY and
+Status CheckKeys(const ExecFlags& flags, ExecPlan& plan) {
+  if (!flags.key && flags.extra_keys.empty()) {
+    return InvalidArgumentError("no key given: dlock exec KEY [OPTIONS] [--] CMD..., or "
+                                "--key K [--key K2...] -- CMD...");
+  }
+  if (flags.once && (!flags.extra_keys.empty())) {
+    return InvalidArgumentError("dlock once takes one key (no --key)");
+  }
+  plan.keys = flags.extra_keys;
+  if (flags.key) plan.keys.insert(plan.keys.begin(), *flags.key);
+  plan.primary = plan.keys.front();
+  for (const std::string& k : plan.keys) DLOCK_RETURN_IF_ERROR(ValidateKey(k));
+  if (flags.command.empty()) {
+    return InvalidArgumentError("no command given: dlock exec KEY [OPTIONS] [--] CMD [ARGS...]");
+  }
+  return Status::Ok();
+}
+
+Status CheckDurations(const ExecFlags& flags, ExecPlan& plan) {
+  AcquireOptions& o = plan.options;
+  DLOCK_ASSIGN_OR_RETURN(o.ttl, FlagDuration("--ttl", flags.ttl));
+  DLOCK_ASSIGN_OR_RETURN(o.wait, FlagDuration("--wait", flags.wait));
+  DLOCK_ASSIGN_OR_RETURN(plan.grace, FlagDuration("--kill-grace", flags.kill_grace));
+  if (flags.no_wait) o.wait = milliseconds(0);
+  if (!flags.max_hold.empty()) {
+    DLOCK_ASSIGN_OR_RETURN(o.max_hold, FlagDuration("--max-hold", flags.max_hold));
+    if (*o.max_hold <= milliseconds(0)) {
+      return InvalidArgumentError("--max-hold must be positive");
+    }
+  }
+  if (!flags.lock_delay.empty()) {
+    DLOCK_ASSIGN_OR_RETURN(o.lock_delay, FlagDuration("--lock-delay", flags.lock_delay));
+  }
+  if (Status s = ValidateTtl(o.ttl); !s.ok()) return s.WithContext("--ttl");
+  return Status::Ok();
+}
+
+Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
+  ExecPlan plan;
+  DLOCK_RETURN_IF_ERROR(CheckKeys(flags, plan));
+  DLOCK_RETURN_IF_ERROR(CheckDurations(flags, plan));
+  if (flags.permits < 1 || flags.permits > static_cast<int>(kMaxPermits)) {
+    return InvalidArgumentError("--permits " + std::to_string(flags.permits) +
+                                " is out of range: 1 to 65535");
+  }
+  plan.options.permits = static_cast<std::uint32_t>(flags.permits);
+  plan.options.shared = flags.shared;
+  if (!flags.label.empty()) plan.options.label = flags.label;
+  return plan;
+}
+
+// While Acquire blocks: SIGINT/SIGTERM/SIGHUP/SIGQUIT cancel it; a
+// job-control stop stops dlock (the acquire goes on when it is continued).
+class InterruptWatcher {
+ public:
+  InterruptWatcher(SignalChannel& signals, std::stop_source cancel)
+      : done_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        thread_([this, &signals, cancel]() mutable { Watch(signals, cancel); }) {}
+  ~InterruptWatcher() { Stop(); }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    std::uint64_t one = 1;
+    (void)!::write(done_.get(), &one, sizeof one);
+    thread_.join();
+  }
+  int signal() const { return signal_; }
+
+ private:
+  void Watch(SignalChannel& signals, std::stop_source& cancel) {
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {done_.get(), POLLIN, 0}};
+    for (;;) {
+      if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+      if (fds[1].revents) return;
+      while (std::optional<int> s = signals.Next()) {
+        if (IsJobStop(*s)) StopSelf(*s);
+        if (*s == SIGCHLD || IsJobStop(*s)) continue;
+        signal_ = *s;
+        cancel.request_stop();
+        return;
+      }
+    }
+  }
+
+  Fd done_;
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
+
+// Every key, all or nothing; a held single key is tried once without a
+// watcher thread first (the common, uncontended case).
+Result<std::vector<Lease>> AcquireAll(Client& client, const ExecPlan& plan,
+                                      SignalChannel& signals, std::stop_source cancel,
+                                      int& interrupted) {
+  if (plan.keys.size() == 1) {
+    Result<Lease> one = client.TryAcquire(plan.primary, plan.options);
+    if (!one.ok() && one.status().code() == StatusCode::kLockHeld &&
+        plan.options.wait > milliseconds(0)) {
+      InterruptWatcher watcher(signals, cancel);
+      one = client.Acquire(plan.primary, plan.options);
+      watcher.Stop();
+      interrupted = watcher.signal();
+    }
+    if (!one.ok()) return one.status();
+    std::vector<Lease> leases;
+    leases.push_back(std::move(*one));
+    return leases;
+  }
+  // Several keys: one canonical order (no deadlock between two commands
+  // asking for the same keys in different orders).
+  InterruptWatcher watcher(signals, cancel);
+  Result<std::vector<Lease>> leases = client.AcquireAll(plan.keys, plan.options);
+  watcher.Stop();
+  interrupted = watcher.signal();
+  return leases;
+}
+
+// The command's environment: ours, with DLOCK_* replaced. DLOCK_KEY and
 // DLOCK_TOKEN are the primary key's; with more keys, DLOCK_KEY_COUNT and
 // DLOCK_KEY_<i> / DLOCK_TOKEN_<i> list every one, in the canonical order
-// they were taken in.
-// DLOCK_SESSION makes a dlock (or Client::Connect) run by the child one
+// they were taken in. DLOCK_BACKEND never holds a password
+// (exported_store.h). DLOCK_SESSION makes a dlock run by the command one
 // party with us in `dlock status --waits`: it acts for the holder.
 std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
-                                          const std::string& primary, const std::string& uri,
+                                          const std::string& primary,
+                                          const std::string& exported_uri,
                                           std::uint64_t session) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -70,11 +182,8 @@ std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
     if (l.key() != primary) continue;
     env.push_back("DLOCK_KEY=" + l.key());
     // An unordered store's 0 would only be refused by every fence.
-    if (l.token_ordered()) {
-      env.push_back("DLOCK_TOKEN=" + std::to_string(l.token()));
-    } else {
-      env.push_back("DLOCK_TOKEN_UNORDERED=1");
-    }
+    env.push_back(l.token_ordered() ? "DLOCK_TOKEN=" + std::to_string(l.token())
+                                    : "DLOCK_TOKEN_UNORDERED=1");
   }
   if (leases.size() > 1) {
     env.push_back("DLOCK_KEY_COUNT=" + std::to_string(leases.size()));
@@ -86,7 +195,7 @@ std::vector<std::string> ChildEnvironment(const std::vector<Lease>& leases,
       }
     }
   }
-  env.push_back("DLOCK_BACKEND=" + uri);
+  env.push_back("DLOCK_BACKEND=" + exported_uri);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session));
   env.push_back(std::string("DLOCK_SESSION=") + hex);
@@ -100,332 +209,194 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
   return out;
 }
 
-void WriteAll(int fd, std::string_view s) {
-  while (!s.empty()) {
-    ssize_t n = ::write(fd, s.data(), s.size());
-    if (n <= 0) return;
-    s.remove_prefix(static_cast<std::size_t>(n));
+Status ReleaseAll(std::vector<Lease>& leases) {
+  Status first;
+  for (Lease& l : leases) {
+    Status s = l.Release();
+    if (first.ok() && !s.ok()) first = s;
   }
+  return first;
 }
 
-// Only async-signal-safe calls between fork and exec: the parent has threads.
-[[noreturn]] void RunChild(pid_t parent, const sigset_t& old_mask, char** argv, char** envp,
-                           const std::string& exec_error_prefix) {
-  ::setpgid(0, 0);
-  // If dlock dies (even by SIGKILL) the child must not keep running without
-  // the lock. PDEATHSIG follows the thread that forked: the main thread,
-  // which lives until dlock exits.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(kExitSoftware);
-  struct sigaction dfl{};
-  dfl.sa_handler = SIG_DFL;
-  for (int s : kForwarded) ::sigaction(s, &dfl, nullptr);
-  ::sigaction(SIGCHLD, &dfl, nullptr);
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  ::execvpe(argv[0], argv, envp);
-  const int err = errno;
-  WriteAll(2, exec_error_prefix);
-  WriteAll(2, err == ENOENT ? "command not found\n"
-              : err == EACCES ? "permission denied\n"
-                              : "cannot execute\n");
-  ::_exit(err == ENOENT ? 127 : 126);
-}
-
-int ExitCodeOfChild(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+int ExitCodeOfCommand(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return kExitSoftware;
 }
 
-// Waits for SIGINT/SIGTERM/SIGHUP/SIGQUIT while Acquire blocks, and cancels
-// it. Stops when `done` is signalled.
-class InterruptWatcher {
- public:
-  InterruptWatcher(int signal_fd, std::stop_source cancel)
-      : done_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-        thread_([this, signal_fd, cancel]() mutable {
-          pollfd fds[2] = {{signal_fd, POLLIN, 0}, {done_.get(), POLLIN, 0}};
-          for (;;) {
-            if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
-            if (fds[1].revents) return;
-            signalfd_siginfo si;
-            while (::read(signal_fd, &si, sizeof si) == sizeof si) {
-              if (si.ssi_signo == SIGCHLD) continue;
-              signal_ = static_cast<int>(si.ssi_signo);
-              cancel.request_stop();
-              return;
-            }
-          }
-        }) {}
-
-  ~InterruptWatcher() { Stop(); }
-
-  void Stop() {
-    if (!thread_.joinable()) return;
-    std::uint64_t one = 1;
-    (void)!::write(done_.get(), &one, sizeof one);
-    thread_.join();
+// After the command: record a `once` run done (while the lease still holds:
+// the store checks the owner), release, and turn what happened into an exit
+// code.
+int Finish(const ExecFlags& flags, const ExecPlan& plan, Store& store,
+           std::vector<Lease>& leases, const CommandOutcome& outcome) {
+  Status marked;
+  if (flags.once && !outcome.terminated && ExitCodeOfCommand(outcome.wait_status) == 0) {
+    marked = store.client->MarkDone(leases.front());
   }
-  int signal() const { return signal_; }
+  Status released = ReleaseAll(leases);
+  const std::string key = "'" + plan.primary + "'";
+  if (!marked.ok()) {
+    return Fail(marked.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitLeaseLost,
+                key + " ran, but could not be recorded as done (" + marked.message() +
+                    "); the next caller will run it again");
+  }
+  if (outcome.terminated) {
+    return Fail(kExitLeaseLost, "lease on key " + key + " lost (" + outcome.why +
+                                    "); the command's process group was terminated");
+  }
+  if (released.code() == StatusCode::kLeaseLost) {
+    return Fail(kExitLeaseLost,
+                "lease on key " + key + " was lost while the command ran: " + released.message());
+  }
+  if (!released.ok()) {
+    Fail(0, "warning: could not release key " + key + ": " + released.message() +
+                "; it expires by itself within " + internal::FormatDuration(plan.options.ttl));
+  }
+  return ExitCodeOfCommand(outcome.wait_status);
+}
 
- private:
-  Fd done_;
-  std::atomic<int> signal_{0};
-  std::thread thread_;
-};
+Result<bool> IsDone(const ExecFlags& flags, Store& store, const std::string& key) {
+  if (!flags.once) return false;
+  return store.client->IsDone(key);
+}
+
+int RunUnderLeases(const ExecFlags& flags, const ExecPlan& plan, Store& store,
+                   std::vector<Lease>& leases, SignalChannel& signals, int lost_fd) {
+  // Somebody may have finished it while we waited for the lock.
+  if (auto done = IsDone(flags, store, plan.primary); !done.ok() || *done) {
+    (void)ReleaseAll(leases);
+    if (!done.ok()) return Fail(done.status());
+    Fail(0, "'" + plan.primary + "' was done while we waited; not running it again");
+    return kExitOk;
+  }
+  auto exported = ExportedStore::For(store.uri);
+  if (!exported.ok()) {
+    (void)ReleaseAll(leases);
+    return Fail(exported.status());
+  }
+  std::vector<std::string> env =
+      ChildEnvironment(leases, plan.primary, exported->uri(), store.client->Session());
+  std::vector<std::string> args = flags.command;
+  std::vector<char*> envp = CStrings(env);
+  std::vector<char*> argv = CStrings(args);
+  SupervisorOptions options;
+  // When to act, counted back from valid_until, which is already a drift
+  // margin before the store's own expiry.
+  options.term_lead = std::min<Duration>(plan.grace, plan.options.ttl / 4);
+  options.kill_lead = options.term_lead / 5;
+  options.key = plan.primary;
+  if (plan.options.max_hold) {
+    options.renew_until = MonotonicClock::now() + *plan.options.max_hold;
+    options.max_hold_text = flags.max_hold;
+  }
+  Supervisor supervisor(leases, signals, lost_fd, options);
+  Result<CommandOutcome> outcome = supervisor.Run(argv.data(), envp.data());
+  if (!outcome.ok()) {
+    (void)ReleaseAll(leases);
+    return Fail(outcome.status());
+  }
+  return Finish(flags, plan, store, leases, *outcome);
+}
 
 }  // namespace
 
 int RunExec(const ExecFlags& flags) {
-  auto ttl = ParseFlagDuration("--ttl", flags.ttl);
-  if (!ttl.ok()) return Fail(ttl.status());
-  auto wait = ParseFlagDuration("--wait", flags.wait);
-  if (!wait.ok()) return Fail(wait.status());
-  auto grace = ParseFlagDuration("--kill-grace", flags.kill_grace);
-  if (!grace.ok()) return Fail(grace.status());
-  if (Status s = ValidateKey(flags.key); !s.ok()) return Fail(s);
-  for (const auto& k : flags.extra_keys) {
-    if (Status s = ValidateKey(k); !s.ok()) return Fail(s.WithContext("--key"));
-  }
-  std::optional<std::chrono::milliseconds> max_hold;
-  if (!flags.max_hold.empty()) {
-    auto d = ParseFlagDuration("--max-hold", flags.max_hold);
-    if (!d.ok()) return Fail(d.status());
-    if (*d <= std::chrono::milliseconds(0)) return Fail(kExitUsage, "--max-hold must be positive");
-    max_hold = *d;
-  }
-  std::chrono::milliseconds lock_delay{0};
-  if (!flags.lock_delay.empty()) {
-    auto d = ParseFlagDuration("--lock-delay", flags.lock_delay);
-    if (!d.ok()) return Fail(d.status());
-    lock_delay = *d;
-  }
-  if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
-  if (flags.command.empty()) {
-    return Fail(kExitUsage, "no command given: usage: dlock exec KEY [OPTIONS] -- CMD [ARGS...]");
-  }
-
-  // Block the signals we handle before any thread exists, so that every
-  // thread inherits the mask and they arrive only through the signalfd.
-  sigset_t handled, old_mask;
-  sigemptyset(&handled);
-  for (int s : kForwarded) sigaddset(&handled, s);
-  sigaddset(&handled, SIGCHLD);
-  pthread_sigmask(SIG_BLOCK, &handled, &old_mask);
-  Fd signal_fd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
+  Result<ExecPlan> plan = CheckFlags(flags);
+  if (!plan.ok()) return Fail(plan.status());
+  // Before any thread exists, so that every thread inherits the mask.
+  Result<SignalChannel> signals = SignalChannel::Open();
+  if (!signals.ok()) return Fail(signals.status());
   Fd lost_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!signal_fd.valid() || !lost_fd.valid()) {
-    return Fail(kExitSoftware, std::string("cannot set up signal handling: ") + std::strerror(errno));
-  }
-
-  if (flags.once && !flags.extra_keys.empty()) {
-    return Fail(kExitUsage, "dlock once takes one key (no --key)");
-  }
   auto store = OpenStore(flags.backend);
   if (!store.ok()) return Fail(store.status());
   // `dlock once`: done already? Then there is nothing to wait for.
-  auto already_done = [&]() -> Result<bool> {
-    if (!flags.once) return false;
-    return store->client->IsDone(flags.key);
-  };
-  if (auto done = already_done(); !done.ok() || *done) {
+  if (auto done = IsDone(flags, *store, plan->primary); !done.ok() || *done) {
     if (!done.ok()) return Fail(done.status());
-    Fail(0, "'" + flags.key + "' is already done; not running it again");
+    Fail(0, "'" + plan->primary + "' is already done; not running it again");
     return kExitOk;
   }
-
   std::stop_source cancel;
-  AcquireOptions options;
-  options.ttl = *ttl;
-  options.wait = *wait;
-  options.cancel = cancel.get_token();
-  const int lost_event = lost_fd.get();
-  options.on_lost = [lost_event](const Status&) {
+  plan->options.cancel = cancel.get_token();
+  plan->options.on_lost = [lost = lost_fd.get()](const Status&) {
     std::uint64_t one = 1;
-    (void)!::write(lost_event, &one, sizeof one);
+    (void)!::write(lost, &one, sizeof one);
   };
-  options.max_hold = max_hold;
-  options.lock_delay = lock_delay;
-  options.shared = flags.shared;
-  if (flags.permits < 1 || flags.permits > static_cast<int>(kMaxPermits)) {
-    return Fail(kExitUsage, "--permits " + std::to_string(flags.permits) +
-                                " is out of range: 1 to 65535");
-  }
-  options.permits = static_cast<std::uint32_t>(flags.permits);
-  if (!flags.label.empty()) options.label = flags.label;
-  std::vector<std::string> keys = flags.extra_keys;
-  keys.push_back(flags.key);
-  Result<std::vector<Lease>> acquired = InternalError("not acquired");
   int interrupted = 0;
-  if (keys.size() == 1) {
-    // One attempt first: an uncontended key needs no watcher thread.
-    Result<Lease> one = store->client->TryAcquire(flags.key, options);
-    if (!flags.no_wait && one.status().code() == StatusCode::kLockHeld) {
-      InterruptWatcher watcher(signal_fd.get(), cancel);
-      one = store->client->Acquire(flags.key, options);
-      watcher.Stop();
-      interrupted = watcher.signal();
-    }
-    if (one.ok()) {
-      std::vector<Lease> v;
-      v.push_back(std::move(*one));
-      acquired = std::move(v);
-    } else {
-      acquired = one.status();
-    }
-  } else {
-    // Several keys: all or nothing, in one canonical order (no deadlock
-    // between two commands asking for the same keys in different orders).
-    if (flags.no_wait) options.wait = std::chrono::milliseconds(0);
-    InterruptWatcher watcher(signal_fd.get(), cancel);
-    acquired = store->client->AcquireAll(keys, options);
-    watcher.Stop();
-    interrupted = watcher.signal();
-  }
+  Result<std::vector<Lease>> leases = AcquireAll(*store->client, *plan, *signals, cancel, interrupted);
   if (interrupted != 0) {
-    if (acquired.ok()) {
-      for (auto& l : *acquired) (void)l.Release();
-    }
-    Fail(128 + interrupted, "interrupted by signal " + std::to_string(interrupted) +
-                                " while waiting for key '" + flags.key + "'");
-    return 128 + interrupted;
+    if (leases.ok()) (void)ReleaseAll(*leases);
+    return Fail(128 + interrupted, "interrupted by signal " + std::to_string(interrupted) +
+                                       " while waiting for key '" + plan->primary + "'");
   }
-  if (!acquired.ok()) return Fail(acquired.status());
-  std::vector<Lease>& leases = *acquired;
-  auto release_all = [&] {
-    Status first;
-    for (auto& l : leases) {
-      Status s = l.Release();
-      if (first.ok() && !s.ok()) first = s;
-    }
-    return first;
-  };
-  // The earliest valid_until, and the first loss, among the leases.
-  auto earliest_valid_until = [&] {
-    TimePoint t = TimePoint::max();
-    for (const auto& l : leases) t = std::min(t, l.valid_until());
-    return t;
-  };
-  auto first_loss = [&] {
-    for (const auto& l : leases) {
-      if (Status s = l.Check(); !s.ok()) return s;
-    }
-    return Status::Ok();
-  };
+  if (!leases.ok()) return Fail(leases.status());
+  return RunUnderLeases(flags, *plan, *store, *leases, *signals, lost_fd.get());
+}
 
-  // Somebody may have finished it while we waited for the lock.
-  if (auto done = already_done(); !done.ok() || *done) {
-    (void)release_all();
-    if (!done.ok()) return Fail(done.status());
-    Fail(0, "'" + flags.key + "' was done while we waited; not running it again");
-    return kExitOk;
-  }
+namespace {
 
-  std::vector<std::string> env = ChildEnvironment(leases, flags.key, store->uri, store->client->Session());
-  std::vector<std::string> args = flags.command;
-  std::vector<char*> envp = CStrings(env);
-  std::vector<char*> argv = CStrings(args);
-  const std::string exec_error_prefix = "dlock: cannot run '" + args[0] + "': ";
+void AddLockFlags(CLI::App& cmd, ExecFlags& f) {
+  cmd.add_option("key", f.key, "lock key (1 to 1024 bytes); with --, may be left out when --key "
+                               "names the keys");
+  cmd.add_option("--ttl", f.ttl, "lease time to live (10ms..24h)")->capture_default_str();
+  auto* wait = cmd.add_option("--wait", f.wait, "how long to wait for a held lock (up to 8760h)")
+                   ->capture_default_str();
+  cmd.add_flag("--no-wait", f.no_wait, "fail at once (exit 75) if the lock is held")
+      ->excludes(wait);
+  cmd.add_option("--kill-grace", f.kill_grace,
+                 "SIGTERM the command this long before the lease could lapse (at most ttl/4); "
+                 "SIGKILL at a fifth of it")
+      ->capture_default_str();
+  cmd.add_option("--max-hold", f.max_hold,
+                 "stop renewing after this long (up to 8760h), so a hung command cannot keep "
+                 "the lock forever (it is then terminated like any lost lease)");
+  cmd.add_option("--lock-delay", f.lock_delay,
+                 "if this lease is lost (expired, dlock killed) rather than released, nobody "
+                 "gets KEY until the store's clock is this far past the loss, so writes still "
+                 "in flight drain first (0..24h; not on redlock)");
+  cmd.add_option("--backend", f.backend, kBackendHelp);
+}
 
-  // Orphaned members of the child's group are re-parented to us, so that
-  // after a SIGKILL we can wait until the whole group is gone.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  if (child < 0) {
-    (void)release_all();
-    return Fail(kExitSoftware, std::string("fork failed: ") + std::strerror(errno));
-  }
-  if (child == 0) RunChild(parent, old_mask, argv.data(), envp.data(), exec_error_prefix);
-  ::setpgid(child, child);  // also done by the child; whichever runs first wins
+}  // namespace
 
-  const TimePoint started = MonotonicClock::now();
-  auto past_max_hold = [&] { return max_hold && MonotonicClock::now() >= started + *max_hold; };
-  // When to act, counted back from valid_until: valid_until is already a
-  // drift margin before the store's own expiry.
-  const Duration term_lead = std::min<Duration>(*grace, *ttl / 4);
-  const Duration kill_lead = term_lead / 5;
-  bool sent_term = false, sent_kill = false;
-  Status lost_reason;
-  int wstatus = 0;
-  bool child_done = false;
-  int forwarded = 0;
+void AddExecCommands(CLI::App& app, Commands& commands) {
+  auto exec = std::make_shared<ExecFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "exec", "Run CMD while holding the lock KEY; DLOCK_KEY, DLOCK_TOKEN and DLOCK_BACKEND "
+              "(never with a password) are set in its environment");
+  AddLockFlags(*cmd, *exec);
+  cmd->add_option("--key", exec->extra_keys,
+                  "another key to hold too (repeatable): all are taken in one canonical order, "
+                  "all or nothing; each token is in DLOCK_KEY_<i>/DLOCK_TOKEN_<i>")
+      ->allow_extra_args(false);
+  cmd->add_flag("--shared", exec->shared,
+                "take the read side of a read-write lock: shared with other --shared holders, "
+                "never with a plain exec of KEY (the writer); a waiting writer goes before "
+                "readers that come after it");
+  cmd->add_option("--permits", exec->permits,
+                  "a semaphore: up to N holders of KEY at once, each with its own token "
+                  "(everyone on KEY should use the same N)")
+      ->capture_default_str();
+  cmd->add_option("--label", exec->label, "name this holder in 'dlock status' (default host:pid)");
+  cmd->footer(
+      "Usage: dlock exec KEY [OPTIONS] [--] CMD [ARGS...]\n"
+      "Every word from CMD on is the command's, with or without --.\n"
+      "Example: dlock exec nightly-report --ttl 30s -- sh -c 'make-report > out.csv'\n"
+      "Exit status: the command's own; 64 usage; 69 store unavailable; 75 gave up waiting; "
+      "77 the store refused the credentials; 79 lease lost (command terminated).");
+  commands.push_back({cmd, [exec] { return RunExec(*exec); }, &exec->command});
 
-  auto reap = [&] {
-    if (child_done) return;
-    if (::waitpid(child, &wstatus, WNOHANG) == child) child_done = true;
-  };
-
-  while (!child_done) {
-    const TimePoint now = MonotonicClock::now();
-    const TimePoint valid_until = earliest_valid_until();
-    if (lost_reason.ok()) lost_reason = first_loss();
-    if (!sent_kill && (!lost_reason.ok() || now >= valid_until - kill_lead)) {
-      ::killpg(child, SIGKILL);
-      sent_kill = sent_term = true;
-    } else if (!sent_term && now >= valid_until - term_lead) {
-      Fail(0, "lease on key '" + flags.key + "' is about to expire " +
-                  (past_max_hold() ? "(its max hold " + flags.max_hold + " is reached)"
-                                   : "without a renewal") +
-                  "; sending SIGTERM to process group " + std::to_string(child));
-      ::killpg(child, SIGTERM);
-      sent_term = true;
-    }
-    int timeout_ms = -1;
-    if (!sent_kill) {
-      const TimePoint next = sent_term ? valid_until - kill_lead : valid_until - term_lead;
-      auto left = std::chrono::ceil<milliseconds>(next - MonotonicClock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
-    }
-    pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {lost_fd.get(), POLLIN, 0}};
-    ::poll(fds, 2, timeout_ms);
-    std::uint64_t count;
-    while (::read(lost_fd.get(), &count, sizeof count) == sizeof count) {
-    }
-    signalfd_siginfo si;
-    while (::read(signal_fd.get(), &si, sizeof si) == sizeof si) {
-      if (si.ssi_signo != SIGCHLD) {
-        forwarded = static_cast<int>(si.ssi_signo);
-        ::killpg(child, forwarded);
-      }
-    }
-    reap();
-  }
-  if (sent_kill) {
-    // Wait for the rest of the group (it was SIGKILLed) before we report.
-    while (::waitpid(-child, nullptr, 0) > 0 || errno == EINTR) {
-    }
-  }
-
-  // Recorded while the lease still holds (owner-checked in the store), and
-  // only for a run that succeeded under it.
-  Status marked;
-  if (flags.once && !sent_term && lost_reason.ok() && ExitCodeOfChild(wstatus) == 0) {
-    marked = store->client->MarkDone(leases.front());
-  }
-  Status released = release_all();
-  if (!marked.ok()) {
-    return Fail(marked.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitLeaseLost,
-                "'" + flags.key + "' ran, but could not be recorded as done (" +
-                    marked.message() + "); the next caller will run it again");
-  }
-  if (sent_term || !lost_reason.ok()) {
-    std::string why = !lost_reason.ok() ? lost_reason.message()
-                      : past_max_hold() ? "its max hold " + flags.max_hold + " was reached"
-                                        : "no renewal got through before its valid_until";
-    return Fail(kExitLeaseLost, "lease on key '" + flags.key + "' lost (" + why +
-                                    "); the command's process group was terminated");
-  }
-  if (released.code() == StatusCode::kLeaseLost) {
-    return Fail(kExitLeaseLost, "lease on key '" + flags.key +
-                                    "' was lost while the command ran: " + released.message());
-  }
-  if (!released.ok()) {
-    Fail(0, "warning: could not release key '" + flags.key + "': " + released.message() +
-                "; it expires by itself within " + internal::FormatDuration(*ttl));
-  }
-  (void)forwarded;
-  return ExitCodeOfChild(wstatus);
+  auto once = std::make_shared<ExecFlags>();
+  once->once = true;
+  cmd = app.add_subcommand(
+      "once", "Run CMD once for KEY across every caller: skip if KEY is done, else run it under "
+              "the lock and record it done if it exits 0");
+  AddLockFlags(*cmd, *once);
+  cmd->footer(
+      "Usage: dlock once KEY [OPTIONS] [--] CMD [ARGS...]\n"
+      "A failed run (non-zero exit) is not recorded, so the next caller runs it again; a crashed "
+      "one is retried once its lease expires.\nExit status: 0 ran or already done; the "
+      "command's own on failure; 64, 69, 75, 77, 79 as for exec.");
+  commands.push_back({cmd, [once] { return RunExec(*once); }, &once->command});
 }
 
 }  // namespace dlock::cli

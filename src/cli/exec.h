@@ -1,14 +1,17 @@
-// `dlock exec KEY -- CMD...`: run a command while holding a lock.
+// `dlock exec KEY [--] CMD...` and `dlock once KEY [--] CMD...`: run a command
+// while holding a lock (supervisor.h keeps it from outliving the lease).
 #ifndef DLOCK_SRC_CLI_EXEC_H_
 #define DLOCK_SRC_CLI_EXEC_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dlock::cli {
 
 struct ExecFlags {
-  std::string key;
+  // The positional KEY; none when --key names every key.
+  std::optional<std::string> key;
   std::string ttl = "30s";
   std::string wait = "10s";
   bool no_wait = false;
@@ -27,7 +30,6 @@ struct ExecFlags {
   bool once = false;
 };
 
-// Returns the process exit code (docs/cli.md).
 int RunExec(const ExecFlags& flags);
 
 }  // namespace dlock::cli

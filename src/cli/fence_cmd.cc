@@ -4,6 +4,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "cli/command.h"
 #include "cli/common.h"
 #include "dlock/fence.h"
 
@@ -58,6 +59,29 @@ int RunFenceWrite(const FenceWriteFlags& flags) {
   Status s = fence::Directory(flags.dir).Write(key, *token, flags.name, content);
   if (s.code() == StatusCode::kUnavailable) return Fail(kExitCantCreate, s.message());
   return s.ok() ? kExitOk : Fail(s);
+}
+
+void AddFenceCommands(CLI::App& app, Commands& commands) {
+  auto flags = std::make_shared<FenceWriteFlags>();
+  CLI::App* fence = app.add_subcommand(
+      "fence", "Resource-side guards that reject writes carrying a stale fencing token");
+  fence->require_subcommand(1);
+  CLI::App* write = fence->add_subcommand(
+      "write",
+      "Replace DIR/NAME with standard input, atomically, only if the token is not older than "
+      "the newest one this directory has accepted for the key (exit 65 if it is)");
+  write->add_option("name", flags->name, "file name inside DIR")->required();
+  write->add_option("--dir", flags->dir, "the fenced directory")->required();
+  write->add_option("--token", flags->token, "fencing token (default: $DLOCK_TOKEN)");
+  write->add_option("--key", flags->key, "lock key (default: $DLOCK_KEY)");
+  write->add_option("--mode", flags->mode,
+                    "permissions of a new file, in octal (default: 0644 less the umask; a "
+                    "replaced file keeps its own)");
+  write->footer(
+      "Example: dlock exec daily -- sh -c 'make-report | dlock fence write --dir /srv/reports "
+      "daily.csv'\nExit status: 0 written; 64 usage; 65 stale token (file untouched); 73 the "
+      "directory cannot be written; 74 the fence's record is damaged.");
+  commands.push_back({write, [flags] { return RunFenceWrite(*flags); }});
 }
 
 }  // namespace dlock::cli

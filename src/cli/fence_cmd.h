@@ -11,6 +11,7 @@ struct FenceWriteFlags {
   std::string name;
   std::string token;  // empty: $DLOCK_TOKEN
   std::string key;    // empty: $DLOCK_KEY
+  std::string mode;   // octal; empty: 0644 less the umask
 };
 
 int RunFenceWrite(const FenceWriteFlags& flags);

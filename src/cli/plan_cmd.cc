@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/command.h"
 #include "cli/common.h"
 #include "core/duration.h"
 #include "plan/plan.h"
@@ -317,6 +318,35 @@ int RunPlan(const PlanFlags& flags) {
     PrintText(flags, *inputs, *report);
   }
   return kExitOk;
+}
+
+void AddPlanCommand(CLI::App& app, Commands& commands) {
+  auto plan = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "What a lock on one key costs: ceiling, queueing, crash recovery, a verdict");
+  cmd->add_option("--rate", plan->rate,
+                  "average operations, all keys: 12/s, 500/min, 3.5k/h, 1M/day (bare: per s)")
+      ->required();
+  cmd->add_option("--peak", plan->peak, "peak rate / average rate")->capture_default_str();
+  cmd->add_option("--hold", plan->hold, "critical section: 200us, 40ms, 1.5s")->required();
+  cmd->add_option("--hot-share", plan->hot_share,
+                  "the hottest key's share of all operations, (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--lease", plan->lease, "lease time to live")->capture_default_str();
+  auto* rtt = cmd->add_option("--rtt", plan->rtt,
+                              "one lock operation's store round trip (default 1ms); Acquire + "
+                              "Release cost two");
+  cmd->add_option("--from-bench", plan->from_bench,
+                  "take the rtt from this `dlock bench --json` file (floor_rtt_us)")
+      ->excludes(rtt);
+  cmd->add_option("--idempotent", plan->idempotent,
+                  "is the protected operation idempotent? recommends a mechanism")
+      ->check(CLI::IsMember({"yes", "no"}));
+  cmd->add_flag("--json", plan->json, "print every figure as JSON");
+  cmd->footer(
+      "Example: dlock plan --rate 1M/day --peak 3 --hold 40ms --hot-share 0.3\n"
+      "Exit status: 0 planned (a saturated key is a verdict, not an error); 64 bad input.");
+  commands.push_back({cmd, [plan] { return RunPlan(*plan); }});
 }
 
 }  // namespace dlock::cli

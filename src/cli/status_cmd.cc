@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "cli/common.h"
 #include "core/duration.h"
 #include "dlock/waits.h"
@@ -246,6 +247,34 @@ int RunLeader(const LeaderFlags& flags) {
                                 : "no leader of '" + flags.key + "'");
   }
   return kExitTimedOut;
+}
+
+void AddStatusCommands(CLI::App& app, Commands& commands) {
+  auto status = std::make_shared<StatusFlags>();
+  CLI::App* cmd = app.add_subcommand("status", "List held locks: key, owner, token, time left");
+  cmd->add_option("prefix", status->prefix, "only keys starting with this");
+  cmd->add_flag("--json", status->json,
+                "print JSON: an array of holders, or with --waits the wait-for graph");
+  cmd->add_flag("--waits", status->waits,
+                "show who waits for whom, name any deadlock cycle, and tell it from waiting "
+                "behind a slow holder (exit 3 if there is a cycle)");
+  cmd->add_option("--backend", status->backend, kBackendHelp);
+  commands.push_back({cmd, [status] { return RunStatus(*status); }});
+
+  auto leader = std::make_shared<LeaderFlags>();
+  cmd = app.add_subcommand(
+      "leader", "Leader election on KEY: show the leader (term = its fencing token, and its "
+                "label), or wait for a new one; campaign with 'dlock exec KEY --label VALUE'");
+  cmd->add_option("key", leader->key, "election key")->required();
+  cmd->add_option("--after", leader->after,
+                  "wait for a leader whose term is above this one (0: any leader)");
+  cmd->add_option("--wait", leader->wait, "how long --after waits")->capture_default_str();
+  cmd->add_flag("--json", leader->json, "print {term, owner, label, ttl_remaining_ms}");
+  cmd->add_option("--backend", leader->backend, kBackendHelp);
+  cmd->footer(
+      "Exit status: 0 a leader is shown; 75 no leader (or none newer than --after when --wait "
+      "ran out); 64 usage; 69 store unavailable; 77 credentials refused.");
+  commands.push_back({cmd, [leader] { return RunLeader(*leader); }});
 }
 
 }  // namespace dlock::cli
