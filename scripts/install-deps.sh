@@ -29,7 +29,8 @@ packages=(
   # API), and the server and etcdctl its tests start and interoperate with
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   etcd-server etcd-client
-  # tests and benchmarks
+  # tests and benchmarks (tmux: a terminal for the job-control tests)
+  tmux
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # chaos harness: wall-clock steps for one process (libfaketime)
   faketime

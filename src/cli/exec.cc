@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "cli/exported_store.h"
+#include "cli/job_control.h"
 #include "cli/signals.h"
 #include "cli/supervisor.h"
 #include "core/duration.h"
@@ -117,7 +118,7 @@ class InterruptWatcher {
       if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
       if (fds[1].revents) return;
       while (std::optional<int> s = signals.Next()) {
-        if (IsJobStop(*s)) StopSelf(*s);
+        if (IsJobStop(*s)) StopSelf(*s, Terminal::OnStdin().present());
         if (*s == SIGCHLD || IsJobStop(*s)) continue;
         signal_ = *s;
         cancel.request_stop();

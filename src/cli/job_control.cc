@@ -8,7 +8,7 @@ namespace dlock::cli {
 
 Terminal Terminal::OnStdin() {
   Terminal t;
-  if (::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp()) t.fd_ = STDIN_FILENO;
+  if (::isatty(STDIN_FILENO)) t.fd_ = STDIN_FILENO;
   return t;
 }
 
@@ -28,13 +28,18 @@ bool IsJobStop(int signal) {
   return signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU;
 }
 
-void StopSelf(int signal) {
+void StopSelf(int signal, bool whole_group) {
   sigset_t just_this;
   sigemptyset(&just_this);
   sigaddset(&just_this, signal);
   // Its disposition is the default (stop): dlock only ever blocks it.
   ::pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
-  ::raise(signal);  // returns once SIGCONT has continued us
+  // Returns once SIGCONT has continued us.
+  if (whole_group) {
+    ::killpg(0, signal);
+  } else {
+    ::raise(signal);
+  }
   ::pthread_sigmask(SIG_BLOCK, &just_this, nullptr);
 }
 

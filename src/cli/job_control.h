@@ -7,8 +7,8 @@
 //    group becomes the foreground group while it runs, and dlock takes the
 //    terminal back when it ends.
 //  - When the command's job stops (SIGTSTP, SIGTTIN, SIGTTOU), dlock stops
-//    every process of its group and then itself with the same signal: the
-//    shell sees one stopped job. `fg`/`bg` continue dlock, which confirms
+//    every process of its group and then itself (and, at a terminal, its
+//    own group) with the same signal: the shell sees one stopped job. `fg`/`bg` continue dlock, which confirms
 //    its lease with the store before it continues the command (exec.cc).
 //
 // dlock blocks SIGTTOU (it is read from a signalfd), so taking the terminal
@@ -23,8 +23,9 @@ namespace dlock::cli {
 // The controlling terminal on standard input, when dlock may hand it over.
 class Terminal {
  public:
-  // Present only when stdin is a terminal and dlock's group is its
-  // foreground group (not when dlock was started in the background).
+  // Present when stdin is a terminal. dlock hands it over only while its
+  // own group is the foreground one (DlockInForeground): not when started
+  // in the background, nor after `bg`.
   static Terminal OnStdin();
 
   bool present() const { return fd_ >= 0; }
@@ -46,10 +47,14 @@ class Terminal {
 // SIGTTOU.
 bool IsJobStop(int signal);
 
-// Stops dlock (every thread) with `signal`, as a process of a job stops;
-// returns when it is continued. `signal` is blocked in every thread; it is
-// unblocked for this thread just long enough to act.
-void StopSelf(int signal);
+// Stops dlock (every thread) with `signal`; returns when it is continued.
+// With `whole_group`, the rest of dlock's process group stops too, as the
+// terminal would have stopped it had the command been in it: a wrapper
+// (`sh -c 'dlock exec ...; echo done'`) or a pipeline (`dlock exec ... |
+// tee log`) stops with dlock, so the shell sees its job stopped. Without a
+// terminal (cron, a script run by a service) only dlock stops. `signal` is
+// blocked in every thread; it is unblocked here just long enough to act.
+void StopSelf(int signal, bool whole_group);
 
 }  // namespace dlock::cli
 

@@ -157,7 +157,7 @@ void Supervisor::StopWithCommand(int signal) {
   // our renewals stop with us.
   ::killpg(child_, SIGSTOP);
   if (::tcgetpgrp(STDIN_FILENO) == child_) terminal_.TakeBack();
-  StopSelf(signal);
+  StopSelf(signal, terminal_.present());
   // Continued (fg or bg). While we were stopped nothing renewed: the
   // command goes on only under leases the store confirms now.
   if (Status confirmed = ConfirmLeases(); !confirmed.ok()) {

@@ -52,3 +52,35 @@ finish() {
   fi
   echo "all checks passed"
 }
+
+# wait_for SECONDS command...: until the command succeeds; 1 if it never
+# does within SECONDS (a bound for a loaded machine, not a measurement).
+wait_for() {
+  local seconds=$1 end
+  shift
+  end=$((SECONDS + seconds))
+  until "$@"; do
+    [ "$SECONDS" -ge "$end" ] && return 1
+    sleep 0.05
+  done
+}
+
+# The state letter of process PID (R, S, T, Z...), or nothing if it is gone.
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+proc_parent() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
+is_stopped() { [ "$(proc_state "$1")" = T ]; }
+is_running() { local s; s=$(proc_state "$1"); [ -n "$s" ] && [ "$s" != T ] && [ "$s" != Z ]; }
+is_gone() { local s; s=$(proc_state "$1"); [ -z "$s" ] || [ "$s" = Z ]; }
+
+# A terminal for tests that need one: an interactive bash in a private tmux
+# server, with this test's environment.
+tmux_start() {
+  TMUX_SOCKET="$WORK/tmux.sock"
+  tmux -S "$TMUX_SOCKET" new-session -d -s t -x 200 -y 50 \
+    "env -i PATH='$PATH' HOME='$WORK' XDG_STATE_HOME='$XDG_STATE_HOME' TERM=xterm PS1='$ ' bash --norc --noprofile -i"
+  trap 'tmux -S "$TMUX_SOCKET" kill-server 2>/dev/null; cleanup' EXIT
+}
+# tmux_type 'text': types it and Enter; tmux_keys KEY...: raw keys (C-z).
+tmux_type() { tmux -S "$TMUX_SOCKET" send-keys -t t -l "$1" && tmux -S "$TMUX_SOCKET" send-keys -t t Enter; }
+tmux_keys() { tmux -S "$TMUX_SOCKET" send-keys -t t "$@"; }
+tmux_screen() { tmux -S "$TMUX_SOCKET" capture-pane -p -t t; }
