@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/text.h"
 #include "core/duration.h"
 #include "dlock/waits.h"
 
@@ -65,7 +66,7 @@ json WaiterJson(const WaiterInfo& w) {
 }
 
 std::string Party(std::uint64_t session, const std::string& label) {
-  return "party " + SessionHex(session) + (label.empty() ? "" : " (" + label + ")");
+  return "party " + SessionHex(session) + (label.empty() ? "" : " (" + Printable(label) + ")");
 }
 
 std::string HolderText(const HolderInfo& h) {
@@ -137,7 +138,7 @@ int RunWaits(Store& store, const StatusFlags& flags) {
   }
 
   if (report.verdicts.empty()) {
-    std::cout << "nobody is waiting" << (flags.prefix.empty() ? "" : " under '" + flags.prefix + "'")
+    std::cout << "nobody is waiting" << (flags.prefix.empty() ? "" : " under '" + Printable(flags.prefix) + "'")
               << " in " << store.client->Describe() << " (" << holders->size()
               << " lock(s) held)\n";
     return code;
@@ -149,7 +150,7 @@ int RunWaits(Store& store, const StatusFlags& flags) {
     for (const WaitVerdict& v : report.verdicts) {
       if (v.kind != WaitVerdict::Kind::kInCycle || v.cycle != i) continue;
       std::cout << "  " << Party(v.waiter.owner.session(), v.waiter.label) << " waits"
-                << WaitedText(v.waiter) << " for '" << v.waiter.key << "', held by\n";
+                << WaitedText(v.waiter) << " for '" << Printable(v.waiter.key) << "', held by\n";
       for (const auto& h : v.blocked_by) std::cout << "      " << HolderText(h) << '\n';
     }
   }
@@ -161,7 +162,7 @@ int RunWaits(Store& store, const StatusFlags& flags) {
       header = true;
     }
     std::cout << "  " << Party(v.waiter.owner.session(), v.waiter.label) << " waits"
-              << WaitedText(v.waiter) << " for '" << v.waiter.key << "' ("
+              << WaitedText(v.waiter) << " for '" << Printable(v.waiter.key) << "' ("
               << Mode(v.waiter.limit) << ")";
     if (v.kind == WaitVerdict::Kind::kBehindQueue) {
       std::cout << ": nobody holds it now; it is queued behind earlier waiters\n";
@@ -189,23 +190,23 @@ int RunStatus(const StatusFlags& flags) {
     return kExitOk;
   }
   if (holders->empty()) {
-    std::cout << "no locks held" << (flags.prefix.empty() ? "" : " under '" + flags.prefix + "'")
+    std::cout << "no locks held" << (flags.prefix.empty() ? "" : " under '" + Printable(flags.prefix) + "'")
               << " in " << store->client->Describe() << '\n';
     return kExitOk;
   }
   std::size_t key_width = 3;
-  for (const auto& h : *holders) key_width = std::max(key_width, h.key.size());
+  for (const auto& h : *holders) key_width = std::max(key_width, Printable(h.key).size());
   key_width = std::min<std::size_t>(key_width, 60);
   std::cout << std::left << std::setw(static_cast<int>(key_width)) << "KEY" << "  "
             << std::setw(32) << "OWNER" << "  " << std::right << std::setw(10) << "TOKEN"
             << "  " << std::left << std::setw(11) << "MODE" << "  " << std::setw(9)
             << "TTL LEFT" << "  " << std::setw(9) << "HELD" << "  LABEL" << '\n';
   for (const auto& h : *holders) {
-    std::cout << std::left << std::setw(static_cast<int>(key_width)) << h.key << "  "
+    std::cout << std::left << std::setw(static_cast<int>(key_width)) << Printable(h.key) << "  "
               << h.owner.ToString() << "  " << std::right << std::setw(10) << h.token << "  "
               << std::left << std::setw(11) << Mode(h.limit) << "  " << std::setw(9)
               << Dur(h.ttl_remaining) << "  " << std::setw(9)
-              << (h.held_for ? Dur(*h.held_for) : "-") << "  " << h.label << '\n';
+              << (h.held_for ? Dur(*h.held_for) : "-") << "  " << Printable(h.label) << '\n';
   }
   return kExitOk;
 }
@@ -235,7 +236,8 @@ int RunLeader(const LeaderFlags& flags) {
     PrintJson(j);
   } else if (leader->has_value()) {
     const Leader& l = **leader;
-    std::cout << "leader of '" << flags.key << "': " << (l.label.empty() ? "(no label)" : l.label)
+    std::cout << "leader of '" << Printable(flags.key) << "': "
+              << (l.label.empty() ? "(no label)" : Printable(l.label))
               << ", term " << l.term << ", owner " << l.owner.ToString();
     if (l.held_for) std::cout << ", in office for " << Dur(*l.held_for);
     std::cout << '\n';
