@@ -19,11 +19,13 @@ source "$(dirname "$0")/lib.sh"
 
 # start_member DIR NAME [redis-server args...]: starts it, waits for its port.
 start_member() {
-  local dir=$1 name=$2 port
+  local dir=$1 name=$2 port conf=()
   shift 2
   port=$(free_port)
   mkdir -p "$dir/$name.data"
-  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+  # A config file, when there is one, comes first (redis-server's rule).
+  [ -f "$dir/$name.conf" ] && conf=("$dir/$name.conf")
+  redis-server "${conf[@]}" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
     --dir "$dir/$name.data" --daemonize yes --pidfile "$dir/$name.pid" \
     --logfile "$dir/$name.log" --protected-mode no "$@" >/dev/null
   wait_for_port "$port" 20
@@ -124,7 +126,10 @@ case "$verb" in
   start-auth)
     password=${3:?usage: $0 start-auth DIR PASSWORD}
     mkdir -p "$dir"
-    start_member "$dir" main --requirepass "$password"
+    # In a 0600 config file, as operators keep it: not on redis-server's
+    # command line, which every local user can read.
+    (umask 077; printf 'requirepass "%s"\n' "$(printf '%s' "$password" | sed 's/[\\"]/\\&/g')" >"$dir/main.conf")
+    start_member "$dir" main
     echo "redis://:$password@127.0.0.1:$(cat "$dir/main.port")/0" >"$dir/uri"
     cat "$dir/uri"
     ;;
