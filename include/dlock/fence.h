@@ -19,7 +19,10 @@
 #ifndef DLOCK_FENCE_H_
 #define DLOCK_FENCE_H_
 
+#include <sys/types.h>
+
 #include <functional>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,6 +37,10 @@ namespace dlock::fence {
 
 // kStaleToken with the canonical message naming both tokens and the key.
 Status StaleToken(FencingToken token, FencingToken highest, std::string_view key);
+
+// kInvalidArgument for a token no store grants: 0, or 2^64-1 (a fence that
+// accepted it could never accept a newer one).
+Status CheckToken(FencingToken token);
 
 // Fences in-process state (a map, a cache, an in-memory model).
 // Thread-safe: Admit calls for one fence are serialised.
@@ -84,10 +91,22 @@ class Directory {
  public:
   explicit Directory(std::string dir) : dir_(std::move(dir)) {}
 
-  // kStaleToken, kInvalidArgument (bad NAME), kUnavailable (cannot write the
-  // directory, with the path and the reason).
+  struct WriteOptions {
+    // Permissions of a new file; none: 0644 less the umask. A file that is
+    // replaced keeps its own mode (and, when run as root, its owner).
+    std::optional<mode_t> mode;
+  };
+
+  // kStaleToken, kInvalidArgument (bad NAME, or token 0 or 2^64-1),
+  // kUnavailable (cannot write the directory, with the path and the
+  // reason; a fence file that is a symbolic link is refused), kDataLoss
+  // (the key's record is damaged).
   Status Write(std::string_view key, FencingToken token, std::string_view name,
-               std::string_view content) const;
+               std::string_view content) const {
+    return Write(key, token, name, content, WriteOptions{});
+  }
+  Status Write(std::string_view key, FencingToken token, std::string_view name,
+               std::string_view content, const WriteOptions& options) const;
   Result<FencingToken> Highest(std::string_view key) const;
 
   const std::string& dir() const { return dir_; }

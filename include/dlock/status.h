@@ -19,6 +19,8 @@
 //   kCancelled         the caller's stop_token asked to stop
 //   kFailedPrecondition the object is in the wrong state (e.g. a moved-from
 //                      Lease)
+//   kDataLoss          state dlock keeps (a fence's record) is damaged; a
+//                      person must look before anything is retried
 //   kInternal          a bug in dlock
 //
 // Thread-safety: Status and Result are values; const use from many threads is
@@ -46,6 +48,7 @@ enum class StatusCode {
   kPermissionDenied,
   kCancelled,
   kFailedPrecondition,
+  kDataLoss,
   kInternal,
 };
 
@@ -89,6 +92,7 @@ inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalid
 inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // A T or a non-OK Status, shaped like std::expected (C++23) so that code can

@@ -18,6 +18,7 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kNotOwner: return kExitLeaseLost;
     case StatusCode::kStaleToken: return kExitDataErr;
     case StatusCode::kCancelled: return 130;
+    case StatusCode::kDataLoss: return kExitDamaged;
     case StatusCode::kFailedPrecondition:
     case StatusCode::kInternal: return kExitSoftware;
   }

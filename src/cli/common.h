@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitDataErr = 65,      // a fence rejected a stale token
   kExitSoftware = 70,     // a bug in dlock
   kExitCantCreate = 73,   // a fenced resource cannot be written
+  kExitDamaged = 74,      // damaged local state (a fence's record)
   kExitUnavailable = 69,  // the store cannot be opened or reached
   kExitTimedOut = 75,     // gave up waiting for the lock
   kExitNoPermission = 77, // the store refused the credentials or this user's rights

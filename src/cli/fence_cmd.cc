@@ -1,6 +1,9 @@
 #include "cli/fence_cmd.h"
 
+#include <sys/types.h>
+
 #include <cstdlib>
+#include <optional>
 #include <iostream>
 #include <iterator>
 
@@ -33,10 +36,22 @@ Result<FencingToken> ParseToken(const std::string& text, const char* source) {
     }
     t = t * 10 + digit;
   }
-  if (t == 0) {
-    return InvalidArgumentError(std::string(source) + " is 0: tokens start at 1");
-  }
+  if (Status s = fence::CheckToken(t); !s.ok()) return s.WithContext(source);
   return t;
+}
+
+// --mode: octal permissions, as chmod takes them.
+Result<std::optional<mode_t>> ParseMode(const std::string& text) {
+  if (text.empty()) return std::optional<mode_t>();
+  mode_t mode = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7' || mode > 0777) {
+      return InvalidArgumentError("--mode '" + text + "' is not a file mode: expected octal "
+                                  "permissions, 0 to 7777, e.g. 0640");
+    }
+    mode = mode * 8 + static_cast<mode_t>(c - '0');
+  }
+  return std::optional<mode_t>(mode);
 }
 
 }  // namespace
@@ -50,13 +65,16 @@ int RunFenceWrite(const FenceWriteFlags& flags) {
     return Fail(kExitUsage, "no lock key: run under 'dlock exec' (which sets DLOCK_KEY) or pass --key K");
   }
   if (Status s = ValidateKey(key); !s.ok()) return Fail(s);
+  auto mode = ParseMode(flags.mode);
+  if (!mode.ok()) return Fail(mode.status());
 
   // Read all of stdin before taking the fence's lock: a slow producer must
   // not hold up other writers, and a failed producer must not half-write.
   std::string content(std::istreambuf_iterator<char>(std::cin), {});
   if (std::cin.bad()) return Fail(kExitCantCreate, "cannot read standard input");
 
-  Status s = fence::Directory(flags.dir).Write(key, *token, flags.name, content);
+  Status s = fence::Directory(flags.dir).Write(key, *token, flags.name, content,
+                                               fence::Directory::WriteOptions{*mode});
   if (s.code() == StatusCode::kUnavailable) return Fail(kExitCantCreate, s.message());
   return s.ok() ? kExitOk : Fail(s);
 }

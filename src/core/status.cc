@@ -15,6 +15,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kPermissionDenied: return "PermissionDenied";
     case StatusCode::kCancelled: return "Cancelled";
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case StatusCode::kDataLoss: return "DataLoss";
     case StatusCode::kInternal: return "Internal";
   }
   return "Unknown";

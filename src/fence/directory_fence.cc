@@ -17,7 +17,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "core/fd.h"
 #include "dlock/clock.h"
@@ -68,9 +70,24 @@ std::string EscapeForRecord(std::string_view key) {
   return out;
 }
 
-Status WriteFileSynced(const std::string& path, std::string_view content) {
-  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+// `mode`: none for 0644 less the umask, else exactly that; `owner`: a
+// replaced file's, to keep (root only).
+struct FileAttributes {
+  std::optional<mode_t> mode;
+  std::optional<std::pair<uid_t, gid_t>> owner;
+};
+
+Status WriteFileSynced(const std::string& path, std::string_view content,
+                       const FileAttributes& attributes = {}) {
+  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) return SysError("create", path);
+  if ((attributes.mode && ::fchmod(fd.get(), *attributes.mode) != 0) ||
+      (attributes.owner &&
+       ::fchown(fd.get(), attributes.owner->first, attributes.owner->second) != 0)) {
+    Status s = SysError("set the mode or owner of", path);
+    ::unlink(path.c_str());
+    return s;
+  }
   while (!content.empty()) {
     ssize_t n = ::write(fd.get(), content.data(), content.size());
     if (n < 0) {
@@ -97,9 +114,10 @@ Status SyncDir(const std::string& dir) {
 
 // Reads the record; 0 when there is none yet.
 Result<FencingToken> ReadHighest(const std::string& path, std::string_view key) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) return FencingToken{0};
+    if (errno == ELOOP) return UnavailableError("fence record " + path + " is a symbolic link");
     return SysError("read fence record", path);
   }
   std::string text;
@@ -115,7 +133,8 @@ Result<FencingToken> ReadHighest(const std::string& path, std::string_view key) 
   const std::string key_line = "key " + EscapeForRecord(key) + "\n";
   if (std::sscanf(text.c_str(), "dlock-fence 1\nhighest %llu\n", &highest) != 1 ||
       text.find(key_line) == std::string::npos) {
-    return InternalError("fence record " + path + " is corrupt or belongs to another key");
+    return DataLossError("fence record " + path + " is damaged or belongs to another key: "
+                         "move it away only if no newer token can have been accepted");
   }
   return static_cast<FencingToken>(highest);
 }
@@ -148,42 +167,75 @@ std::string TempSuffix() {
   return std::to_string(::getpid()) + "." + std::to_string(DefaultRandom()->Next());
 }
 
+// The fence's own directory, DIR/.dlock-fence: made if missing, and never
+// a symbolic link (it could point the records somewhere else).
+Status MakeMetaDir(const std::string& meta) {
+  if (::mkdir(meta.c_str(), 0755) != 0 && errno != EEXIST) return SysError("create", meta);
+  struct stat st;
+  if (::lstat(meta.c_str(), &st) != 0) return SysError("open", meta);
+  if (!S_ISDIR(st.st_mode)) return UnavailableError(meta + " is not a directory (a link?)");
+  return Status::Ok();
+}
+
+// Holds the key's flock for the duration of one write.
+Result<ScopedFd> LockKey(const std::string& path) {
+  ScopedFd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (lock.get() < 0) {
+    if (errno == ELOOP) return UnavailableError("fence lock " + path + " is a symbolic link");
+    return SysError("open", path);
+  }
+  while (::flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return SysError("lock", path);
+  }
+  return lock;
+}
+
+// What the new file takes: the replaced file's mode (and owner, as root),
+// else the requested mode, else 0644 less the umask.
+FileAttributes AttributesFor(const std::string& target, std::optional<mode_t> mode) {
+  FileAttributes attributes{mode, std::nullopt};
+  struct stat st;
+  if (::lstat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    attributes.mode = st.st_mode & 07777;
+    if (::geteuid() == 0) attributes.owner = std::make_pair(st.st_uid, st.st_gid);
+  }
+  return attributes;
+}
+
+Status RecordToken(const std::string& meta, const std::string& base, std::string_view key,
+                   FencingToken token) {
+  const std::string record = "dlock-fence 1\nhighest " + std::to_string(token) + "\nkey " +
+                             EscapeForRecord(key) + "\n";
+  const std::string record_temp = base + ".token.tmp." + TempSuffix();
+  DLOCK_RETURN_IF_ERROR(WriteFileSynced(record_temp, record));
+  if (::rename(record_temp.c_str(), (base + ".token").c_str()) != 0) {
+    Status s = SysError("record token in", base + ".token");
+    ::unlink(record_temp.c_str());
+    return s;
+  }
+  return SyncDir(meta);
+}
+
 }  // namespace
 
 Status Directory::Write(std::string_view key, FencingToken token, std::string_view name,
-                        std::string_view content) const {
+                        std::string_view content, const WriteOptions& options) const {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   DLOCK_RETURN_IF_ERROR(CheckName(name));
-  if (token == 0) return InvalidArgumentError("fencing token 0 is never granted");
+  DLOCK_RETURN_IF_ERROR(CheckToken(token));
   DLOCK_RETURN_IF_ERROR(CheckDir(dir_));
   const std::string meta = dir_ + "/.dlock-fence";
-  if (::mkdir(meta.c_str(), 0755) != 0 && errno != EEXIST) return SysError("create", meta);
+  DLOCK_RETURN_IF_ERROR(MakeMetaDir(meta));
   const std::string base = meta + "/" + RecordName(key);
-
-  ScopedFd lock(::open((base + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (lock.get() < 0) return SysError("open", base + ".lock");
-  while (::flock(lock.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return SysError("lock", base + ".lock");
-  }
-  auto highest = ReadHighest(base + ".token", key);
-  if (!highest.ok()) return highest.status();
-  if (token < *highest) return StaleToken(token, *highest, key);
+  DLOCK_ASSIGN_OR_RETURN(ScopedFd lock, LockKey(base + ".lock"));
+  DLOCK_ASSIGN_OR_RETURN(const FencingToken highest, ReadHighest(base + ".token", key));
+  if (token < highest) return StaleToken(token, highest, key);
 
   const std::string target = dir_ + "/" + std::string(name);
-  const std::string temp = dir_ + "/.dlock-fence/" + RecordName(std::string(name)) + ".tmp." +
-                           TempSuffix();
-  DLOCK_RETURN_IF_ERROR(WriteFileSynced(temp, content));
-  if (token > *highest) {
-    const std::string record = "dlock-fence 1\nhighest " + std::to_string(token) + "\nkey " +
-                               EscapeForRecord(key) + "\n";
-    const std::string record_temp = base + ".token.tmp." + TempSuffix();
-    Status s = WriteFileSynced(record_temp, record);
-    if (s.ok() && ::rename(record_temp.c_str(), (base + ".token").c_str()) != 0) {
-      s = SysError("record token in", base + ".token");
-      ::unlink(record_temp.c_str());
-    }
-    if (s.ok()) s = SyncDir(meta);
-    if (!s.ok()) {
+  const std::string temp = meta + "/" + RecordName(std::string(name)) + ".tmp." + TempSuffix();
+  DLOCK_RETURN_IF_ERROR(WriteFileSynced(temp, content, AttributesFor(target, options.mode)));
+  if (token > highest) {
+    if (Status s = RecordToken(meta, base, key, token); !s.ok()) {
       ::unlink(temp.c_str());
       return s;
     }

@@ -1,5 +1,7 @@
 #include "dlock/fence.h"
 
+#include <limits>
+
 namespace dlock::fence {
 
 Status StaleToken(FencingToken token, FencingToken highest, std::string_view key) {
@@ -7,12 +9,22 @@ Status StaleToken(FencingToken token, FencingToken highest, std::string_view key
                          std::to_string(highest) + " for key " + std::string(key));
 }
 
-Status Memory::Admit(std::string_view key, FencingToken token,
-                     const std::function<Status()>& write) {
+Status CheckToken(FencingToken token) {
   if (token == 0) {
     return InvalidArgumentError("fencing token 0 is never granted (an unordered Redlock "
                                 "grant?): nothing to fence with");
   }
+  if (token == std::numeric_limits<FencingToken>::max()) {
+    return InvalidArgumentError("fencing token " + std::to_string(token) +
+                                " is never granted: a fence that accepted it could never "
+                                "accept a newer one");
+  }
+  return Status::Ok();
+}
+
+Status Memory::Admit(std::string_view key, FencingToken token,
+                     const std::function<Status()>& write) {
+  DLOCK_RETURN_IF_ERROR(CheckToken(token));
   std::lock_guard lock(mu_);
   auto it = highest_.find(key);
   const FencingToken highest = it == highest_.end() ? 0 : it->second;

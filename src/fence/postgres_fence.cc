@@ -47,7 +47,7 @@ std::string Where(PGconn* conn) {
   return "database " + text(PQdb(conn)) + " at " + text(PQhost(conn)) + ":" + text(PQport(conn));
 }
 
-Status CheckToken(FencingToken token) {
+Status CheckPostgresToken(FencingToken token) {
   // PostgreSQL's bigint is signed 64-bit.
   if (token == 0 ||
       token > static_cast<FencingToken>(std::numeric_limits<std::int64_t>::max())) {
@@ -91,7 +91,7 @@ Status ExecPlain(PGconn* conn, const char* sql, const char* what) {
 // Admit, telling a missing table apart (for Write's one retry).
 Status AdmitImpl(PGconn* conn, std::string_view key, FencingToken token, bool* missing_table) {
   *missing_table = false;
-  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(CheckPostgresToken(token));
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
@@ -158,7 +158,7 @@ Status Postgres::Admit(PGconn* conn, std::string_view key, FencingToken token) {
 
 Status Postgres::Write(PGconn* conn, std::string_view key, FencingToken token,
                        const std::function<Status()>& write) {
-  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(CheckPostgresToken(token));
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
     return FailedPreconditionError(
         "fence::Postgres::Write runs its own transaction: call it outside one, or use Admit "

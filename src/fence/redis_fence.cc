@@ -72,7 +72,7 @@ const Script& UserScript(std::string_view lua) {
   return *it->second;
 }
 
-Status CheckToken(FencingToken token) {
+Status CheckRedisToken(FencingToken token) {
   if (token == 0) {
     return InvalidArgumentError("fencing token 0 is not a token (Redlock grants have none): "
                                 "the Redis fence needs an ordered token from 1 to 2^53");
@@ -93,7 +93,7 @@ std::string Server(redisContext* c) {
 Result<redis::ReplyPtr> Run(redisContext* c, const Script& script, std::string_view lock_key,
                             FencingToken token, std::span<const std::string> keys,
                             std::span<const std::string> args, bool user_script) {
-  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(CheckRedisToken(token));
   DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
   std::vector<std::string> all_keys{Redis::RecordKey(lock_key)};
   all_keys.insert(all_keys.end(), keys.begin(), keys.end());

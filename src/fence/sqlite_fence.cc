@@ -23,7 +23,7 @@ Result<Stmt> Prepare(sqlite3* db, const char* sql) {
   return Stmt(raw);
 }
 
-Status CheckToken(FencingToken token) {
+Status CheckSqliteToken(FencingToken token) {
   // SQLite integers are signed 64-bit.
   if (token == 0 || token > static_cast<FencingToken>(std::numeric_limits<sqlite3_int64>::max())) {
     return InvalidArgumentError("fencing token " + std::to_string(token) +
@@ -50,7 +50,7 @@ Status Sqlite::EnsureSchema(sqlite3* db) {
 }
 
 Status Sqlite::Admit(sqlite3* db, std::string_view key, FencingToken token) {
-  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(CheckSqliteToken(token));
   if (sqlite3_get_autocommit(db)) {
     return FailedPreconditionError(
         "fence::Sqlite::Admit must run inside the caller's write transaction "
@@ -76,7 +76,7 @@ Status Sqlite::Admit(sqlite3* db, std::string_view key, FencingToken token) {
 
 Status Sqlite::Write(sqlite3* db, std::string_view key, FencingToken token,
                      const std::function<Status()>& write) {
-  DLOCK_RETURN_IF_ERROR(CheckToken(token));
+  DLOCK_RETURN_IF_ERROR(CheckSqliteToken(token));
   if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return Error(db, "begin");
   }

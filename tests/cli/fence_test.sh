@@ -80,13 +80,16 @@ expect_exit 64 "'99999999999999999999999' is not a fencing token" -- \
   "$DLOCK" fence write --dir "$D" --token 99999999999999999999999 --key job out.csv
 expect_exit 64 "'18446744073709551616' is not a fencing token" -- \
   "$DLOCK" fence write --dir "$D" --token 18446744073709551616 --key job out.csv
-# The largest FencingToken (2^64-1) is a token (regression: the overflow check
-# once rejected everything from 18446744073709551610 up).
+# 2^64-1 can never be exceeded: a fence that took it would refuse every
+# later holder. One below it is a token (regression: the overflow check once
+# rejected everything from 18446744073709551610 up).
 mkdir "$WORK/max"
-printf max | "$DLOCK" fence write --dir "$WORK/max" --token 18446744073709551615 --key max f ||
-  fail "--token 18446744073709551615 (2^64-1) rejected"
-expect_exit 64 "--token is 0" -- "$DLOCK" fence write --dir "$D" --token 0 --key job out.csv
-DLOCK_TOKEN=0 DLOCK_KEY=job expect_exit 64 "DLOCK_TOKEN is 0" -- "$DLOCK" fence write --dir "$D" out.csv
+expect_exit 64 "fencing token 18446744073709551615 is never granted" -- \
+  "$DLOCK" fence write --dir "$WORK/max" --token 18446744073709551615 --key max f
+printf max | "$DLOCK" fence write --dir "$WORK/max" --token 18446744073709551614 --key max f ||
+  fail "--token 18446744073709551614 (2^64-2) rejected"
+expect_exit 64 "--token: fencing token 0 is never granted" -- "$DLOCK" fence write --dir "$D" --token 0 --key job out.csv
+DLOCK_TOKEN=0 DLOCK_KEY=job expect_exit 64 "DLOCK_TOKEN: fencing token 0 is never granted" -- "$DLOCK" fence write --dir "$D" out.csv
 expect_exit 64 "no lock key" -- "$DLOCK" fence write --dir "$D" --token 5 out.csv
 DLOCK_TOKEN=5 expect_exit 64 "no lock key" -- "$DLOCK" fence write --dir "$D" out.csv
 long_key=$(head -c 1025 /dev/zero | tr '\0' k)
@@ -109,6 +112,40 @@ cmp -s "$out" "$WORK/before" || fail "a rejected write changed out.csv: '$(cat "
 [ -e "$D/a" ] && fail "NAME a/b created a directory"
 rm -f "$D/other.csv"
 check_clean
+
+# 6. File modes: a replaced file keeps its mode (and owner, as root); a new
+# one gets 0644 less the umask, or --mode.
+M="$WORK/modes"
+mkdir "$M"
+printf a >"$M/kept" && chmod 0600 "$M/kept"
+printf b | "$DLOCK" fence write --dir "$M" --token 1 --key m kept || fail "mode: write failed"
+[ "$(stat -c %a "$M/kept")" = 600 ] || fail "a replaced 0600 file became $(stat -c %a "$M/kept")"
+(umask 027; printf c | "$DLOCK" fence write --dir "$M" --token 1 --key m new-umask) || fail "umask write failed"
+[ "$(stat -c %a "$M/new-umask")" = 640 ] || fail "a new file under umask 027 is $(stat -c %a "$M/new-umask"), want 640"
+printf d | "$DLOCK" fence write --dir "$M" --token 1 --key m --mode 0600 new-mode || fail "--mode write failed"
+[ "$(stat -c %a "$M/new-mode")" = 600 ] || fail "--mode 0600 gave $(stat -c %a "$M/new-mode")"
+expect_exit 64 "--mode '0999' is not a file mode" -- \
+  "$DLOCK" fence write --dir "$M" --token 1 --key m --mode 0999 x </dev/null
+if [ "$(id -u)" = 0 ]; then
+  printf e >"$M/owned" && chown 65534:65534 "$M/owned"
+  printf f | "$DLOCK" fence write --dir "$M" --token 1 --key m owned || fail "owned write failed"
+  [ "$(stat -c %u:%g "$M/owned")" = 65534:65534 ] || fail "a replaced file's owner became $(stat -c %u:%g "$M/owned")"
+fi
+
+# 7. The fence's own files are never followed through a symbolic link, and
+# a damaged record is its own error (74), not a bug.
+L="$WORK/links"
+mkdir -p "$L/.dlock-fence"
+printf precious >"$WORK/precious"
+ln -s "$WORK/precious" "$L/.dlock-fence/linked.token"
+expect_exit 73 "is a symbolic link" -- "$DLOCK" fence write --dir "$L" --token 9 --key linked out </dev/null
+ln -s "$WORK/precious" "$L/.dlock-fence/linked2.lock"
+expect_exit 73 "is a symbolic link" -- "$DLOCK" fence write --dir "$L" --token 9 --key linked2 out </dev/null
+[ "$(cat "$WORK/precious")" = precious ] || fail "a write followed a link: $(cat "$WORK/precious")"
+printf 'garbage\n' >"$L/.dlock-fence/broken.token"
+expect_exit 74 "is damaged or belongs to another key" -- \
+  "$DLOCK" fence write --dir "$L" --token 9 --key broken out </dev/null
+[ -e "$L/out" ] && fail "a write went through a damaged record"
 
 # Nothing was left held.
 held=$("$DLOCK" status --json)
