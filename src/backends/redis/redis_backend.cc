@@ -47,13 +47,10 @@ struct RedisOptions {
 };
 
 Status ParseCommon(const internal::Uri& uri, RedisOptions* o) {
-  auto timeout = DurationParam(uri, "timeout", milliseconds(5000), milliseconds(1), std::chrono::hours(1));
-  if (!timeout.ok()) return timeout.status();
-  o->timeout = *timeout;
-  auto wait_timeout = DurationParam(uri, "wait_timeout", milliseconds(1000), milliseconds(1),
-                                    std::chrono::minutes(10));
-  if (!wait_timeout.ok()) return wait_timeout.status();
-  o->wait_timeout = *wait_timeout;
+  DLOCK_ASSIGN_OR_RETURN(o->timeout, DurationParam(uri, "timeout", milliseconds(5000),
+                                                   milliseconds(1), std::chrono::hours(1)));
+  DLOCK_ASSIGN_OR_RETURN(o->wait_timeout, DurationParam(uri, "wait_timeout", milliseconds(1000),
+                                                        milliseconds(1), std::chrono::minutes(10)));
   if (const std::string* n = uri.Param("wait_replicas")) {
     int v = -1;
     auto [p, ec] = std::from_chars(n->data(), n->data() + n->size(), v);
@@ -77,15 +74,12 @@ Result<RedisOptions> RedisOptionsFromUri(const internal::Uri& uri,
                        "primary found through Sentinel) or redlock:// (independent nodes)",
                   kRedisForm);
   }
-  auto endpoints = ParseEndpoints(uri.hosts, 6379, "redis URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  o.endpoints = std::move(*endpoints);
+  DLOCK_ASSIGN_OR_RETURN(o.endpoints,
+                         ParseEndpoints(uri.hosts, 6379, "redis URI " + uri.Redacted()));
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (!path.empty()) {
-    auto db = ParseDb(path, uri);
-    if (!db.ok()) return db.status();
-    o.connect.db = *db;
+    DLOCK_ASSIGN_OR_RETURN(o.connect.db, ParseDb(path, uri));
   }
   DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
   return o;
@@ -97,9 +91,8 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   o.sentinel = true;
   o.connect = BaseConnectOptions(uri, params);
   DLOCK_RETURN_IF_ERROR(uri.CheckParams({"db", "timeout", "wait_replicas", "wait_timeout"}));
-  auto endpoints = ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  o.endpoints = std::move(*endpoints);
+  DLOCK_ASSIGN_OR_RETURN(o.endpoints,
+                         ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted()));
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (path.empty() || path.find('/') != std::string_view::npos) {
@@ -107,9 +100,7 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   }
   o.master_name = std::string(path);
   if (const std::string* db = uri.Param("db")) {
-    auto n = ParseDb(*db, uri);
-    if (!n.ok()) return n.status();
-    o.connect.db = *n;
+    DLOCK_ASSIGN_OR_RETURN(o.connect.db, ParseDb(*db, uri));
   }
   DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
   return o;
@@ -164,9 +155,8 @@ class RedisBackend final : public Backend {
   // Connects once, so that a wrong address, password or database is
   // reported by Open.
   Status Verify() {
-    auto conn = Connect("connect", /*verify=*/true);
-    if (!conn.ok()) return conn.status();
-    Give(std::move(*conn), generation());
+    DLOCK_ASSIGN_OR_RETURN(auto conn, Connect("connect", /*verify=*/true));
+    Give(std::move(conn), generation());
     return Status::Ok();
   }
 
@@ -312,9 +302,8 @@ Result<RedisBackend::Handle> RedisBackend::Take(std::string_view what) {
       return Handle(this, std::move(c), gen);
     }
   }
-  auto c = Connect(what, false);
-  if (!c.ok()) return c.status();
-  return Handle(this, std::move(*c), gen);
+  DLOCK_ASSIGN_OR_RETURN(auto c, Connect(what, false));
+  return Handle(this, std::move(c), gen);
 }
 
 void RedisBackend::Give(std::unique_ptr<Connection> c, std::uint64_t gen) {
@@ -458,25 +447,23 @@ bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::st
 }
 
 Status RedisBackend::Ping() {
-  auto conn = Take("ping");
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping");
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), "ping");
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take("ping"));
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         conn->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping"));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), "ping");
   return Status::Ok();
 }
 
 Result<bool> RedisBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "read the run-once record of " + Quoted(key);
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto reply = (*conn)->Call({"EXISTS", DoneName(key)}, options_.timeout, what);
-  if (!reply.ok()) return reply.status();
-  if ((*reply)->type == REDIS_REPLY_ERROR) return ReplyError(reply->get(), (*conn)->server(), what);
-  if ((*reply)->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", (*conn)->server(), what);
-  return (*reply)->integer > 0;
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply,
+                         conn->Call({"EXISTS", DoneName(key)}, options_.timeout, what));
+  if (reply->type == REDIS_REPLY_ERROR) return ReplyError(reply.get(), conn->server(), what);
+  if (reply->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", conn->server(), what);
+  return reply->integer > 0;
 }
 
 Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
@@ -491,18 +478,17 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
                      std::to_string(options_.wait_timeout.count())});
     timeout += options_.wait_timeout;
   }
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::MarkDone(), keys, args, extra, timeout, what);
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         conn->Eval(scripts::MarkDone(), keys, args, extra, timeout, what));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
   long long marked = 0;
-  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", (*conn)->server(), what);
+  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", conn->server(), what);
   if (marked != 1) return NotOwnerError(what + ": the lock is no longer held by this owner");
   if (options_.wait_replicas > 0) {
     long long confirmed = 0;
-    if (!ReplyInt((*replies)[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
+    if (!ReplyInt(replies[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
       return UnavailableError(what + ": fewer than " + std::to_string(options_.wait_replicas) +
                               " replicas confirmed the record (wait_replicas)");
     }
@@ -515,14 +501,13 @@ Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   const std::string what = "release " + Quoted(key);
   const std::string keys[] = {LockName(key), QueueName(key)};
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::Release(), keys, args, {}, options_.timeout, what);
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         conn->Eval(scripts::Release(), keys, args, {}, options_.timeout, what));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
   long long result = 0;
-  if (!ReplyInt(r, &result)) return OddReply("the release script's result", (*conn)->server(), what);
+  if (!ReplyInt(r, &result)) return OddReply("the release script's result", conn->server(), what);
   if (result < 0) return NotOwnerError(what + ": the lock is held by another owner");
   return Status::Ok();
 }
@@ -575,10 +560,10 @@ Result<std::vector<std::string>> RedisBackend::Scan(Handle& conn, const std::str
   std::vector<std::string> names;
   std::string cursor = "0";
   do {
-    auto reply = conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
-                            options_.timeout, what);
-    if (!reply.ok()) return reply.status();
-    const redisReply* r = reply->get();
+    DLOCK_ASSIGN_OR_RETURN(
+        ReplyPtr reply,
+        conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, options_.timeout, what));
+    const redisReply* r = reply.get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -605,34 +590,31 @@ Status RedisBackend::ForEachRow(std::string_view prefix, const std::string& patt
                                 const Script& script, std::size_t fields,
                                 const std::string& rows_noun, const std::string& name_noun,
                                 const std::string& what, const RowFn& row) {
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto names = Scan(*conn, pattern, what);
-  if (!names.ok()) return names.status();
-  for (std::size_t start = 0; start < names->size(); start += kListBatch) {
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names, Scan(conn, pattern, what));
+  for (std::size_t start = 0; start < names.size(); start += kListBatch) {
     std::vector<std::string> batch;
     std::vector<std::optional<std::string>> batch_keys;
-    for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
-      batch.push_back((*names)[i]);
-      batch_keys.push_back(key_of((*names)[i]));
+    for (std::size_t i = start; i < std::min(names.size(), start + kListBatch); ++i) {
+      batch.push_back(names[i]);
+      batch_keys.push_back(key_of(names[i]));
     }
-    auto replies = (*conn)->Eval(script, batch, {}, {}, options_.timeout, what);
-    if (!replies.ok()) return replies.status();
-    const redisReply* r = (*replies)[0].get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(script, batch, {}, {}, options_.timeout, what));
+    const redisReply* r = replies[0].get();
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements % fields != 0) {
-      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", (*conn)->server(),
+      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", conn->server(),
                       what);
     }
     for (std::size_t i = 0; i < r->elements; i += fields) {
       const redisReply* const* f = r->element + i;
       const long long index = ReplyNumber(f[0], 0);
       if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
-        return OddReply("a " + name_noun + " index", (*conn)->server(), what);
+        return OddReply("a " + name_noun + " index", conn->server(), what);
       }
       const auto& key = batch_keys[index - 1];
       if (!key || !key->starts_with(prefix)) continue;
-      DLOCK_RETURN_IF_ERROR(row(*key, f, (*conn)->server()));
+      DLOCK_RETURN_IF_ERROR(row(*key, f, conn->server()));
     }
   }
   return Status::Ok();
@@ -704,9 +686,8 @@ template <typename MakeOptions>
 Result<std::unique_ptr<Backend>> OpenWith(const internal::Uri& uri,
                                           const internal::BackendParams& params,
                                           MakeOptions make) {
-  auto options = make(uri, params);
-  if (!options.ok()) return options.status();
-  auto backend = std::make_unique<RedisBackend>(std::move(*options), params.clock);
+  DLOCK_ASSIGN_OR_RETURN(RedisOptions options, make(uri, params));
+  auto backend = std::make_unique<RedisBackend>(std::move(options), params.clock);
   DLOCK_RETURN_IF_ERROR(backend->Verify());
   return std::unique_ptr<Backend>(std::move(backend));
 }

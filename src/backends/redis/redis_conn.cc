@@ -389,10 +389,9 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
   if (hello.empty() && verify) hello.push_back({"PING"});
   if (hello.empty()) return conn;
 
-  auto replies = conn->Pipeline(hello, options.connect_timeout, what);
-  if (!replies.ok()) return replies.status();
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(hello, options.connect_timeout, what));
   for (std::size_t i = 0; i < hello.size(); ++i) {
-    const redisReply* r = (*replies)[i].get();
+    const redisReply* r = replies[i].get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
     if (hello[i][0] == "ROLE") {
       if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
@@ -435,9 +434,9 @@ Result<std::vector<ReplyPtr>> Connection::Pipeline(std::span<const Command> comm
 
 Result<ReplyPtr> Connection::Call(const Command& command, milliseconds timeout,
                                   std::string_view what) {
-  auto replies = Pipeline(std::span<const Command>(&command, 1), timeout, what);
-  if (!replies.ok()) return replies.status();
-  return std::move((*replies)[0]);
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         Pipeline(std::span<const Command>(&command, 1), timeout, what));
+  return std::move(replies[0]);
 }
 
 Result<std::vector<ReplyPtr>> Connection::Eval(const Script& script,

@@ -412,22 +412,20 @@ Result<std::vector<HolderInfo>> RedlockBackend::List(std::string_view prefix) {
 Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
                                              const internal::BackendParams& params) {
   DLOCK_RETURN_IF_ERROR(uri.CheckParams({"node_timeout", "drift_factor"}));
-  auto endpoints = ParseEndpoints(uri.hosts, 6379, "redlock URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  if (endpoints->size() < 3) {
+  DLOCK_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
+                         ParseEndpoints(uri.hosts, 6379, "redlock URI " + uri.Redacted()));
+  if (endpoints.size() < 3) {
     return BadUri(uri, "Redlock needs at least 3 independent nodes (5 are usual)", kRedlockForm);
   }
   ConnectOptions connect = BaseConnectOptions(uri, params);
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (!path.empty()) {
-    auto db = ParseDb(path, uri);
-    if (!db.ok()) return db.status();
-    connect.db = *db;
+    DLOCK_ASSIGN_OR_RETURN(connect.db, ParseDb(path, uri));
   }
-  auto node_timeout = DurationParam(uri, "node_timeout", milliseconds(100), milliseconds(1),
-                                    std::chrono::minutes(1));
-  if (!node_timeout.ok()) return node_timeout.status();
+  DLOCK_ASSIGN_OR_RETURN(const milliseconds node_timeout,
+                         DurationParam(uri, "node_timeout", milliseconds(100), milliseconds(1),
+                                       std::chrono::minutes(1)));
   double drift_factor = 0.01;
   if (const std::string* d = uri.Param("drift_factor")) {
     char* end = nullptr;
@@ -436,9 +434,9 @@ Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
       return BadUri(uri, "drift_factor '" + *d + "' must be a number from 0 to 0.5", kRedlockForm);
     }
   }
-  auto backend = std::make_unique<RedlockBackend>(std::move(*endpoints), std::move(connect),
-                                                  *node_timeout, drift_factor, uri.Redacted(),
-                                                  params.clock);
+  auto backend =
+      std::make_unique<RedlockBackend>(std::move(endpoints), std::move(connect), node_timeout,
+                                       drift_factor, uri.Redacted(), params.clock);
   DLOCK_RETURN_IF_ERROR(backend->Verify());
   return std::unique_ptr<Backend>(std::move(backend));
 }
