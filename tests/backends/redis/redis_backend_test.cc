@@ -223,7 +223,7 @@ TEST_F(RedisServer, HandOffByNotificationWithin50ms) {
     // the gap asserted below, so only the notification can explain it.
     std::this_thread::sleep_for(milliseconds(200));
     const std::int64_t released_ns = NowNs();
-    ASSERT_TRUE(held->Release().ok());
+    EXPECT_TRUE(held->Release().ok());  // no ASSERT while the waiter runs
     waiter.join();
     ASSERT_TRUE(waited->ok()) << waited->status().ToString();
     const double gap_ms = static_cast<double>(granted_ns - released_ns) / 1e6;
@@ -257,9 +257,10 @@ TEST_F(RedisServer, WaitersAreServedInArrivalOrderAndALoopingReleaserCannotStarv
   }
   // The holder releases and at once wants the key back: it must queue
   // behind the three that were waiting.
-  ASSERT_TRUE(first->Release().ok());
+  // (No ASSERT until the waiters are joined.)
+  EXPECT_TRUE(first->Release().ok());
   auto again = holder->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)));
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
   {
     std::lock_guard l(mu);
     order.push_back(0);
