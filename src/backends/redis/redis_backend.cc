@@ -1,7 +1,6 @@
 #include "backends/redis/redis_backend.h"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <functional>
 #include <mutex>
@@ -47,13 +46,10 @@ struct RedisOptions {
 };
 
 Status ParseCommon(const internal::Uri& uri, RedisOptions* o) {
-  auto timeout = DurationParam(uri, "timeout", milliseconds(5000), milliseconds(1), std::chrono::hours(1));
-  if (!timeout.ok()) return timeout.status();
-  o->timeout = *timeout;
-  auto wait_timeout = DurationParam(uri, "wait_timeout", milliseconds(1000), milliseconds(1),
-                                    std::chrono::minutes(10));
-  if (!wait_timeout.ok()) return wait_timeout.status();
-  o->wait_timeout = *wait_timeout;
+  DLOCK_ASSIGN_OR_RETURN(o->timeout, DurationParam(uri, "timeout", milliseconds(5000),
+                                                   milliseconds(1), std::chrono::hours(1)));
+  DLOCK_ASSIGN_OR_RETURN(o->wait_timeout, DurationParam(uri, "wait_timeout", milliseconds(1000),
+                                                        milliseconds(1), std::chrono::minutes(10)));
   if (const std::string* n = uri.Param("wait_replicas")) {
     int v = -1;
     auto [p, ec] = std::from_chars(n->data(), n->data() + n->size(), v);
@@ -77,15 +73,12 @@ Result<RedisOptions> RedisOptionsFromUri(const internal::Uri& uri,
                        "primary found through Sentinel) or redlock:// (independent nodes)",
                   kRedisForm);
   }
-  auto endpoints = ParseEndpoints(uri.hosts, 6379, "redis URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  o.endpoints = std::move(*endpoints);
+  DLOCK_ASSIGN_OR_RETURN(o.endpoints,
+                         ParseEndpoints(uri.hosts, 6379, "redis URI " + uri.Redacted()));
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (!path.empty()) {
-    auto db = ParseDb(path, uri);
-    if (!db.ok()) return db.status();
-    o.connect.db = *db;
+    DLOCK_ASSIGN_OR_RETURN(o.connect.db, ParseDb(path, uri));
   }
   DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
   return o;
@@ -97,9 +90,8 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   o.sentinel = true;
   o.connect = BaseConnectOptions(uri, params);
   DLOCK_RETURN_IF_ERROR(uri.CheckParams({"db", "timeout", "wait_replicas", "wait_timeout"}));
-  auto endpoints = ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  o.endpoints = std::move(*endpoints);
+  DLOCK_ASSIGN_OR_RETURN(o.endpoints,
+                         ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted()));
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (path.empty() || path.find('/') != std::string_view::npos) {
@@ -107,9 +99,7 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   }
   o.master_name = std::string(path);
   if (const std::string* db = uri.Param("db")) {
-    auto n = ParseDb(*db, uri);
-    if (!n.ok()) return n.status();
-    o.connect.db = *n;
+    DLOCK_ASSIGN_OR_RETURN(o.connect.db, ParseDb(*db, uri));
   }
   DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
   return o;
@@ -137,23 +127,28 @@ std::optional<std::pair<FencingToken, long long>> ParseGrant(std::string_view te
   return std::make_pair(token, at);
 }
 
-// What a refused attempt leaves for the waiter's next WaitForRelease on the
-// same thread, and what that wait leaves for the next TryAcquire (the core
-// calls TryAcquire, then WaitForRelease, then TryAcquire, on the caller's
-// thread; see backend.h).
-struct PendingWait {
-  std::uint64_t backend = 0;  // RedisBackend::id_ (never reused, unlike an address)
-  std::string channel;
-  std::string owner;
-  std::optional<Subscriber::Ticket> ticket;
-  TimePoint sent{};         // when the refused attempt was sent (client clock)
-  long long refused_at = 0; // when the server refused it (server ms)
-  // Set by WaitForRelease when a release granted the key to this waiter
-  // (docs/backend-redis.md, "Grant on release"): its token.
-  FencingToken granted = 0;
+// Checks a request before any round trip.
+Status CheckAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.queue_ttl < milliseconds(0)) {
+    return InvalidArgumentError("acquire: queue_ttl is negative");
+  }
+  if (request.lock_delay < milliseconds(0) || request.lock_delay > kMaxTtl) {
+    return InvalidArgumentError("acquire: lock_delay is out of range");
+  }
+  if (request.limit == 0) return InvalidArgumentError("acquire: limit is 0");
+  return ValidateLabel(request.label);
+}
+
+// What one run of the acquire script said.
+struct AcquireReply {
+  Attempt attempt;
+  long long server_now = 0;  // when refused: the server's time (ms)
 };
-thread_local PendingWait tls_pending;
-std::atomic<std::uint64_t> next_backend_id{1};
+
+class RedisAcquisition;
 
 class RedisBackend final : public Backend {
  public:
@@ -164,26 +159,29 @@ class RedisBackend final : public Backend {
   // Connects once, so that a wrong address, password or database is
   // reported by Open.
   Status Verify() {
-    auto conn = Connect("connect", /*verify=*/true);
-    if (!conn.ok()) return conn.status();
-    Give(std::move(*conn), generation());
+    DLOCK_ASSIGN_OR_RETURN(auto conn, Connect("connect", /*verify=*/true));
+    Give(std::move(conn), generation());
     return Status::Ok();
   }
 
+  // A single attempt: it takes no place in the queue, whatever
+  // request.queue_ttl says. Waiters queue through Begin.
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
-  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override { return options_.describe; }
   Status Ping() override;
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
 
  private:
+  friend class RedisAcquisition;
+
   // A pooled connection, returned on scope exit unless broken.
   class Handle {
    public:
@@ -210,7 +208,26 @@ class RedisBackend final : public Backend {
   Result<Handle> Take(std::string_view what);
   void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
   Subscriber& EnsureSubscriber();
-  // The names SCAN MATCH `pattern` finds, sorted, without duplicates.
+  // The channel's ticket if the subscriber exists and has it subscribed
+  // (and asks for the subscription either way); nullopt before the first
+  // wait.
+  std::optional<Subscriber::Ticket> CurrentTicket(const std::string& channel);
+
+  // `WAIT wait_replicas wait_timeout` to pipeline after a write that must
+  // reach the replicas (none without wait_replicas), and the reply timeout
+  // that then applies.
+  std::vector<Command> ReplicaWait() const;
+  std::chrono::milliseconds WriteTimeout() const;
+  // One run of the acquire script for a checked request, taking (or
+  // refreshing) a place in the queue for place_ttl when that is not zero.
+  Result<AcquireReply> RunAcquire(const LeaseRequest& request, const std::string& channel,
+                                  std::chrono::milliseconds place_ttl);
+  Result<AcquireReply> ReadAcquireReply(std::span<const ReplyPtr> replies,
+                                        const std::string& server, const std::string& what);
+  // kUnavailable unless WAIT's reply says wait_replicas confirmed a grant.
+  Status CheckGrantReplicated(const redisReply* wait_reply, const std::string& server,
+                              const std::string& what);
+
   // For List and Waiters: SCANs `pattern`, runs `script` over the names in
   // batches, checks each reply row of `fields` (the first is the 1-based
   // index of its name in the batch) and hands `row` those whose key starts
@@ -221,12 +238,12 @@ class RedisBackend final : public Backend {
                     std::optional<std::string> (*key_of)(std::string_view),
                     const Script& script, std::size_t fields, const std::string& rows_noun,
                     const std::string& name_noun, const std::string& what, const RowFn& row);
+  // The names SCAN MATCH `pattern` finds, sorted, without duplicates.
   Result<std::vector<std::string>> Scan(Handle& conn, const std::string& pattern,
                                         const std::string& what);
 
   const RedisOptions options_;
   const std::shared_ptr<Clock> clock_;
-  const std::uint64_t id_ = next_backend_id.fetch_add(1);
 
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by pool_mu_
@@ -236,6 +253,49 @@ class RedisBackend final : public Backend {
 
   std::mutex subscriber_mu_;
   std::unique_ptr<Subscriber> subscriber_;  // made at the first wait
+};
+
+// One acquire of one key by one owner (Acquisition, backend.h). A refused
+// attempt records what the wait after it needs (its subscription ticket,
+// its send time and the server's time of the refusal); that wait may bring
+// a grant on release, which the next Try hands out without a round trip.
+class RedisAcquisition final : public Acquisition {
+ public:
+  RedisAcquisition(RedisBackend& backend, LeaseRequest request)
+      : backend_(backend),
+        request_(std::move(request)),
+        channel_(WakeChannel(backend.options_.connect.db, request_.key)),
+        owner_(request_.owner.ToString()) {}
+
+  Result<Attempt> Try() override;
+  bool Wait(TimePoint until, std::stop_token stop) override;
+  void Abandon() override;
+
+ private:
+  struct Refusal {
+    std::optional<Subscriber::Ticket> ticket;  // taken before the attempt was sent
+    TimePoint sent{};                          // client clock
+    long long refused_at = 0;                  // server ms
+  };
+  // A grant on release: the key is this waiter's since after `sent`.
+  struct HandedOver {
+    FencingToken token = 0;
+    TimePoint sent{};
+  };
+  bool Waiting() const { return request_.queue_ttl > milliseconds(0); }
+  // The grant on release, if one came and most of the ttl is left.
+  std::optional<Attempt> TakeHandedOver();
+  // Believes a grant message `text` that followed `refusal`.
+  void NoteGrant(const Refusal& refusal, std::string_view text);
+
+  RedisBackend& backend_;
+  const LeaseRequest request_;
+  const std::string channel_;
+  const std::string owner_;
+  std::optional<Refusal> refusal_;         // the last Try's, for the next Wait
+  std::optional<HandedOver> handed_over_;  // from the last Wait, for the next Try
+  bool maybe_granted_ = false;             // a reply was lost: Abandon must release
+  bool abandoned_ = false;
 };
 
 Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string_view what) {
@@ -312,9 +372,8 @@ Result<RedisBackend::Handle> RedisBackend::Take(std::string_view what) {
       return Handle(this, std::move(c), gen);
     }
   }
-  auto c = Connect(what, false);
-  if (!c.ok()) return c.status();
-  return Handle(this, std::move(*c), gen);
+  DLOCK_ASSIGN_OR_RETURN(auto c, Connect(what, false));
+  return Handle(this, std::move(c), gen);
 }
 
 void RedisBackend::Give(std::unique_ptr<Connection> c, std::uint64_t gen) {
@@ -338,30 +397,31 @@ Subscriber& RedisBackend::EnsureSubscriber() {
   return *subscriber_;
 }
 
+std::optional<Subscriber::Ticket> RedisBackend::CurrentTicket(const std::string& channel) {
+  std::lock_guard lock(subscriber_mu_);
+  if (!subscriber_) return std::nullopt;
+  return subscriber_->Current(channel);
+}
+
+std::vector<Command> RedisBackend::ReplicaWait() const {
+  if (options_.wait_replicas == 0) return {};
+  return {{"WAIT", std::to_string(options_.wait_replicas),
+           std::to_string(options_.wait_timeout.count())}};
+}
+
+milliseconds RedisBackend::WriteTimeout() const {
+  return options_.timeout + (options_.wait_replicas > 0 ? options_.wait_timeout : milliseconds(0));
+}
+
 Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
-  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
-  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
-  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
-  if (request.queue_ttl < milliseconds(0)) {
-    return InvalidArgumentError("acquire: queue_ttl is negative");
-  }
-  if (request.lock_delay < milliseconds(0) || request.lock_delay > kMaxTtl) {
-    return InvalidArgumentError("acquire: lock_delay is out of range");
-  }
-  if (request.limit == 0) return InvalidArgumentError("acquire: limit is 0");
-  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
+  DLOCK_RETURN_IF_ERROR(CheckAcquire(request));
   const std::string channel = WakeChannel(options_.connect.db, request.key);
-  const PendingWait pending = std::exchange(tls_pending, {});
-  if (pending.granted != 0 && pending.backend == id_ && pending.channel == channel &&
-      pending.owner == request.owner.ToString()) {
-    // A release granted the key to this waiter after its last refused
-    // attempt was sent: the lease counts from that send. Taken only while
-    // most of the ttl is left; otherwise an attempt (which finds the key
-    // ours and renews it) tells more.
-    if (clock_->Now() - pending.sent < request.ttl / 4) {
-      return Attempt{true, pending.granted, milliseconds(0), milliseconds(0), pending.sent};
-    }
-  }
+  DLOCK_ASSIGN_OR_RETURN(AcquireReply reply, RunAcquire(request, channel, milliseconds(0)));
+  return reply.attempt;
+}
+
+Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
+                                              const std::string& channel, milliseconds place_ttl) {
   const std::string what = "acquire " + Quoted(request.key);
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
@@ -371,112 +431,147 @@ Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
   const std::string args[] = {
       request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
       std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
-      std::to_string(std::min(request.queue_ttl, kPlaceTtl).count()), channel};
-  std::vector<Command> extra;
-  milliseconds timeout = options_.timeout;
-  if (options_.wait_replicas > 0) {
-    extra.push_back({"WAIT", std::to_string(options_.wait_replicas),
-                     std::to_string(options_.wait_timeout.count())});
-    timeout += options_.wait_timeout;
-  }
-  // Both taken before the attempt is sent: anything published after the
-  // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
-  // this attempt's refusal follows `sent`.
-  const TimePoint sent = clock_->Now();
-  std::optional<Subscriber::Ticket> ticket;
-  if (request.queue_ttl > milliseconds(0)) {
-    std::lock_guard lock(subscriber_mu_);
-    if (subscriber_) ticket = subscriber_->Current(channel);
-  }
+      std::to_string(place_ttl.count()), channel};
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(
+      std::vector<ReplyPtr> replies,
+      conn->Eval(scripts::Acquire(), keys, args, ReplicaWait(), WriteTimeout(), what));
+  return ReadAcquireReply(replies, conn->server(), what);
+}
 
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::Acquire(), keys, args, extra, timeout, what);
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> replies,
+                                                    const std::string& server,
+                                                    const std::string& what) {
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
   long long granted = 0, left = 0, server_now = 0;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements > 4 ||
       !ReplyInt(r->element[0], &granted) || !ReplyInt(r->element[2], &left) ||
       (r->elements == 4 && !ReplyInt(r->element[3], &server_now))) {
-    return OddReply("the acquire script's {granted, token, ttl[, time]}", (*conn)->server(), what);
+    return OddReply("the acquire script's {granted, token, ttl[, time]}", server, what);
   }
-  if (granted == 1) {
-    auto token = ParseToken(r->element[1]);
-    if (!token.ok()) return OddReply("a positive token", (*conn)->server(), what);
-    if (options_.wait_replicas > 0) {
-      long long confirmed = 0;
-      const redisReply* w = (*replies)[1].get();
-      if (w->type == REDIS_REPLY_ERROR) return ReplyError(w, (*conn)->server(), what);
-      if (!ReplyInt(w, &confirmed)) return OddReply("WAIT's replica count", (*conn)->server(), what);
-      if (confirmed < options_.wait_replicas) {
-        // The grant may not survive a failover: not granted as far as the
-        // caller knows. The core retries with the same owner (which gets the
-        // same token, and WAITs again) or releases when it gives up.
-        return UnavailableError(what + ": only " + std::to_string(confirmed) + " of " +
-                                std::to_string(options_.wait_replicas) +
-                                " replicas confirmed the grant within " +
-                                internal::FormatDuration(options_.wait_timeout) +
-                                " (wait_replicas); it could be lost in a failover");
-      }
-    }
-    return Attempt{true, *token, milliseconds(0)};
+  if (granted != 1) {
+    return AcquireReply{Attempt{false, 0, milliseconds(std::max<long long>(0, left))}, server_now};
   }
-  if (request.queue_ttl > milliseconds(0)) {
-    tls_pending = {id_, channel, request.owner.ToString(), ticket, sent, server_now};
+  auto token = ParseToken(r->element[1]);
+  if (!token.ok()) return OddReply("a positive token", server, what);
+  if (options_.wait_replicas > 0) {
+    DLOCK_RETURN_IF_ERROR(CheckGrantReplicated(replies[1].get(), server, what));
   }
-  return Attempt{false, 0, milliseconds(std::max<long long>(0, left))};
+  return AcquireReply{Attempt{true, *token, milliseconds(0)}};
 }
 
-bool RedisBackend::WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) {
-  const std::string channel = WakeChannel(options_.connect.db, key);
-  PendingWait pending = std::exchange(tls_pending, {});
-  if (pending.backend != id_ || pending.channel != channel) pending = {};
-  Subscriber& subscriber = EnsureSubscriber();
+Status RedisBackend::CheckGrantReplicated(const redisReply* w, const std::string& server,
+                                          const std::string& what) {
+  long long confirmed = 0;
+  if (w->type == REDIS_REPLY_ERROR) return ReplyError(w, server, what);
+  if (!ReplyInt(w, &confirmed)) return OddReply("WAIT's replica count", server, what);
+  if (confirmed >= options_.wait_replicas) return Status::Ok();
+  // The grant may not survive a failover: not granted as far as the caller
+  // knows. The core retries with the same owner (which gets the same token,
+  // and WAITs again) or releases when it gives up.
+  return UnavailableError(what + ": only " + std::to_string(confirmed) + " of " +
+                          std::to_string(options_.wait_replicas) +
+                          " replicas confirmed the grant within " +
+                          internal::FormatDuration(options_.wait_timeout) +
+                          " (wait_replicas); it could be lost in a failover");
+}
+
+std::unique_ptr<Acquisition> RedisBackend::Begin(const LeaseRequest& request) {
+  return std::make_unique<RedisAcquisition>(*this, request);
+}
+
+Result<Attempt> RedisAcquisition::Try() {
+  refusal_.reset();
+  DLOCK_RETURN_IF_ERROR(CheckAcquire(request_));
+  if (std::optional<Attempt> handed = TakeHandedOver()) return *handed;
+  // Both taken before the attempt is sent: anything published after the
+  // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
+  // this attempt's refusal follows `sent`.
+  const TimePoint sent = backend_.clock_->Now();
+  std::optional<Subscriber::Ticket> ticket;
+  if (Waiting()) ticket = backend_.CurrentTicket(channel_);
+  const milliseconds place_ttl =
+      Waiting() ? std::min(request_.queue_ttl, kPlaceTtl) : milliseconds(0);
+  Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl);
+  if (!reply.ok()) {
+    // A lost reply may hide a grant.
+    if (reply.status().code() == StatusCode::kUnavailable) maybe_granted_ = true;
+    return reply.status();
+  }
+  if (!reply->attempt.granted && Waiting()) refusal_ = Refusal{ticket, sent, reply->server_now};
+  return reply->attempt;
+}
+
+std::optional<Attempt> RedisAcquisition::TakeHandedOver() {
+  const std::optional<HandedOver> h = std::exchange(handed_over_, std::nullopt);
+  // The lease counts from the send of the attempt the grant followed. Taken
+  // only while most of the ttl is left; otherwise an attempt (which finds
+  // the key ours and renews it) tells more.
+  if (!h || backend_.clock_->Now() - h->sent >= request_.ttl / 4) return std::nullopt;
+  return Attempt{true, h->token, milliseconds(0), milliseconds(0), h->sent};
+}
+
+bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
+  const std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
+  Subscriber& subscriber = backend_.EnsureSubscriber();
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
-  const auto left = std::clamp<Duration>(until - clock_->Now(), Duration::zero(), kPlaceRefresh);
+  const auto left =
+      std::clamp<Duration>(until - backend_.clock_->Now(), Duration::zero(), kPlaceRefresh);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
   std::string message;
   const Subscriber::Outcome outcome =
-      subscriber.Wait(channel, pending.ticket, pending.owner, deadline, std::move(stop), &message);
-  // "owner:token:time": the key is this waiter's. Believed only when the
-  // grant's time (server ms) is not before the refusal of the attempt the
-  // wait follows, so that the lease may count from that attempt's send. (In
-  // the same millisecond the grant came after the refusal: a grant before it
-  // would still have held, a ttl being >= 10 ms, and the attempt would have
-  // found the key its own.) Not with wait_replicas, whose grants an attempt
-  // must confirm with WAIT.
-  const auto grant = ParseGrant(message);
-  if (grant && options_.wait_replicas == 0 && pending.refused_at > 0 &&
-      grant->second >= pending.refused_at) {
-    pending.granted = grant->first;
-    tls_pending = std::move(pending);
-  }
+      subscriber.Wait(channel_, refusal ? refusal->ticket : std::nullopt, owner_, deadline,
+                      std::move(stop), &message);
+  if (refusal) NoteGrant(*refusal, message);
   return outcome != Subscriber::Outcome::kDown;
 }
 
+void RedisAcquisition::NoteGrant(const Refusal& refusal, std::string_view text) {
+  // "token:time" after "<owner>:": the key is this waiter's. Believed only
+  // when the grant's time (server ms) is not before the refusal, so that the
+  // lease may count from the refused attempt's send. In the same
+  // millisecond the grant still came after the refusal: a grant before it
+  // would still have held (a ttl is at least 10 ms), and the attempt would
+  // have found the key its own. Not with wait_replicas, whose grants an
+  // attempt must confirm with WAIT.
+  const auto grant = ParseGrant(text);
+  if (grant && backend_.options_.wait_replicas == 0 && refusal.refused_at > 0 &&
+      grant->second >= refusal.refused_at) {
+    handed_over_ = HandedOver{grant->first, refusal.sent};
+  }
+}
+
+void RedisAcquisition::Abandon() {
+  if (std::exchange(abandoned_, true)) return;
+  refusal_.reset();
+  handed_over_.reset();
+  // Release drops this owner's place, and ends a holding it got unseen (a
+  // lost reply, or a grant on release nobody took). A single attempt that
+  // was answered took neither.
+  if (maybe_granted_ || Waiting()) (void)backend_.Release(request_.key, request_.owner);
+}
+
 Status RedisBackend::Ping() {
-  auto conn = Take("ping");
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping");
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), "ping");
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take("ping"));
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         conn->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping"));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), "ping");
   return Status::Ok();
 }
 
 Result<bool> RedisBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "read the run-once record of " + Quoted(key);
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto reply = (*conn)->Call({"EXISTS", DoneName(key)}, options_.timeout, what);
-  if (!reply.ok()) return reply.status();
-  if ((*reply)->type == REDIS_REPLY_ERROR) return ReplyError(reply->get(), (*conn)->server(), what);
-  if ((*reply)->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", (*conn)->server(), what);
-  return (*reply)->integer > 0;
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply,
+                         conn->Call({"EXISTS", DoneName(key)}, options_.timeout, what));
+  if (reply->type == REDIS_REPLY_ERROR) return ReplyError(reply.get(), conn->server(), what);
+  if (reply->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", conn->server(), what);
+  return reply->integer > 0;
 }
 
 Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
@@ -484,25 +579,17 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   const std::string what = "mark " + Quoted(key) + " done";
   const std::string keys[] = {LockName(key), CounterName(key), DoneName(key)};
   const std::string args[] = {owner.ToString()};
-  std::vector<Command> extra;
-  milliseconds timeout = options_.timeout;
-  if (options_.wait_replicas > 0) {
-    extra.push_back({"WAIT", std::to_string(options_.wait_replicas),
-                     std::to_string(options_.wait_timeout.count())});
-    timeout += options_.wait_timeout;
-  }
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::MarkDone(), keys, args, extra, timeout, what);
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::MarkDone(), keys, args, ReplicaWait(),
+                                                  WriteTimeout(), what));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
   long long marked = 0;
-  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", (*conn)->server(), what);
+  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", conn->server(), what);
   if (marked != 1) return NotOwnerError(what + ": the lock is no longer held by this owner");
   if (options_.wait_replicas > 0) {
     long long confirmed = 0;
-    if (!ReplyInt((*replies)[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
+    if (!ReplyInt(replies[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
       return UnavailableError(what + ": fewer than " + std::to_string(options_.wait_replicas) +
                               " replicas confirmed the record (wait_replicas)");
     }
@@ -515,14 +602,13 @@ Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   const std::string what = "release " + Quoted(key);
   const std::string keys[] = {LockName(key), QueueName(key)};
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto replies = (*conn)->Eval(scripts::Release(), keys, args, {}, options_.timeout, what);
-  if (!replies.ok()) return replies.status();
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         conn->Eval(scripts::Release(), keys, args, {}, options_.timeout, what));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
   long long result = 0;
-  if (!ReplyInt(r, &result)) return OddReply("the release script's result", (*conn)->server(), what);
+  if (!ReplyInt(r, &result)) return OddReply("the release script's result", conn->server(), what);
   if (result < 0) return NotOwnerError(what + ": the lock is held by another owner");
   return Status::Ok();
 }
@@ -575,10 +661,10 @@ Result<std::vector<std::string>> RedisBackend::Scan(Handle& conn, const std::str
   std::vector<std::string> names;
   std::string cursor = "0";
   do {
-    auto reply = conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"},
-                            options_.timeout, what);
-    if (!reply.ok()) return reply.status();
-    const redisReply* r = reply->get();
+    DLOCK_ASSIGN_OR_RETURN(
+        ReplyPtr reply,
+        conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, options_.timeout, what));
+    const redisReply* r = reply.get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -605,34 +691,31 @@ Status RedisBackend::ForEachRow(std::string_view prefix, const std::string& patt
                                 const Script& script, std::size_t fields,
                                 const std::string& rows_noun, const std::string& name_noun,
                                 const std::string& what, const RowFn& row) {
-  auto conn = Take(what);
-  if (!conn.ok()) return conn.status();
-  auto names = Scan(*conn, pattern, what);
-  if (!names.ok()) return names.status();
-  for (std::size_t start = 0; start < names->size(); start += kListBatch) {
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names, Scan(conn, pattern, what));
+  for (std::size_t start = 0; start < names.size(); start += kListBatch) {
     std::vector<std::string> batch;
     std::vector<std::optional<std::string>> batch_keys;
-    for (std::size_t i = start; i < std::min(names->size(), start + kListBatch); ++i) {
-      batch.push_back((*names)[i]);
-      batch_keys.push_back(key_of((*names)[i]));
+    for (std::size_t i = start; i < std::min(names.size(), start + kListBatch); ++i) {
+      batch.push_back(names[i]);
+      batch_keys.push_back(key_of(names[i]));
     }
-    auto replies = (*conn)->Eval(script, batch, {}, {}, options_.timeout, what);
-    if (!replies.ok()) return replies.status();
-    const redisReply* r = (*replies)[0].get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, (*conn)->server(), what);
+    DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(script, batch, {}, {}, options_.timeout, what));
+    const redisReply* r = replies[0].get();
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements % fields != 0) {
-      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", (*conn)->server(),
+      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", conn->server(),
                       what);
     }
     for (std::size_t i = 0; i < r->elements; i += fields) {
       const redisReply* const* f = r->element + i;
       const long long index = ReplyNumber(f[0], 0);
       if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
-        return OddReply("a " + name_noun + " index", (*conn)->server(), what);
+        return OddReply("a " + name_noun + " index", conn->server(), what);
       }
       const auto& key = batch_keys[index - 1];
       if (!key || !key->starts_with(prefix)) continue;
-      DLOCK_RETURN_IF_ERROR(row(*key, f, (*conn)->server()));
+      DLOCK_RETURN_IF_ERROR(row(*key, f, conn->server()));
     }
   }
   return Status::Ok();
@@ -704,9 +787,8 @@ template <typename MakeOptions>
 Result<std::unique_ptr<Backend>> OpenWith(const internal::Uri& uri,
                                           const internal::BackendParams& params,
                                           MakeOptions make) {
-  auto options = make(uri, params);
-  if (!options.ok()) return options.status();
-  auto backend = std::make_unique<RedisBackend>(std::move(*options), params.clock);
+  DLOCK_ASSIGN_OR_RETURN(RedisOptions options, make(uri, params));
+  auto backend = std::make_unique<RedisBackend>(std::move(options), params.clock);
   DLOCK_RETURN_IF_ERROR(backend->Verify());
   return std::unique_ptr<Backend>(std::move(backend));
 }

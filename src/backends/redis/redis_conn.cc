@@ -149,57 +149,53 @@ class Sha1 {
   std::uint64_t bits_ = 0;
 };
 
-}  // namespace
+// An error reply `e` from the server at `at` ("<what>: Redis at host:port").
+Status FromErrorReply(std::string_view e, const std::string& at) {
+  if (StartsWithWord(e, "NOAUTH")) {
+    return InvalidArgumentError(at + " requires a password: put it in the URI "
+                                     "(redis://[user]:PASSWORD@host:port)");
+  }
+  if (StartsWithWord(e, "WRONGPASS") || e.find("invalid password") != std::string_view::npos ||
+      e.find("invalid username-password") != std::string_view::npos) {
+    return InvalidArgumentError(at + " refused the login: wrong user name or password");
+  }
+  if (e.find("without any password configured") != std::string_view::npos) {
+    return InvalidArgumentError(at + " has no password set, but the URI gives one: "
+                                     "remove it or configure requirepass");
+  }
+  if (e.find("DB index is out of range") != std::string_view::npos) {
+    return InvalidArgumentError(at + " has no such database (db index out of range: "
+                                     "the server's 'databases' setting is the limit)");
+  }
+  if (StartsWithWord(e, "READONLY")) {
+    return UnavailableError(at + " is a read-only replica, not the primary (a failover "
+                                 "may be under way)");
+  }
+  if (StartsWithWord(e, "LOADING") || StartsWithWord(e, "MASTERDOWN") ||
+      StartsWithWord(e, "BUSY") || StartsWithWord(e, "TRYAGAIN") ||
+      StartsWithWord(e, "NOREPLICAS") || StartsWithWord(e, "CLUSTERDOWN") ||
+      StartsWithWord(e, "OOM")) {
+    return UnavailableError(at + " cannot serve now: " + std::string(e));
+  }
+  if (StartsWithWord(e, "MOVED") || StartsWithWord(e, "ASK") || StartsWithWord(e, "CROSSSLOT")) {
+    return InvalidArgumentError(at + " is a Redis Cluster node; Redis Cluster is not "
+                                     "supported (use one primary, with Sentinel for failover)");
+  }
+  if (StartsWithWord(e, "NOPERM")) {
+    return InvalidArgumentError(at + " refused a command this user may not run (dlock needs "
+                                     "EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, ROLE): " +
+                                std::string(e));
+  }
+  if (e.find("unknown command") != std::string_view::npos) {
+    return UnavailableError(at + " lacks a command dlock needs (Redis 5 or later is "
+                                 "required): " + std::string(e));
+  }
+  // Anything else means dlock sent something wrong: a bug.
+  return InternalError(at + " rejected a dlock command: " + std::string(e));
+}
 
-Status FromRedis(const Failure& f, std::string_view server, std::string_view what) {
-  const std::string at = std::string(what) + ": Redis at " + std::string(server);
-  if (f.error_reply) {
-    const std::string_view e = f.text;
-    if (StartsWithWord(e, "NOAUTH")) {
-      return InvalidArgumentError(at + " requires a password: put it in the URI "
-                                       "(redis://[user]:PASSWORD@host:port)");
-    }
-    if (StartsWithWord(e, "WRONGPASS") || e.find("invalid password") != std::string_view::npos ||
-        e.find("invalid username-password") != std::string_view::npos) {
-      return InvalidArgumentError(at + " refused the login: wrong user name or password");
-    }
-    if (e.find("without any password configured") != std::string_view::npos) {
-      return InvalidArgumentError(at + " has no password set, but the URI gives one: "
-                                       "remove it or configure requirepass");
-    }
-    if (e.find("DB index is out of range") != std::string_view::npos) {
-      return InvalidArgumentError(at + " has no such database (db index out of range: "
-                                       "the server's 'databases' setting is the limit)");
-    }
-    if (StartsWithWord(e, "READONLY")) {
-      return UnavailableError(at + " is a read-only replica, not the primary (a failover "
-                                   "may be under way)");
-    }
-    if (StartsWithWord(e, "LOADING") || StartsWithWord(e, "MASTERDOWN") ||
-        StartsWithWord(e, "BUSY") || StartsWithWord(e, "TRYAGAIN") ||
-        StartsWithWord(e, "NOREPLICAS") || StartsWithWord(e, "CLUSTERDOWN") ||
-        StartsWithWord(e, "OOM")) {
-      return UnavailableError(at + " cannot serve now: " + std::string(e));
-    }
-    if (StartsWithWord(e, "MOVED") || StartsWithWord(e, "ASK") || StartsWithWord(e, "CROSSSLOT")) {
-      return InvalidArgumentError(at + " is a Redis Cluster node; Redis Cluster is not "
-                                       "supported (use one primary, with Sentinel for failover)");
-    }
-    if (StartsWithWord(e, "NOPERM")) {
-      return InvalidArgumentError(at + " refused a command this user may not run (dlock needs "
-                                       "EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, ROLE): " +
-                                  std::string(e));
-    }
-    if (e.find("unknown command") != std::string_view::npos) {
-      return UnavailableError(at + " lacks a command dlock needs (Redis 5 or later is "
-                                   "required): " + std::string(e));
-    }
-    // Anything else means dlock sent something wrong: a bug.
-    return InternalError(at + " rejected a dlock command: " + std::string(e));
-  }
-  if (f.odd_reply) {
-    return UnavailableError(at + " answered oddly (expected " + f.text + ")");
-  }
+// A failure hiredis reported on the connection (no reply, or a broken one).
+Status FromContextFailure(const Failure& f, const std::string& at) {
   switch (f.context_err) {
     case REDIS_ERR_EOF:
       if (f.partial_reply) {
@@ -231,6 +227,17 @@ Status FromRedis(const Failure& f, std::string_view server, std::string_view wha
     default:
       return UnavailableError(at + ": " + (f.text.empty() ? "connection failed" : f.text));
   }
+}
+
+}  // namespace
+
+Status FromRedis(const Failure& f, std::string_view server, std::string_view what) {
+  const std::string at = std::string(what) + ": Redis at " + std::string(server);
+  if (f.error_reply) return FromErrorReply(f.text, at);
+  if (f.odd_reply) {
+    return UnavailableError(at + " answered oddly (expected " + f.text + ")");
+  }
+  return FromContextFailure(f, at);
 }
 
 Status ContextError(redisContext* c, int saved_errno, milliseconds timeout,
@@ -389,10 +396,9 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
   if (hello.empty() && verify) hello.push_back({"PING"});
   if (hello.empty()) return conn;
 
-  auto replies = conn->Pipeline(hello, options.connect_timeout, what);
-  if (!replies.ok()) return replies.status();
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(hello, options.connect_timeout, what));
   for (std::size_t i = 0; i < hello.size(); ++i) {
-    const redisReply* r = (*replies)[i].get();
+    const redisReply* r = replies[i].get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
     if (hello[i][0] == "ROLE") {
       if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
@@ -435,9 +441,9 @@ Result<std::vector<ReplyPtr>> Connection::Pipeline(std::span<const Command> comm
 
 Result<ReplyPtr> Connection::Call(const Command& command, milliseconds timeout,
                                   std::string_view what) {
-  auto replies = Pipeline(std::span<const Command>(&command, 1), timeout, what);
-  if (!replies.ok()) return replies.status();
-  return std::move((*replies)[0]);
+  DLOCK_ASSIGN_OR_RETURN(auto replies,
+                         Pipeline(std::span<const Command>(&command, 1), timeout, what));
+  return std::move(replies[0]);
 }
 
 Result<std::vector<ReplyPtr>> Connection::Eval(const Script& script,

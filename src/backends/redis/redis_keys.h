@@ -2,12 +2,19 @@
 //
 // A lock key K (1..1024 bytes, anything but NUL) lives under
 //
-//   dlock:{E}:lock    string: the owner (32 hex digits), PX = the lease
+//   dlock:{E}:lock    string, while somebody holds the key (or a lock-delay
+//                     runs): "owner|ttl|granted|label" for an exclusive
+//                     holding without lock-delay (owner: 32 hex digits;
+//                     granted: server ms, empty until known), PX = the
+//                     lease; otherwise the guard "*", until the last end in
+//                     holders
 //   dlock:{E}:token   INCR counter of grants, never expires, never deleted;
-//                     while the lock exists, its value is the holder's token
+//                     while the lock key is an exclusive holding, its value
+//                     is that holding's token
 //   dlock:{E}:queue   list of waiting owners, in arrival order
 //   dlock:{E}:qexp    hash owner -> expiry of that waiter's place (server ms)
-//   dlock:{E}:qinfo   hash owner -> "limit|since|label" of that waiter
+//   dlock:{E}:qinfo   hash owner -> "limit|since|ttl|label" of that waiter
+//                     (ttl only for an exclusive waiter without lock-delay)
 //   dlock:{E}:holders zset owner -> end of the holding (lease end + lock
 //                     delay, server ms), for shared and lock-delay holdings
 //   dlock:{E}:hinfo   hash owner -> "token|limit|ttl|delay|granted|label"

@@ -108,10 +108,26 @@ class RedlockBackend final : public Backend {
     Status status;  // OK: `replies` holds the script's reply (and extras)
     std::vector<ReplyPtr> replies;
   };
+  // For List: the owners each node names for a key, with their votes.
+  struct Seen {
+    std::string owner;
+    std::size_t votes = 0;
+    long long ttl = 0;
+  };
+  using SeenByKey = std::map<std::string, std::vector<Seen>>;
+
   // One script on every node, all in flight at once; each node's reply is
   // read within node_timeout of the send. Under mu_.
   std::vector<NodeResult> EvalAll(const Script& script, std::span<const std::string> keys,
                                   std::span<const std::string> args, std::string_view what);
+  // EvalAll's halves for one node: send `command` (connecting first if
+  // needed), then read its reply, sending `script`'s text on NOSCRIPT.
+  Status Send(Node& n, const Command& command, std::string_view what);
+  NodeResult Receive(Node& n, const Script& script, const Command& command, std::string_view what);
+  // For List: the lock names on node `n` matching `pattern`, and adds what
+  // the node says of those whose key starts with `prefix` to `seen`. False
+  // when the node did not answer.
+  bool ListNode(Node& n, std::string_view prefix, std::string_view what, SeenByKey& seen);
   Status ReleaseLocked(std::string_view key, const OwnerId& owner);
 
   const ConnectOptions connect_;
@@ -134,72 +150,78 @@ std::vector<RedlockBackend::NodeResult> RedlockBackend::EvalAll(const Script& sc
   Command evalsha{"EVALSHA", script.sha1, std::to_string(keys.size())};
   evalsha.insert(evalsha.end(), keys.begin(), keys.end());
   evalsha.insert(evalsha.end(), args.begin(), args.end());
-  ConnectOptions quick = connect_;
-  quick.connect_timeout = std::min(connect_.connect_timeout, node_timeout_);
   // Send to every node first, then read: the requests travel in parallel.
   std::vector<bool> sent(nodes_.size(), false);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    Node& n = nodes_[i];
-    if (!n.conn || n.conn->broken()) {
-      auto c = Connection::Open(n.endpoint, quick, false, false, what);
-      if (!c.ok()) {
-        n.conn.reset();
-        results[i].status = c.status();
-        continue;
-      }
-      n.conn = std::move(*c);
-    }
-    std::vector<const char*> argv;
-    std::vector<std::size_t> len;
-    for (const std::string& a : evalsha) {
-      argv.push_back(a.data());
-      len.push_back(a.size());
-    }
-    redisContext* ctx = n.conn->context();
-    redisSetTimeout(ctx, ToTimeval(node_timeout_));
-    int done = 0;
-    bool ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(),
-                                     len.data()) == REDIS_OK;
-    while (ok && !done) ok = redisBufferWrite(ctx, &done) == REDIS_OK;
-    if (!ok) {
-      results[i].status = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
-      n.conn.reset();
-      continue;
-    }
-    sent[i] = true;
+    results[i].status = Send(nodes_[i], evalsha, what);
+    sent[i] = results[i].status.ok();
   }
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (!sent[i]) continue;
-    Node& n = nodes_[i];
-    redisContext* ctx = n.conn->context();
-    void* raw = nullptr;
-    errno = 0;
-    if (redisGetReply(ctx, &raw) != REDIS_OK || raw == nullptr) {
-      results[i].status = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
-      n.conn.reset();
-      continue;
-    }
-    ReplyPtr reply(static_cast<redisReply*>(raw));
-    if (IsNoScript(reply.get())) {
-      // Not cached on this node yet (restarted): once more with the text.
-      Command eval = evalsha;
-      eval[0] = "EVAL";
-      eval[1] = script.text;
-      auto again = n.conn->Call(eval, node_timeout_, what);
-      if (!again.ok()) {
-        results[i].status = again.status();
-        n.conn.reset();
-        continue;
-      }
-      reply = std::move(*again);
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-      results[i].status = ReplyError(reply.get(), n.endpoint.Text(), what);
-      continue;
-    }
-    results[i].replies.push_back(std::move(reply));
+    if (sent[i]) results[i] = Receive(nodes_[i], script, evalsha, what);
   }
   return results;
+}
+
+Status RedlockBackend::Send(Node& n, const Command& command, std::string_view what) {
+  if (!n.conn || n.conn->broken()) {
+    ConnectOptions quick = connect_;
+    quick.connect_timeout = std::min(connect_.connect_timeout, node_timeout_);
+    auto c = Connection::Open(n.endpoint, quick, false, false, what);
+    if (!c.ok()) {
+      n.conn.reset();
+      return c.status();
+    }
+    n.conn = std::move(*c);
+  }
+  std::vector<const char*> argv;
+  std::vector<std::size_t> len;
+  for (const std::string& a : command) {
+    argv.push_back(a.data());
+    len.push_back(a.size());
+  }
+  redisContext* ctx = n.conn->context();
+  redisSetTimeout(ctx, ToTimeval(node_timeout_));
+  int done = 0;
+  bool ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) ==
+            REDIS_OK;
+  while (ok && !done) ok = redisBufferWrite(ctx, &done) == REDIS_OK;
+  if (ok) return Status::Ok();
+  Status error = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
+  n.conn.reset();
+  return error;
+}
+
+RedlockBackend::NodeResult RedlockBackend::Receive(Node& n, const Script& script,
+                                                   const Command& command, std::string_view what) {
+  NodeResult result;
+  redisContext* ctx = n.conn->context();
+  void* raw = nullptr;
+  errno = 0;
+  if (redisGetReply(ctx, &raw) != REDIS_OK || raw == nullptr) {
+    result.status = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
+    n.conn.reset();
+    return result;
+  }
+  ReplyPtr reply(static_cast<redisReply*>(raw));
+  if (IsNoScript(reply.get())) {
+    // Not cached on this node yet (restarted): once more with the text.
+    Command eval = command;
+    eval[0] = "EVAL";
+    eval[1] = script.text;
+    auto again = n.conn->Call(eval, node_timeout_, what);
+    if (!again.ok()) {
+      result.status = again.status();
+      n.conn.reset();
+      return result;
+    }
+    reply = std::move(*again);
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    result.status = ReplyError(reply.get(), n.endpoint.Text(), what);
+    return result;
+  }
+  result.replies.push_back(std::move(reply));
+  return result;
 }
 
 Result<Attempt> RedlockBackend::TryAcquire(const LeaseRequest& request) {
@@ -331,65 +353,63 @@ std::vector<Status> RedlockBackend::Renew(std::span<const LeaseRequest> leases) 
   return result;
 }
 
+bool RedlockBackend::ListNode(Node& n, std::string_view prefix, std::string_view what,
+                              SeenByKey& seen) {
+  if (!n.conn || n.conn->broken()) {
+    auto c = Connection::Open(n.endpoint, connect_, false, false, what);
+    if (!c.ok()) return false;
+    n.conn = std::move(*c);
+  }
+  std::vector<std::string> names;
+  std::string cursor = "0";
+  do {
+    auto reply = n.conn->Call({"SCAN", cursor, "MATCH", LockPattern(prefix), "COUNT", "1000"},
+                              node_timeout_ * 10, what);
+    if (!reply.ok() || (*reply)->type != REDIS_REPLY_ARRAY || (*reply)->elements != 2) {
+      return false;
+    }
+    cursor = ReplyString((*reply)->element[0]);
+    for (std::size_t i = 0; i < (*reply)->element[1]->elements; ++i) {
+      names.push_back(ReplyString((*reply)->element[1]->element[i]));
+    }
+  } while (cursor != "0");
+  if (names.empty()) return true;
+  std::vector<std::string> pairs;
+  for (const std::string& name : names) {
+    pairs.push_back(name);
+    pairs.push_back(CounterNameOfLock(name));
+  }
+  auto replies = n.conn->Eval(scripts::RedlockList(), pairs, {}, {}, node_timeout_ * 10, what);
+  if (!replies.ok() || (*replies)[0]->type != REDIS_REPLY_ARRAY) return true;
+  const redisReply* r = (*replies)[0].get();
+  for (std::size_t i = 0; i + 3 < r->elements; i += 4) {
+    auto key = KeyFromLockName(ReplyString(r->element[i]));
+    const std::string owner = ReplyString(r->element[i + 1]);
+    long long ttl = 0;
+    ReplyInt(r->element[i + 2], &ttl);
+    if (!key || !key->starts_with(prefix) || ttl <= 0) continue;
+    auto& list = seen[*key];
+    auto it =
+        std::find_if(list.begin(), list.end(), [&](const Seen& s) { return s.owner == owner; });
+    if (it == list.end()) {
+      list.push_back(Seen{owner, 1, ttl});
+    } else {
+      it->votes++;
+      it->ttl = std::min(it->ttl, ttl);
+    }
+  }
+  return true;
+}
+
 Result<std::vector<HolderInfo>> RedlockBackend::List(std::string_view prefix) {
   // Listing per node and voting would need a SCAN on every node; `dlock
   // status` on Redlock shows what a majority agrees on, key by key.
   const std::string what = "redlock list " + Quoted(prefix);
   std::lock_guard lock(mu_);
-  struct Seen {
-    std::string owner;
-    std::size_t votes = 0;
-    long long ttl = 0;
-  };
-  std::map<std::string, std::vector<Seen>> seen;
+  SeenByKey seen;
   std::size_t answered = 0;
   for (Node& n : nodes_) {
-    if (!n.conn || n.conn->broken()) {
-      auto c = Connection::Open(n.endpoint, connect_, false, false, what);
-      if (!c.ok()) continue;
-      n.conn = std::move(*c);
-    }
-    std::vector<std::string> names;
-    std::string cursor = "0";
-    bool ok = true;
-    do {
-      auto reply = n.conn->Call({"SCAN", cursor, "MATCH", LockPattern(prefix), "COUNT", "1000"},
-                                node_timeout_ * 10, what);
-      if (!reply.ok() || (*reply)->type != REDIS_REPLY_ARRAY || (*reply)->elements != 2) {
-        ok = false;
-        break;
-      }
-      cursor = ReplyString((*reply)->element[0]);
-      for (std::size_t i = 0; i < (*reply)->element[1]->elements; ++i) {
-        names.push_back(ReplyString((*reply)->element[1]->element[i]));
-      }
-    } while (cursor != "0");
-    if (!ok) continue;
-    ++answered;
-    if (names.empty()) continue;
-    std::vector<std::string> pairs;
-    for (const std::string& name : names) {
-      pairs.push_back(name);
-      pairs.push_back(CounterNameOfLock(name));
-    }
-    auto replies = n.conn->Eval(scripts::RedlockList(), pairs, {}, {}, node_timeout_ * 10, what);
-    if (!replies.ok() || (*replies)[0]->type != REDIS_REPLY_ARRAY) continue;
-    const redisReply* r = (*replies)[0].get();
-    for (std::size_t i = 0; i + 3 < r->elements; i += 4) {
-      auto key = KeyFromLockName(ReplyString(r->element[i]));
-      const std::string owner = ReplyString(r->element[i + 1]);
-      long long ttl = 0;
-      ReplyInt(r->element[i + 2], &ttl);
-      if (!key || !key->starts_with(prefix) || ttl <= 0) continue;
-      auto& list = seen[*key];
-      auto it = std::find_if(list.begin(), list.end(), [&](const Seen& s) { return s.owner == owner; });
-      if (it == list.end()) {
-        list.push_back(Seen{owner, 1, ttl});
-      } else {
-        it->votes++;
-        it->ttl = std::min(it->ttl, ttl);
-      }
-    }
+    if (ListNode(n, prefix, what, seen)) ++answered;
   }
   if (answered < Majority()) {
     return UnavailableError(what + ": only " + std::to_string(answered) + " of " +
@@ -412,22 +432,20 @@ Result<std::vector<HolderInfo>> RedlockBackend::List(std::string_view prefix) {
 Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
                                              const internal::BackendParams& params) {
   DLOCK_RETURN_IF_ERROR(uri.CheckParams({"node_timeout", "drift_factor"}));
-  auto endpoints = ParseEndpoints(uri.hosts, 6379, "redlock URI " + uri.Redacted());
-  if (!endpoints.ok()) return endpoints.status();
-  if (endpoints->size() < 3) {
+  DLOCK_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints,
+                         ParseEndpoints(uri.hosts, 6379, "redlock URI " + uri.Redacted()));
+  if (endpoints.size() < 3) {
     return BadUri(uri, "Redlock needs at least 3 independent nodes (5 are usual)", kRedlockForm);
   }
   ConnectOptions connect = BaseConnectOptions(uri, params);
   std::string_view path = uri.path;
   if (path.starts_with('/')) path.remove_prefix(1);
   if (!path.empty()) {
-    auto db = ParseDb(path, uri);
-    if (!db.ok()) return db.status();
-    connect.db = *db;
+    DLOCK_ASSIGN_OR_RETURN(connect.db, ParseDb(path, uri));
   }
-  auto node_timeout = DurationParam(uri, "node_timeout", milliseconds(100), milliseconds(1),
-                                    std::chrono::minutes(1));
-  if (!node_timeout.ok()) return node_timeout.status();
+  DLOCK_ASSIGN_OR_RETURN(const milliseconds node_timeout,
+                         DurationParam(uri, "node_timeout", milliseconds(100), milliseconds(1),
+                                       std::chrono::minutes(1)));
   double drift_factor = 0.01;
   if (const std::string* d = uri.Param("drift_factor")) {
     char* end = nullptr;
@@ -436,9 +454,9 @@ Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
       return BadUri(uri, "drift_factor '" + *d + "' must be a number from 0 to 0.5", kRedlockForm);
     }
   }
-  auto backend = std::make_unique<RedlockBackend>(std::move(*endpoints), std::move(connect),
-                                                  *node_timeout, drift_factor, uri.Redacted(),
-                                                  params.clock);
+  auto backend =
+      std::make_unique<RedlockBackend>(std::move(endpoints), std::move(connect), node_timeout,
+                                       drift_factor, uri.Redacted(), params.clock);
   DLOCK_RETURN_IF_ERROR(backend->Verify());
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -223,7 +223,7 @@ TEST_F(RedisServer, HandOffByNotificationWithin50ms) {
     // the gap asserted below, so only the notification can explain it.
     std::this_thread::sleep_for(milliseconds(200));
     const std::int64_t released_ns = NowNs();
-    ASSERT_TRUE(held->Release().ok());
+    EXPECT_TRUE(held->Release().ok());  // no ASSERT while the waiter runs
     waiter.join();
     ASSERT_TRUE(waited->ok()) << waited->status().ToString();
     const double gap_ms = static_cast<double>(granted_ns - released_ns) / 1e6;
@@ -257,9 +257,10 @@ TEST_F(RedisServer, WaitersAreServedInArrivalOrderAndALoopingReleaserCannotStarv
   }
   // The holder releases and at once wants the key back: it must queue
   // behind the three that were waiting.
-  ASSERT_TRUE(first->Release().ok());
+  // (No ASSERT until the waiters are joined.)
+  EXPECT_TRUE(first->Release().ok());
   auto again = holder->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)));
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
   {
     std::lock_guard l(mu);
     order.push_back(0);
@@ -286,8 +287,10 @@ TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
   const OwnerId holder(1, 1), dead(2, 2), live(3, 3);
   ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
   // `dead` queues for 300 ms and never comes back; `live` queues behind it.
-  EXPECT_FALSE(b->TryAcquire({key, dead, milliseconds(10'000), milliseconds(300)})->granted);
-  EXPECT_FALSE(b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)})->granted);
+  auto dead_waiter = b->Begin({key, dead, milliseconds(10'000), milliseconds(300)});
+  auto live_waiter = b->Begin({key, live, milliseconds(10'000), milliseconds(3000)});
+  EXPECT_FALSE(dead_waiter->Try()->granted);
+  EXPECT_FALSE(live_waiter->Try()->granted);
   // A single attempt (no queue place) does not jump the queue either.
   EXPECT_FALSE(b->TryAcquire({key, OwnerId(4, 4), milliseconds(10'000)})->granted);
   WaitForPlaceToLapse(admin_.get(), key, dead);
@@ -295,7 +298,7 @@ TEST_F(RedisServer, DeadWaiterLeavesTheQueueWhenItsPlaceExpires) {
   // `live` (woken) takes it.
   ASSERT_TRUE(b->Release(key, holder).ok());
   EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", LockName(key)})->integer, 0);
-  auto granted = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  auto granted = live_waiter->Try();
   ASSERT_TRUE(granted.ok());
   EXPECT_TRUE(granted->granted);
   ASSERT_TRUE(b->Release(key, live).ok());
@@ -312,33 +315,37 @@ TEST_F(RedisServer, AWaiterDeadAtTheHeadIsGrantedAndHoldsForItsTtl) {
   const std::string key = UniqueKey("dead-head");
   const OwnerId holder(1, 1), dead(2, 2), live(3, 3);
   ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
-  EXPECT_FALSE(b->TryAcquire({key, dead, milliseconds(600), milliseconds(3000)})->granted);
-  EXPECT_FALSE(b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)})->granted);
+  auto dead_waiter = b->Begin({key, dead, milliseconds(600), milliseconds(3000)});
+  auto live_waiter = b->Begin({key, live, milliseconds(10'000), milliseconds(3000)});
+  EXPECT_FALSE(dead_waiter->Try()->granted);
+  EXPECT_FALSE(live_waiter->Try()->granted);
   ASSERT_TRUE(b->Release(key, holder).ok());
   EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", LockName(key)}).get()).substr(0, 32),
             dead.ToString());
-  auto refused = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  auto refused = live_waiter->Try();
   ASSERT_TRUE(refused.ok());
   EXPECT_FALSE(refused->granted);
   EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
   EXPECT_LE(refused->holder_ttl_remaining, milliseconds(600));
   std::this_thread::sleep_for(refused->holder_ttl_remaining + milliseconds(20));
-  auto granted = b->TryAcquire({key, live, milliseconds(10'000), milliseconds(3000)});
+  auto granted = live_waiter->Try();
   ASSERT_TRUE(granted.ok());
   EXPECT_TRUE(granted->granted);
   ASSERT_TRUE(b->Release(key, live).ok());
 }
 
 // A waiter that takes its place with a subscription confirmed before its
-// (second) refused attempt, as the core does: its next WaitForRelease on this
-// thread returns on any message for it published from now on, even one that
-// arrived before the wait began.
-void Queue(Backend* backend, const LeaseRequest& request) {
-  auto first = backend->TryAcquire(request);
-  ASSERT_TRUE(first.ok() && !first->granted);
-  backend->WaitForRelease(request.key, DefaultClock()->Now() + milliseconds(2000), {});
-  auto second = backend->TryAcquire(request);
-  ASSERT_TRUE(second.ok() && !second->granted);
+// (second) refused attempt, as the core does: its next Wait returns on any
+// message for it published from now on, even one that arrived before the
+// wait began.
+std::unique_ptr<Acquisition> Queue(Backend* backend, const LeaseRequest& request) {
+  auto acquisition = backend->Begin(request);
+  auto first = acquisition->Try();
+  EXPECT_TRUE(first.ok() && !first->granted);
+  acquisition->Wait(DefaultClock()->Now() + milliseconds(2000), {});
+  auto second = acquisition->Try();
+  EXPECT_TRUE(second.ok() && !second->granted);
+  return acquisition;
 }
 
 TEST_F(RedisServer, AReleaseGrantsTheHeadWhichNeedsNoRoundTripOfItsOwn) {
@@ -350,12 +357,12 @@ TEST_F(RedisServer, AReleaseGrantsTheHeadWhichNeedsNoRoundTripOfItsOwn) {
   ASSERT_TRUE(held.ok() && held->granted);
   LeaseRequest request{key, waiter, milliseconds(10'000), milliseconds(3000)};
   request.label = "next|in line";
-  Queue(waiter_b.get(), request);
+  auto waiting = Queue(waiter_b.get(), request);
   const TimePoint queued_at = DefaultClock()->Now();
   const long long calls_before = CommandCalls("evalsha");
   ASSERT_TRUE(holder_b->Release(key, holder).ok());
-  EXPECT_TRUE(waiter_b->WaitForRelease(key, DefaultClock()->Now() + milliseconds(5000), {}));
-  auto got = waiter_b->TryAcquire(request);
+  EXPECT_TRUE(waiting->Wait(DefaultClock()->Now() + milliseconds(5000), {}));
+  auto got = waiting->Try();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->granted);
   EXPECT_EQ(got->token, held->token + 1);
@@ -377,6 +384,49 @@ TEST_F(RedisServer, AReleaseGrantsTheHeadWhichNeedsNoRoundTripOfItsOwn) {
   EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", LockName(key)})->integer, 0);
 }
 
+// An acquisition keeps its state itself, not in the calling thread: its
+// wait may run on one thread and the Try after it on another (as an
+// asynchronous caller's would), and a grant the wait brought still needs no
+// round trip.
+TEST_F(RedisServer, AnAcquisitionMayMoveBetweenThreads) {
+  auto holder_b = OpenRaw(uri_);
+  auto waiter_b = OpenRaw(uri_);
+  const std::string key = UniqueKey("across-threads");
+  const OwnerId holder(1, 1), waiter(2, 2);
+  auto held = holder_b->TryAcquire({key, holder, milliseconds(10'000)});
+  ASSERT_TRUE(held.ok() && held->granted);
+  const LeaseRequest request{key, waiter, milliseconds(10'000), milliseconds(3000)};
+  std::unique_ptr<Acquisition> waiting;
+  std::thread([&] { waiting = Queue(waiter_b.get(), request); }).join();
+  ASSERT_NE(waiting, nullptr);
+  const long long calls_before = CommandCalls("evalsha");
+  ASSERT_TRUE(holder_b->Release(key, holder).ok());
+  bool woken = false;
+  std::thread([&] {
+    woken = waiting->Wait(DefaultClock()->Now() + milliseconds(5000), {});
+  }).join();
+  EXPECT_TRUE(woken);
+  auto got = waiting->Try();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(got->granted);
+  EXPECT_EQ(got->token, held->token + 1);
+  EXPECT_EQ(CommandCalls("evalsha"), calls_before + 1)
+      << "the grant on release was not handed over";
+  ASSERT_TRUE(waiter_b->Release(key, waiter).ok());
+}
+
+// A single attempt takes no place in the queue, whatever queue_ttl says:
+// waiters queue through Begin.
+TEST_F(RedisServer, TryAcquireTakesNoPlace) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("no-place");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  EXPECT_FALSE(
+      b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(3000)})->granted);
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", QueueName(key)})->integer, 0);
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
 // A grant message older than the waiter's last refusal (here forged; in
 // life one delayed past a lease that then ran out), or not a grant message
 // at all, is not believed: the next attempt asks the server.
@@ -388,12 +438,13 @@ TEST_F(RedisServer, AGrantMessageOlderThanTheLastRefusalIsNotBelieved) {
   ASSERT_TRUE(holder_b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
   const LeaseRequest request{key, waiter, milliseconds(10'000), milliseconds(3000)};
   for (const std::string forged : {":999:1", ":999", ":x:y", ":999:1:2"}) {
-    Queue(waiter_b.get(), request);
+    auto waiting = Queue(waiter_b.get(), request);
     Cmd(admin_.get(), {"PUBLISH", WakeChannel(0, key), waiter.ToString() + forged});
-    EXPECT_TRUE(waiter_b->WaitForRelease(key, DefaultClock()->Now() + milliseconds(5000), {}));
-    auto got = waiter_b->TryAcquire(request);
+    EXPECT_TRUE(waiting->Wait(DefaultClock()->Now() + milliseconds(5000), {}));
+    auto got = waiting->Try();
     ASSERT_TRUE(got.ok()) << forged << ": " << got.status().ToString();
     EXPECT_FALSE(got->granted) << forged << ": the holder still holds the key";
+    waiting->Abandon();
   }
   ASSERT_TRUE(holder_b->Release(key, holder).ok());
 }
@@ -402,12 +453,16 @@ TEST_F(RedisServer, GivingUpLeavesTheQueueAndWakesTheNext) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("give-up");
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
-  EXPECT_FALSE(b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(3000)})->granted);
-  EXPECT_FALSE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000), milliseconds(3000)})->granted);
+  auto second = b->Begin({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(3000)});
+  auto third = b->Begin({key, OwnerId(3, 3), milliseconds(10'000), milliseconds(3000)});
+  EXPECT_FALSE(second->Try()->granted);
+  EXPECT_FALSE(third->Try()->granted);
+  // The release grants the key to the head, unseen; the head gives up, which
+  // passes the key on: the next one has it.
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  // The head gives up (the core's Release on give-up): the next one is head.
-  ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
-  EXPECT_TRUE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000), milliseconds(3000)})->granted);
+  second->Abandon();
+  EXPECT_TRUE(third->Try()->granted);
+  EXPECT_EQ(Cmd(admin_.get(), {"LLEN", QueueName(key)})->integer, 0);
   ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
 }
 
@@ -420,9 +475,10 @@ TEST_F(RedisServer, AWaitingAttemptRetriedByTheHolderGetsItsTokenBack) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("retried");
   const OwnerId me(1, 1);
-  auto first = b->TryAcquire({key, me, milliseconds(10'000), milliseconds(3000)});
+  auto acquisition = b->Begin({key, me, milliseconds(10'000), milliseconds(3000)});
+  auto first = acquisition->Try();
   ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
-  auto again = b->TryAcquire({key, me, milliseconds(10'000), milliseconds(3000)});
+  auto again = acquisition->Try();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(again->granted) << "the holder was refused its own key";
   EXPECT_EQ(again->token, first->token);
@@ -743,17 +799,18 @@ TEST_F(RedisServer, AWriterReleaseWakesEveryQueuedReader) {
   const std::string key = UniqueKey("readers-wake");
   ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(10'000)))->granted);
   std::vector<std::string> readers;
+  std::vector<std::unique_ptr<Acquisition>> reading;
   for (std::uint64_t i = 10; i < 13; ++i) {
     const OwnerId r(i, i);
     readers.push_back(r.ToString());
-    EXPECT_FALSE(b->TryAcquire(Req(key, r, milliseconds(10'000), {}, kSharedLimit,
-                                   milliseconds(5000)))
-                     ->granted);
+    reading.push_back(
+        b->Begin(Req(key, r, milliseconds(10'000), {}, kSharedLimit, milliseconds(5000))));
+    EXPECT_FALSE(reading.back()->Try()->granted);
   }
   // A writer behind them is not woken.
-  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(20, 20), milliseconds(10'000), {}, 1,
-                                 milliseconds(5000)))
-                   ->granted);
+  auto writer =
+      b->Begin(Req(key, OwnerId(20, 20), milliseconds(10'000), {}, 1, milliseconds(5000)));
+  EXPECT_FALSE(writer->Try()->granted);
   auto waiters = b->Waiters(key);
   ASSERT_TRUE(waiters.ok() && waiters->size() == 4u) << waiters.status().ToString();
   EXPECT_EQ((*waiters)[0].limit, kSharedLimit);
@@ -776,13 +833,10 @@ TEST_F(RedisServer, AWriterReleaseWakesEveryQueuedReader) {
     woken.push_back(ReplyString(message->element[2]));
   }
   EXPECT_EQ(woken, readers);
-  for (std::uint64_t i = 10; i < 13; ++i) {
-    EXPECT_TRUE(b->TryAcquire(Req(key, OwnerId(i, i), milliseconds(10'000), {}, kSharedLimit,
-                                  milliseconds(5000)))
-                    ->granted);
-  }
+  for (auto& reader : reading) EXPECT_TRUE(reader->Try()->granted);
   for (std::uint64_t i = 10; i < 13; ++i) EXPECT_TRUE(b->Release(key, OwnerId(i, i)).ok());
-  EXPECT_TRUE(b->Release(key, OwnerId(20, 20)).ok());
+  writer->Abandon();
+  EXPECT_EQ(Cmd(admin_.get(), {"EXISTS", QueueName(key)})->integer, 0);
 }
 
 }  // namespace
