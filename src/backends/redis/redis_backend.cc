@@ -335,7 +335,7 @@ Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string
                                  std::string(what) + " (primary named by sentinel " + s.Text() + ")");
     if (conn.ok()) return conn;
     // A wrong password or database is the same on every server.
-    if (conn.status().code() == StatusCode::kInvalidArgument) return conn.status();
+    if (IsFinal(conn.status())) return conn.status();
     errors += "; " + conn.status().message();
   }
   if (answered > 0 && unknown == answered) {

@@ -152,16 +152,17 @@ class Sha1 {
 // An error reply `e` from the server at `at` ("<what>: Redis at host:port").
 Status FromErrorReply(std::string_view e, const std::string& at) {
   if (StartsWithWord(e, "NOAUTH")) {
-    return InvalidArgumentError(at + " requires a password: put it in the URI "
-                                     "(redis://[user]:PASSWORD@host:port)");
+    return PermissionDeniedError(at + " requires a password: give it in the URI "
+                                      "(redis://[user]:PASSWORD@host:port), or with "
+                                      "?password_file= or ?password_env=");
   }
   if (StartsWithWord(e, "WRONGPASS") || e.find("invalid password") != std::string_view::npos ||
       e.find("invalid username-password") != std::string_view::npos) {
-    return InvalidArgumentError(at + " refused the login: wrong user name or password");
+    return PermissionDeniedError(at + " refused the login: wrong user name or password");
   }
   if (e.find("without any password configured") != std::string_view::npos) {
-    return InvalidArgumentError(at + " has no password set, but the URI gives one: "
-                                     "remove it or configure requirepass");
+    return PermissionDeniedError(at + " has no password set, but the URI gives one: "
+                                      "remove it or configure requirepass");
   }
   if (e.find("DB index is out of range") != std::string_view::npos) {
     return InvalidArgumentError(at + " has no such database (db index out of range: "
@@ -182,9 +183,9 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
                                      "supported (use one primary, with Sentinel for failover)");
   }
   if (StartsWithWord(e, "NOPERM")) {
-    return InvalidArgumentError(at + " refused a command this user may not run (dlock needs "
-                                     "EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, ROLE): " +
-                                std::string(e));
+    return PermissionDeniedError(at + " refused a command this user may not run (dlock "
+                                      "needs EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, "
+                                      "ROLE): " + std::string(e));
   }
   if (e.find("unknown command") != std::string_view::npos) {
     return UnavailableError(at + " lacks a command dlock needs (Redis 5 or later is "

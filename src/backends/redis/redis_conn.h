@@ -60,6 +60,11 @@ Status ContextError(redisContext* c, int saved_errno, std::chrono::milliseconds 
                     std::string_view server, std::string_view what);
 Status ReplyError(const redisReply* r, std::string_view server, std::string_view what);
 Status OddReply(std::string_view expected, std::string_view server, std::string_view what);
+// Whether `s` is the same on every server and retrying cannot help: a bad
+// argument, or credentials or rights the server refused.
+inline bool IsFinal(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPermissionDenied;
+}
 
 struct Endpoint {
   std::string host;

@@ -58,7 +58,7 @@ class RedlockBackend final : public Backend {
   std::size_t Majority() const { return nodes_.size() / 2 + 1; }
   bool OrdersTokens() const override { return false; }
 
-  // kInvalidArgument (wrong password, ...) from any node, or kUnavailable
+  // kInvalidArgument or kPermissionDenied (a wrong password, ...) from any node, or kUnavailable
   // unless a majority can be reached.
   Status Verify() {
     std::lock_guard lock(mu_);
@@ -69,7 +69,7 @@ class RedlockBackend final : public Backend {
       if (c.ok()) {
         n.conn = std::move(*c);
         ++up;
-      } else if (c.status().code() == StatusCode::kInvalidArgument) {
+      } else if (IsFinal(c.status())) {
         return c.status();
       } else {
         errors += "; " + c.status().message();
@@ -241,7 +241,7 @@ Result<Attempt> RedlockBackend::TryAcquire(const LeaseRequest& request) {
   Status last_error, invalid;
   for (const NodeResult& r : results) {
     if (!r.status.ok()) {
-      if (r.status.code() == StatusCode::kInvalidArgument) invalid = r.status;
+      if (IsFinal(r.status)) invalid = r.status;
       last_error = r.status;
       continue;
     }

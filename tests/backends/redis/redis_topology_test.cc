@@ -119,13 +119,13 @@ TEST(RedisAuth, WrongOrMissingPasswordIsNamedAndNeverPrinted) {
   const std::string port = std::to_string(t.Port("main"));
   Status error;
   EXPECT_EQ(OpenRaw("redis://:wrong-pw-456@127.0.0.1:" + port + "/0", &error), nullptr);
-  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument) << error.ToString();
+  EXPECT_EQ(error.code(), StatusCode::kPermissionDenied) << error.ToString();
   EXPECT_NE(error.message().find("wrong user name or password"), std::string::npos)
       << error.ToString();
   EXPECT_EQ(error.message().find("wrong-pw-456"), std::string::npos) << error.ToString();
 
   EXPECT_EQ(OpenRaw("redis://127.0.0.1:" + port + "/0", &error), nullptr);
-  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument) << error.ToString();
+  EXPECT_EQ(error.code(), StatusCode::kPermissionDenied) << error.ToString();
   EXPECT_NE(error.message().find("requires a password"), std::string::npos) << error.ToString();
 
   auto backend = OpenRaw(t.uri(), &error);
