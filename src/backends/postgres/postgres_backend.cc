@@ -34,9 +34,10 @@ constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 // retries at ttl/10), and one stuck for long would hold up loss detection.
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
-// A waiting attempt this soon after this backend's own release of the key
-// leaves the nudge to the head that release told (see NoteReleased).
-constexpr std::chrono::milliseconds kJustReleased{1000};
+// A waiting acquire that begins this soon after this backend's own release
+// of the key leaves the nudge to the head that release told (see
+// PostgresBackend::NoteReleased).
+constexpr milliseconds kJustReleased{1000};
 
 // {t} is the locks table, {q} the queue table, {d} the run-once table, all
 // quoted identifiers.
@@ -669,6 +670,8 @@ std::int64_t IntValue(const PGresult* r, int row, int col) {
   return std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
 }
 
+class PostgresAcquisition;
+
 class PostgresBackend final : public Backend {
  public:
   explicit PostgresBackend(PostgresOptions options)
@@ -686,24 +689,43 @@ class PostgresBackend final : public Backend {
                                  "open the lock store");
   }
 
+  // Always a single attempt, even with queue_ttl > 0: waiters queue only
+  // through Begin.
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
-  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override { return options_.describe; }
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
-  Status Ping() override {
-    auto r = Run("dlock_ping", Params(), CallDeadline(), "ping");
-    return r.ok() ? Status::Ok() : r.status();
-  }
+  Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
 
  private:
+  friend class PostgresAcquisition;
+
+  // What a waiting attempt sends beyond a single attempt's parameters.
+  struct QueueArgs {
+    std::uint64_t key_hash = 0;
+    // False: do not wake the head of the queue when refused on a free key.
+    bool may_nudge = true;
+  };
+
   SteadyTime CallDeadline() const { return SteadyClock::now() + options_.connect_timeout; }
+
+  // One attempt of a valid request: a single one (queue null) or a waiting
+  // one, which takes or refreshes the owner's place in the queue.
+  Result<Attempt> RunAttempt(const LeaseRequest& request, const QueueArgs* queue);
+  // The general release: frees any holding of `owner` and its place in the
+  // queue, and tells kNotOwner from "nobody holds it".
+  Status ReleaseAndLeaveQueue(std::string_view key, const std::string& owner,
+                              SteadyTime deadline);
+  Params ReleaseParams(std::string_view key, const std::string& owner) const;
+  // Acquisition::Wait for a waiter of this backend's listener.
+  bool WaitFor(const Listener::Waiter& waiter, TimePoint until, std::stop_token stop);
 
   // Runs prepared statement `name` on the operations connection, connecting
   // first if needed; all of it before `deadline`.
@@ -716,51 +738,37 @@ class PostgresBackend final : public Backend {
   Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
   Status SetUpSessionLocked(PGconn* conn, SteadyTime deadline);
 
+  // The last release by this backend of a key, which NOTIFYed the head of
+  // its queue: a waiting acquire of that key that begins at once (a process
+  // queueing again right after its release) need not nudge the head on its
+  // first attempt: that release told the head, and the head, if refused
+  // because another place turned out first, nudges that one itself. Saves
+  // a NOTIFY (a database-wide lock at commit, and a signal to every
+  // listener) per contended hand-off.
+  void NoteReleased(std::string_view key) {
+    std::lock_guard lock(releases_mu_);
+    if (recent_releases_.size() > 1024) recent_releases_.clear();
+    recent_releases_[std::string(key)] = SteadyClock::now();
+  }
+  // Whether this backend released the key within kJustReleased; forgets
+  // that release.
+  bool TakeRecentRelease(std::string_view key) {
+    std::lock_guard lock(releases_mu_);
+    auto it = recent_releases_.find(std::string(key));
+    if (it == recent_releases_.end()) return false;
+    const bool recent = SteadyClock::now() - it->second < kJustReleased;
+    recent_releases_.erase(it);
+    return recent;
+  }
+
   const PostgresOptions options_;
   const std::shared_ptr<Clock> clock_;
   const std::string locks_;  // quoted
   const std::string queue_;  // quoted
   const std::string done_;   // quoted
 
-  // Owners (with their keys) that may have a place in the wait queue: a
-  // waiting attempt was sent and no grant answered it. Their release takes
-  // the statement that also deletes the place; others the shorter one.
-  void MarkQueued(std::string_view key, const std::string& owner, bool queued) {
-    std::lock_guard lock(queued_mu_);
-    std::string id = owner + std::string(key);
-    if (queued) {
-      queued_.insert(std::move(id));
-    } else {
-      queued_.erase(id);
-    }
-  }
-  bool IsMarkedQueued(std::string_view key, const std::string& owner) {
-    std::lock_guard lock(queued_mu_);
-    return queued_.count(owner + std::string(key)) > 0;
-  }
-  // The last release by this backend of a key, which NOTIFYed the head of
-  // its queue: the next waiting attempt on that key, if it comes at once (a
-  // process queueing again right after its release), need not nudge the
-  // head — that release told it, and the head, if refused because another
-  // place turned out first, nudges that one itself. Saves a NOTIFY (a
-  // database-wide lock at commit, and a signal to every listener) per
-  // contended hand-off.
-  void NoteReleased(std::string_view key) {
-    std::lock_guard lock(queued_mu_);
-    if (released_.size() > 1024) released_.clear();
-    released_[std::string(key)] = SteadyClock::now();
-  }
-  bool JustReleased(std::string_view key) {
-    std::lock_guard lock(queued_mu_);
-    auto it = released_.find(std::string(key));
-    if (it == released_.end()) return false;
-    const bool recent = SteadyClock::now() - it->second < kJustReleased;
-    released_.erase(it);
-    return recent;
-  }
-  std::mutex queued_mu_;
-  std::set<std::string> queued_;
-  std::map<std::string, SteadyTime> released_;
+  std::mutex releases_mu_;
+  std::map<std::string, SteadyTime> recent_releases_;
 
   TimedMutex mu_;  // guards conn_ and the two below
   PgConnHandle conn_;
@@ -768,6 +776,39 @@ class PostgresBackend final : public Backend {
   SteadyTime stale_since_{};
 
   Listener listener_;
+};
+
+// One acquire of one key by one owner (Backend::Begin). A waiting one
+// (queue_ttl > 0) keeps a place in the key's queue between its attempts and
+// waits as a Listener waiter; a single one (queue_ttl 0) is one TryAcquire
+// per Try. Its calls may come from different threads, one after the other.
+class PostgresAcquisition final : public Acquisition {
+ public:
+  PostgresAcquisition(PostgresBackend& backend, LeaseRequest request);
+  ~PostgresAcquisition() override;
+
+  Result<Attempt> Try() override;
+  bool Wait(TimePoint until, std::stop_token stop) override;
+  void Abandon() override;
+
+ private:
+  bool waiting() const { return request_.queue_ttl > milliseconds(0); }
+  // One attempt; a waiting one first tells the listener.
+  Result<Attempt> Send();
+
+  PostgresBackend& backend_;
+  const LeaseRequest request_;
+  const Status valid_;  // the request's validation
+  const Listener::Waiter waiter_;
+  // False for the first attempt of an acquire that follows this backend's
+  // own release of the key (PostgresBackend::NoteReleased).
+  bool may_nudge_ = true;
+  // A waiting attempt was sent and no grant answered it: the owner may
+  // have a place in the queue.
+  bool may_hold_place_ = false;
+  // The last attempt's outcome is unknown: it may have granted.
+  bool may_be_granted_ = false;
+  bool granted_ = false;
 };
 
 Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
@@ -914,7 +955,7 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
   return result;
 }
 
-Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
+Status ValidateRequest(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
   DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
@@ -926,88 +967,161 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   if (request.queue_ttl < milliseconds(0)) {
     return InvalidArgumentError("acquire: queue_ttl is negative");
   }
-  const std::string owner = request.owner.ToString();
-  const std::uint64_t hash = KeyHash(request.key);
-  const bool waiting = request.queue_ttl > milliseconds(0);
-  if (waiting) {
-    listener_.BeforeAttempt(hash, owner);
-    // Before sending: if the reply is lost, the place may exist.
-    MarkQueued(request.key, owner, true);
-  }
+  return Status::Ok();
+}
 
+// Both acquire forms answer (token or NULL, ms the holder has left or NULL).
+Attempt ReadAttempt(const PGresult* r) {
+  Attempt attempt;
+  if (!IsNull(r, 0, 0)) {
+    attempt.granted = true;
+    attempt.token = static_cast<FencingToken>(IntValue(r, 0, 0));
+    return attempt;
+  }
+  if (!IsNull(r, 0, 1)) attempt.holder_ttl_remaining = milliseconds(IntValue(r, 0, 1));
+  return attempt;
+}
+
+Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateRequest(request));
+  return RunAttempt(request, nullptr);
+}
+
+Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const QueueArgs* queue) {
+  const bool waiting = queue != nullptr;
   Params params;
   params.Bytes(request.key)
-      .Text(owner)
+      .Text(request.owner.ToString())
       .Int(request.ttl.count())
       .Int(request.lock_delay.count())
       .Text(request.label)
       .Int(static_cast<std::int64_t>(request.limit));
   if (waiting) {
     params.Int(request.queue_ttl.count())
-        .Text(ChannelName(options_.table, hash))
-        .Text(KeyHashText(hash))
-        .Text(JustReleased(request.key) ? "f" : "t");  // may nudge the head
+        .Text(ChannelName(options_.table, queue->key_hash))
+        .Text(KeyHashText(queue->key_hash))
+        .Text(queue->may_nudge ? "t" : "f");
   }
   const std::string what = "acquire " + request.key;
   const SteadyTime deadline = CallDeadline();
-  auto run_attempt = [&]() -> Result<PgResultHandle> {
-    if (request.limit == 1) {
-      // The lean form first; the template when it cannot decide (no row for
-      // the key yet, or sharers in it).
-      auto lean = Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline,
-                      what);
-      if (!lean.ok() || Value(lean->get(), 0, 2) != "t") return lean;
-    }
-    return Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, deadline, what);
-  };
-  auto result = run_attempt();
-  if (!result.ok()) return result.status();
-  const PGresult* r = result->get();
-  Attempt attempt;
-  if (!IsNull(r, 0, 0)) {
-    attempt.granted = true;
-    attempt.token = static_cast<FencingToken>(IntValue(r, 0, 0));
-    if (waiting) {
-      listener_.Forget(hash, owner);
-      MarkQueued(request.key, owner, false);  // the grant removed the place
-    }
-    return attempt;
+  if (request.limit == 1) {
+    // The lean form first; the template when it cannot decide (no row for
+    // the key yet, or sharers in it).
+    DLOCK_ASSIGN_OR_RETURN(
+        PgResultHandle lean,
+        Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline, what));
+    if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get());
   }
-  if (!IsNull(r, 0, 1)) attempt.holder_ttl_remaining = milliseconds(IntValue(r, 0, 1));
-  if (waiting) listener_.AfterRefused(hash, owner);
-  return attempt;
+  DLOCK_ASSIGN_OR_RETURN(
+      PgResultHandle full,
+      Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, deadline, what));
+  return ReadAttempt(full.get());
+}
+
+Params PostgresBackend::ReleaseParams(std::string_view key, const std::string& owner) const {
+  const std::uint64_t hash = KeyHash(key);
+  Params params;
+  params.Bytes(key)
+      .Text(owner)
+      .Text(ChannelName(options_.table, hash))
+      .Text(KeyHashText(hash));
+  return params;
 }
 
 Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string owner_text = owner.ToString();
-  const std::uint64_t hash = KeyHash(key);
-  listener_.Forget(hash, owner_text);
-  Params params;
-  params.Bytes(key)
-      .Text(owner_text)
-      .Text(ChannelName(options_.table, hash))
-      .Text(KeyHashText(hash));
-  const std::string what = "release " + std::string(key);
   const SteadyTime deadline = CallDeadline();
-  if (!IsMarkedQueued(key, owner_text)) {
-    auto held = Run("dlock_release_lean", params, deadline, what);
-    if (!held.ok()) return held.status();
-    if (PQntuples(held->get()) == 1) {
-      NoteReleased(key);
-      return Status::Ok();
-    }
-    // Nothing released: was it somebody else's, or nobody's?
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle held,
+                         Run("dlock_release_lean", ReleaseParams(key, owner_text), deadline,
+                             "release " + std::string(key)));
+  if (PQntuples(held.get()) == 1) {
+    NoteReleased(key);
+    return Status::Ok();
   }
-  auto result = Run("dlock_release", params, deadline, what);
-  if (!result.ok()) return result.status();
-  MarkQueued(key, owner_text, false);
-  const PGresult* r = result->get();
+  // Nothing released: somebody else's, nobody's, a shared holding, or a
+  // waiter's place.
+  return ReleaseAndLeaveQueue(key, owner_text, deadline);
+}
+
+Status PostgresBackend::ReleaseAndLeaveQueue(std::string_view key, const std::string& owner,
+                                             SteadyTime deadline) {
+  const std::string what = "release " + std::string(key);
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
+                         Run("dlock_release", ReleaseParams(key, owner), deadline, what));
+  const PGresult* r = result.get();
   if (IntValue(r, 0, 0) > 0) return Status::Ok();
   if (Value(r, 0, 1) == "t") {
     return NotOwnerError(what + ": the lock is held by another owner");
   }
   return Status::Ok();  // free or expired: releasing again is not an error
+}
+
+bool PostgresBackend::WaitFor(const Listener::Waiter& waiter, TimePoint until,
+                              std::stop_token stop) {
+  const auto left = until - clock_->Now();
+  return listener_.Wait(waiter, SteadyClock::now() + left, std::move(stop));
+}
+
+std::unique_ptr<Acquisition> PostgresBackend::Begin(const LeaseRequest& request) {
+  return std::make_unique<PostgresAcquisition>(*this, request);
+}
+
+PostgresAcquisition::PostgresAcquisition(PostgresBackend& backend, LeaseRequest request)
+    : backend_(backend),
+      request_(std::move(request)),
+      valid_(ValidateRequest(request_)),
+      waiter_{KeyHash(request_.key), waiting() ? backend_.listener_.NewWaiterId() : 0,
+              request_.owner.ToString()},
+      may_nudge_(!(waiting() && backend_.TakeRecentRelease(request_.key))) {}
+
+PostgresAcquisition::~PostgresAcquisition() {
+  if (waiting()) backend_.listener_.Forget(waiter_);
+}
+
+Result<Attempt> PostgresAcquisition::Send() {
+  if (!waiting()) return backend_.RunAttempt(request_, nullptr);
+  backend_.listener_.BeforeAttempt(waiter_);
+  may_hold_place_ = true;  // before sending: if the reply is lost, it may exist
+  const PostgresBackend::QueueArgs queue{waiter_.key_hash, may_nudge_};
+  may_nudge_ = true;
+  return backend_.RunAttempt(request_, &queue);
+}
+
+Result<Attempt> PostgresAcquisition::Try() {
+  DLOCK_RETURN_IF_ERROR(valid_);
+  Result<Attempt> attempt = Send();
+  if (!attempt.ok()) {
+    if (attempt.status().code() == StatusCode::kUnavailable) may_be_granted_ = true;
+    return attempt;
+  }
+  // An answer: an earlier attempt whose reply was lost granted nothing that
+  // still stands, or this one has it back.
+  may_be_granted_ = false;
+  if (attempt->granted) {
+    granted_ = true;
+    may_hold_place_ = false;  // the grant removed the place
+    if (waiting()) backend_.listener_.Forget(waiter_);
+  } else if (waiting()) {
+    backend_.listener_.AfterRefused(waiter_);
+  }
+  return attempt;
+}
+
+bool PostgresAcquisition::Wait(TimePoint until, std::stop_token stop) {
+  if (!waiting() || granted_) return false;
+  return backend_.WaitFor(waiter_, until, std::move(stop));
+}
+
+void PostgresAcquisition::Abandon() {
+  if (waiting()) backend_.listener_.Forget(waiter_);
+  if (may_hold_place_) {
+    (void)backend_.ReleaseAndLeaveQueue(request_.key, waiter_.owner, backend_.CallDeadline());
+  } else if (may_be_granted_) {
+    (void)backend_.Release(request_.key, request_.owner);
+  }
+  may_hold_place_ = false;
+  may_be_granted_ = false;
 }
 
 std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases) {
@@ -1165,12 +1279,6 @@ Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
     return NotOwnerError(what + ": this owner no longer holds the lock");
   }
   return Status::Ok();
-}
-
-bool PostgresBackend::WaitForRelease(std::string_view key, TimePoint until,
-                                     std::stop_token stop) {
-  const auto left = until - clock_->Now();
-  return listener_.Wait(KeyHash(key), SteadyClock::now() + left, std::move(stop));
 }
 
 // [a-z_][a-z0-9_]{0,56}: a plain identifier that needs no quoting rules
