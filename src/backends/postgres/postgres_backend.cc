@@ -173,7 +173,13 @@ class PostgresBackend final : public Backend {
   static Status ReadKeyAndOwner(const PGresult* r, int row, const std::string& table,
                                 const std::string& what, std::string* key, OwnerId* owner);
   Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
+  // Checks the tables (creating or migrating them when needed) and
+  // prepares the statements on a new connection.
   Status SetUpSessionLocked(PGconn* conn, SteadyTime deadline);
+  // Whether the tables must be created or migrated; kFailedPrecondition
+  // when one exists but is not dlock's.
+  Result<bool> CheckTablesLocked(PGconn* conn, SteadyTime deadline);
+  Status CreateTablesLocked(PGconn* conn, SteadyTime deadline);
 
   // The last release by this backend of a key, which NOTIFYed the head of
   // its queue: a waiting acquire of that key that begins at once (a process
@@ -246,27 +252,41 @@ class PostgresAcquisition final : public Acquisition {
   bool granted_ = false;
 };
 
-Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
-  const std::string& where = options_.describe;
-  auto run = [&](const std::string& sql, const std::vector<std::string>& args,
-                 const char* what) -> Result<PgResultHandle> {
-    std::vector<const char*> values;
-    for (const std::string& a : args) values.push_back(a.c_str());
-    const int sent =
-        args.empty() ? PQsendQuery(conn, sql.c_str())
-                     : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()),
-                                         nullptr, values.data(), nullptr, nullptr, 0);
-    if (sent == 0) return FromPg(conn, nullptr, what, where);
-    return Await(conn, deadline, what, where);
-  };
+// Runs `sql` on a connection being set up (before any PREPARE), with text
+// parameters.
+Result<PgResultHandle> Exec(PGconn* conn, const std::string& sql,
+                            const std::vector<std::string>& args, SteadyTime deadline,
+                            const std::string& what, std::string_view where) {
+  std::vector<const char*> values;
+  for (const std::string& a : args) values.push_back(a.c_str());
+  const int sent = args.empty()
+                       ? PQsendQuery(conn, sql.c_str())
+                       : PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()),
+                                           nullptr, values.data(), nullptr, nullptr, 0);
+  if (sent == 0) return FromPg(conn, nullptr, what, where);
+  return Await(conn, deadline, what, where);
+}
 
-  auto check = run(kCheckSql, {tables_.locks, tables_.queue, tables_.done}, "check the lock tables");
-  if (!check.ok()) return check.status();
-  const PGresult* r = check->get();
+Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
+  DLOCK_ASSIGN_OR_RETURN(const bool create, CheckTablesLocked(conn, deadline));
+  if (create) {
+    DLOCK_RETURN_IF_ERROR(CreateTablesLocked(conn, deadline));
+  }
+  return Exec(conn, PrepareStatementsSql(tables_), {}, deadline, "prepare statements",
+              options_.describe)
+      .status();
+}
+
+Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadline) {
+  const std::string& where = options_.describe;
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle check,
+                         Exec(conn, kCheckSql, {tables_.locks, tables_.queue, tables_.done},
+                              deadline, "check the lock tables", where));
+  const PGresult* r = check.get();
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
   const bool have_done = Value(r, 0, 5) == "t";
-  // Tables of the previous schema are migrated (kCreateSql).
+  // Tables of the previous schema are migrated (CreateTablesSql).
   const bool old_locks = have_locks && Value(r, 0, 1) == kLocksCommentV1;
   const bool old_queue = have_queue && Value(r, 0, 3) == kQueueCommentV1;
   auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
@@ -274,27 +294,25 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
     if (exists && found != comment && found != kLocksCommentV1 && found != kQueueCommentV1) {
       return FailedPreconditionError(
           "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
-          "' expected as its comment, found '" + Value(r, 0, col) +
-          "'); choose another with ?table=NAME");
+          "' expected as its comment, found '" + found + "'); choose another with ?table=NAME");
     }
     return Status::Ok();
   };
   DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, tables_.locks));
   DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, tables_.queue));
   DLOCK_RETURN_IF_ERROR(verify(have_done, 6, kDoneComment, tables_.done));
-  if (!have_locks || !have_queue || !have_done || old_locks || old_queue) {
-    const std::uint64_t lock_id = KeyHash("dlock schema " + options_.table) >> 1;
-    const std::string sql = CreateTablesSql(tables_, lock_id);
-    auto created = run(sql, {}, ("create the lock tables " + tables_.locks).c_str());
-    if (!created.ok()) {
-      // A failed statement inside BEGIN leaves the transaction open.
-      (void)run("ROLLBACK", {}, "roll back");
-      return created.status();
-    }
-  }
-  auto prepared = run(PrepareStatementsSql(tables_), {}, "prepare statements");
-  if (!prepared.ok()) return prepared.status();
-  return Status::Ok();
+  return !have_locks || !have_queue || !have_done || old_locks || old_queue;
+}
+
+Status PostgresBackend::CreateTablesLocked(PGconn* conn, SteadyTime deadline) {
+  const std::string& where = options_.describe;
+  const std::uint64_t lock_id = KeyHash("dlock schema " + options_.table) >> 1;
+  auto created = Exec(conn, CreateTablesSql(tables_, lock_id), {}, deadline,
+                      "create the lock tables " + tables_.locks, where);
+  if (created.ok()) return Status::Ok();
+  // A failed statement inside BEGIN leaves the transaction open.
+  (void)Exec(conn, "ROLLBACK", {}, deadline, "roll back", where);
+  return created.status();
 }
 
 Status PostgresBackend::EnsureConnectedLocked(SteadyTime deadline, const std::string& what) {
@@ -622,9 +640,8 @@ Status PostgresBackend::ReadKeyAndOwner(const PGresult* r, int row, const std::s
 
 Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
   const std::string what = "list '" + std::string(prefix) + "'";
-  auto result = RunForPrefix("dlock_list", prefix, what);
-  if (!result.ok()) return result.status();
-  const PGresult* r = result->get();
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_list", prefix, what));
+  const PGresult* r = result.get();
   std::vector<HolderInfo> holders;
   for (int row = 0; row < PQntuples(r); ++row) {
     HolderInfo info;
@@ -642,9 +659,8 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
 
 Result<std::vector<WaiterInfo>> PostgresBackend::Waiters(std::string_view prefix) {
   const std::string what = "list the waiters for '" + std::string(prefix) + "'";
-  auto result = RunForPrefix("dlock_waiters", prefix, what);
-  if (!result.ok()) return result.status();
-  const PGresult* r = result->get();
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_waiters", prefix, what));
+  const PGresult* r = result.get();
   std::vector<WaiterInfo> waiters;
   for (int row = 0; row < PQntuples(r); ++row) {
     WaiterInfo info;
@@ -661,10 +677,10 @@ Result<bool> PostgresBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   Params params;
   params.Bytes(key);
-  auto result = Run("dlock_is_done", params, CallDeadline(),
-                    "read the done mark of " + std::string(key));
-  if (!result.ok()) return result.status();
-  return PQntuples(result->get()) > 0;
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
+                         Run("dlock_is_done", params, CallDeadline(),
+                             "read the done mark of " + std::string(key)));
+  return PQntuples(result.get()) > 0;
 }
 
 // Committed durably (the session's synchronous_commit is on) before it
@@ -674,9 +690,9 @@ Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   const std::string what = "mark " + std::string(key) + " done";
   Params params;
   params.Bytes(key).Text(owner.ToString());
-  auto result = Run("dlock_mark_done", params, CallDeadline(), what);
-  if (!result.ok()) return result.status();
-  if (PQntuples(result->get()) == 0) {
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
+                         Run("dlock_mark_done", params, CallDeadline(), what));
+  if (PQntuples(result.get()) == 0) {
     return NotOwnerError(what + ": this owner no longer holds the lock");
   }
   return Status::Ok();
@@ -702,76 +718,84 @@ std::set<std::string> LibpqKeywords() {
   return out;
 }
 
-}  // namespace
+Status BadUri(const internal::Uri& uri, const std::string& why) {
+  return InvalidArgumentError("bad PostgreSQL URI '" + uri.Redacted() + "': " + why);
+}
 
-Result<PostgresOptions> OptionsFromUri(const internal::Uri& uri) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("bad PostgreSQL URI '" + uri.Redacted() + "': " + why);
-  };
-  if (uri.scheme != "postgres" && uri.scheme != "postgresql") {
-    return bad("the scheme is not postgres or postgresql");
-  }
-  PostgresOptions options;
-  options.describe = uri.Redacted();
-  ConnInfo& info = options.conninfo;
-  if (!uri.user.empty()) info.emplace_back("user", uri.user);
-  if (uri.has_password) info.emplace_back("password", uri.password);
-  if (!uri.hosts.empty()) {
-    // "h1:5432,[::1]:5433,h3" -> host "h1,::1,h3", port "5432,5433,".
-    std::string hosts, ports;
-    bool any_port = false;
-    std::size_t start = 0;
-    while (start <= uri.hosts.size()) {
-      std::size_t comma = uri.hosts.find(',', start);
-      if (comma == std::string::npos) comma = uri.hosts.size();
-      std::string_view item(uri.hosts.data() + start, comma - start);
-      std::string_view host = item, port;
-      if (!item.empty() && item.front() == '[') {
-        const std::size_t close = item.find(']');
-        if (close == std::string_view::npos) return bad("unclosed '[' in host '" + std::string(item) + "'");
-        host = item.substr(1, close - 1);
-        if (close + 1 < item.size()) {
-          if (item[close + 1] != ':') return bad("junk after ']' in host '" + std::string(item) + "'");
-          port = item.substr(close + 2);
-        }
-      } else if (const std::size_t colon = item.rfind(':'); colon != std::string_view::npos) {
-        host = item.substr(0, colon);
-        port = item.substr(colon + 1);
-      }
-      if (!port.empty() && !std::all_of(port.begin(), port.end(), ::isdigit)) {
-        return bad("port '" + std::string(port) + "' is not a number");
-      }
-      if (start > 0) {
-        hosts += ',';
-        ports += ',';
-      }
-      hosts += host;
-      ports += port;
-      any_port = any_port || !port.empty();
-      start = comma + 1;
+// One item of a host list, "h", "h:5432", "[::1]" or "[::1]:5433".
+Status SplitHostPort(const internal::Uri& uri, std::string_view item, std::string_view* host,
+                     std::string_view* port) {
+  *host = item;
+  *port = {};
+  if (!item.empty() && item.front() == '[') {
+    const std::size_t close = item.find(']');
+    if (close == std::string_view::npos) {
+      return BadUri(uri, "unclosed '[' in host '" + std::string(item) + "'");
     }
-    info.emplace_back("host", hosts);
-    if (any_port) info.emplace_back("port", ports);
+    *host = item.substr(1, close - 1);
+    if (close + 1 < item.size()) {
+      if (item[close + 1] != ':') {
+        return BadUri(uri, "junk after ']' in host '" + std::string(item) + "'");
+      }
+      *port = item.substr(close + 2);
+    }
+  } else if (const std::size_t colon = item.rfind(':'); colon != std::string_view::npos) {
+    *host = item.substr(0, colon);
+    *port = item.substr(colon + 1);
   }
-  if (uri.path.size() > 1) info.emplace_back("dbname", uri.path.substr(1));
+  if (!port->empty() && !std::all_of(port->begin(), port->end(), ::isdigit)) {
+    return BadUri(uri, "port '" + std::string(*port) + "' is not a number");
+  }
+  return Status::Ok();
+}
 
+// "h1:5432,[::1]:5433,h3" -> host "h1,::1,h3", port "5432,5433,".
+Status AddHosts(const internal::Uri& uri, ConnInfo* info) {
+  if (uri.hosts.empty()) return Status::Ok();
+  std::string hosts, ports;
+  bool any_port = false;
+  std::size_t start = 0;
+  while (start <= uri.hosts.size()) {
+    std::size_t comma = uri.hosts.find(',', start);
+    if (comma == std::string::npos) comma = uri.hosts.size();
+    std::string_view host, port;
+    DLOCK_RETURN_IF_ERROR(SplitHostPort(
+        uri, std::string_view(uri.hosts.data() + start, comma - start), &host, &port));
+    if (start > 0) {
+      hosts += ',';
+      ports += ',';
+    }
+    hosts += host;
+    ports += port;
+    any_port = any_port || !port.empty();
+    start = comma + 1;
+  }
+  info->emplace_back("host", hosts);
+  if (any_port) info->emplace_back("port", ports);
+  return Status::Ok();
+}
+
+// The URI's parameters: `table`, dlock's, and libpq's keywords, passed
+// through, with dlock's defaults for those it left out.
+Status AddParameters(const internal::Uri& uri, PostgresOptions* options) {
   static const std::set<std::string> keywords = LibpqKeywords();
+  ConnInfo& info = options->conninfo;
   bool have_application_name = false, have_keepalives_idle = false;
   for (const auto& [k, v] : uri.query) {
     if (k == "table") {
       if (!IsTableName(v)) {
-        return bad("table name '" + v +
-                   "' is not accepted: use a lower-case identifier, a letter or '_' and "
-                   "then up to 56 letters, digits or '_' (dlock adds '_queue' to it for the "
-                   "wait queue)");
+        return BadUri(uri, "table name '" + v +
+                               "' is not accepted: use a lower-case identifier, a letter or '_' "
+                               "and then up to 56 letters, digits or '_' (dlock adds '_queue' to "
+                               "it for the wait queue)");
       }
-      options.table = v;
+      options->table = v;
       continue;
     }
     if (keywords.count(k) == 0 || k == "dbname" || k == "replication") {
-      return bad("unknown parameter '" + k +
-                 "': accepted: table, and libpq's connection parameters (sslmode, "
-                 "application_name, options, target_session_attrs, ...)");
+      return BadUri(uri, "unknown parameter '" + k +
+                             "': accepted: table, and libpq's connection parameters (sslmode, "
+                             "application_name, options, target_session_attrs, ...)");
     }
     have_application_name = have_application_name || k == "application_name";
     have_keepalives_idle = have_keepalives_idle || k == "keepalives_idle";
@@ -785,6 +809,23 @@ Result<PostgresOptions> OptionsFromUri(const internal::Uri& uri) {
     info.emplace_back("keepalives_interval", "5");
     info.emplace_back("keepalives_count", "3");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PostgresOptions> OptionsFromUri(const internal::Uri& uri) {
+  if (uri.scheme != "postgres" && uri.scheme != "postgresql") {
+    return BadUri(uri, "the scheme is not postgres or postgresql");
+  }
+  PostgresOptions options;
+  options.describe = uri.Redacted();
+  ConnInfo& info = options.conninfo;
+  if (!uri.user.empty()) info.emplace_back("user", uri.user);
+  if (uri.has_password) info.emplace_back("password", uri.password);
+  DLOCK_RETURN_IF_ERROR(AddHosts(uri, &info));
+  if (uri.path.size() > 1) info.emplace_back("dbname", uri.path.substr(1));
+  DLOCK_RETURN_IF_ERROR(AddParameters(uri, &options));
   return options;
 }
 
@@ -803,11 +844,10 @@ Result<std::unique_ptr<Backend>> Open(const PostgresOptions& options) {
 
 Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
                                       const internal::BackendParams& params) {
-  auto options = OptionsFromUri(uri);
-  if (!options.ok()) return options.status();
-  options->connect_timeout = params.connect_timeout;
-  options->clock = params.clock;
-  return Open(*options);
+  DLOCK_ASSIGN_OR_RETURN(PostgresOptions options, OptionsFromUri(uri));
+  options.connect_timeout = params.connect_timeout;
+  options.clock = params.clock;
+  return Open(options);
 }
 
 }  // namespace dlock::postgres
