@@ -30,7 +30,8 @@ constexpr milliseconds kMinRenewBudget{20};
 // PostgresBackend::NoteReleased).
 constexpr milliseconds kJustReleased{1000};
 
-std::string Quoted(std::string_view identifier) { return "\"" + std::string(identifier) + "\""; }
+// A table name as a quoted SQL identifier (IsTableName admits no '"').
+std::string QuoteIdentifier(std::string_view name) { return "\"" + std::string(name) + "\""; }
 
 // The smallest string greater than every string that starts with `prefix`,
 // or nullopt when there is none (empty prefix, or all 0xff bytes).
@@ -115,8 +116,8 @@ class PostgresBackend final : public Backend {
   explicit PostgresBackend(PostgresOptions options)
       : options_(std::move(options)),
         clock_(options_.clock ? options_.clock : DefaultClock()),
-        tables_{Quoted(options_.table), Quoted(options_.table + "_queue"),
-                Quoted(options_.table + "_done")},
+        tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
+                QuoteIdentifier(options_.table + "_done")},
         listener_(options_.conninfo, options_.table, options_.connect_timeout,
                   options_.describe) {}
 
