@@ -96,7 +96,7 @@ class Listener {
   };
   struct KeyState {
     std::uint64_t seq = 0;  // relevant notifications so far
-    std::map<std::string, int> owners;  // armed owners -> how many waiters
+    std::map<std::string, int> owners;         // armed owners -> how many waiters
     std::map<std::uint64_t, WaitState> waits;  // by Waiter::id
   };
   struct Channel {

@@ -118,8 +118,7 @@ class PostgresBackend final : public Backend {
         clock_(options_.clock ? options_.clock : DefaultClock()),
         tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
                 QuoteIdentifier(options_.table + "_done")},
-        listener_(options_.conninfo, options_.table, options_.connect_timeout,
-                  options_.describe) {}
+        listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
 
   Status Init() {
     std::unique_lock lock(mu_);
@@ -159,8 +158,7 @@ class PostgresBackend final : public Backend {
   Result<Attempt> RunAttempt(const LeaseRequest& request, const QueueArgs* queue);
   // The general release: frees any holding of `owner` and its place in the
   // queue, and tells kNotOwner from "nobody holds it".
-  Status ReleaseAndLeaveQueue(std::string_view key, const std::string& owner,
-                              SteadyTime deadline);
+  Status ReleaseAndLeaveQueue(std::string_view key, const std::string& owner, SteadyTime deadline);
   Params ReleaseParams(std::string_view key, const std::string& owner) const;
   // Acquisition::Wait for a waiter of this backend's listener.
   bool WaitFor(const Listener::Waiter& waiter, TimePoint until, std::stop_token stop);
@@ -432,19 +430,15 @@ Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const Q
         Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline, what));
     if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get());
   }
-  DLOCK_ASSIGN_OR_RETURN(
-      PgResultHandle full,
-      Run(waiting ? "dlock_acquire" : "dlock_acquire_once", params, deadline, what));
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run(waiting ? "dlock_acquire" : "dlock_acquire_once",
+                                                  params, deadline, what));
   return ReadAttempt(full.get());
 }
 
 Params PostgresBackend::ReleaseParams(std::string_view key, const std::string& owner) const {
   const std::uint64_t hash = KeyHash(key);
   Params params;
-  params.Bytes(key)
-      .Text(owner)
-      .Text(ChannelName(options_.table, hash))
-      .Text(KeyHashText(hash));
+  params.Bytes(key).Text(owner).Text(ChannelName(options_.table, hash)).Text(KeyHashText(hash));
   return params;
 }
 
@@ -678,9 +672,8 @@ Result<bool> PostgresBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   Params params;
   params.Bytes(key);
-  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
-                         Run("dlock_is_done", params, CallDeadline(),
-                             "read the done mark of " + std::string(key)));
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, Run("dlock_is_done", params, CallDeadline(),
+                                                    "read the done mark of " + std::string(key)));
   return PQntuples(result.get()) > 0;
 }
 

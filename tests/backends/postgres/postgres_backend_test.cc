@@ -604,7 +604,8 @@ TEST_F(PostgresBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   // The first wait LISTENs and asks for one more attempt, which is then
   // covered from its start.
   bool listened = false;
-  on_a_thread([&] { listened = acquisition->Wait(DefaultClock()->Now() + milliseconds(5000), {}); });
+  on_a_thread(
+      [&] { listened = acquisition->Wait(DefaultClock()->Now() + milliseconds(5000), {}); });
   EXPECT_TRUE(listened) << "the first wait did not LISTEN";
   on_a_thread([&] { refused.emplace(acquisition->Try()); });
   ASSERT_TRUE(refused->ok() && !(*refused)->granted) << refused->status().ToString();
