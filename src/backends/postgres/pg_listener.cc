@@ -74,7 +74,14 @@ void Listener::WakeThread() {
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
 }
 
-void Listener::Disarm(KeyState& state, ThreadWait& wait, int channel) {
+void Listener::ArmLocked(KeyState& state, WaitState& wait, int channel) {
+  if (wait.armed) return;
+  wait.armed = true;
+  state.owners[wait.owner]++;
+  channels_[channel].armed++;
+}
+
+void Listener::Disarm(KeyState& state, WaitState& wait, int channel) {
   if (!wait.armed) return;
   auto it = state.owners.find(wait.owner);
   if (it != state.owners.end() && --it->second <= 0) state.owners.erase(it);
@@ -83,60 +90,53 @@ void Listener::Disarm(KeyState& state, ThreadWait& wait, int channel) {
   wait.armed = false;
 }
 
-void Listener::BeforeAttempt(std::uint64_t key_hash, const std::string& owner) {
+std::uint64_t Listener::NewWaiterId() {
   std::lock_guard lock(mu_);
-  const int channel = ChannelOf(key_hash);
+  return next_waiter_id_++;
+}
+
+void Listener::BeforeAttempt(const Waiter& waiter) {
+  std::lock_guard lock(mu_);
+  const int channel = ChannelOf(waiter.key_hash);
   // When the key's channel is LISTENed already, this attempt is covered from
   // its start: arm now, and a refused attempt can wait at once. Otherwise
   // the first Wait() LISTENs and asks for one more attempt.
   const bool listening = healthy_ && channels_[channel].listening;
-  auto key = keys_.find(key_hash);
+  auto key = keys_.find(waiter.key_hash);
   if (key == keys_.end()) {
     if (!listening) return;
-    key = keys_.try_emplace(key_hash).first;
+    key = keys_.try_emplace(waiter.key_hash).first;
   }
-  auto [wait, inserted] = key->second.threads.try_emplace(std::this_thread::get_id());
-  if (!inserted && wait->second.owner != owner) {
-    // A new acquisition on this thread and key: the old one was never
-    // forgotten (it cannot be waiting any more).
-    Disarm(key->second, wait->second, channel);
-  }
-  wait->second.owner = owner;
-  if (listening && !wait->second.armed) {
-    wait->second.armed = true;
-    key->second.owners[owner]++;
-    channels_[channel].armed++;
+  WaitState& wait = key->second.waits[waiter.id];
+  wait.owner = waiter.owner;
+  if (listening && !wait.armed) {
+    ArmLocked(key->second, wait, channel);
     channels_[channel].last_used = SteadyClock::now();
   }
-  wait->second.seen = key->second.seq;
-  wait->second.wake_at = SteadyTime::max();
+  wait.seen = key->second.seq;
+  wait.wake_at = SteadyTime::max();
 }
 
-void Listener::AfterRefused(std::uint64_t key_hash, const std::string& owner) {
+void Listener::AfterRefused(const Waiter& waiter) {
   std::lock_guard lock(mu_);
-  KeyState& key = keys_[key_hash];
-  auto [wait, inserted] = key.threads.try_emplace(std::this_thread::get_id());
-  if (inserted || wait->second.owner != owner) {
-    Disarm(key, wait->second, ChannelOf(key_hash));
-    wait->second.owner = owner;
+  KeyState& key = keys_[waiter.key_hash];
+  auto [wait, inserted] = key.waits.try_emplace(waiter.id);
+  if (inserted) {
+    wait->second.owner = waiter.owner;
     wait->second.seen = key.seq;
   }
 }
 
-void Listener::Forget(std::uint64_t key_hash, const std::string& owner) {
+void Listener::Forget(const Waiter& waiter) {
   std::lock_guard lock(mu_);
-  auto key = keys_.find(key_hash);
+  auto key = keys_.find(waiter.key_hash);
   if (key == keys_.end()) return;
-  auto& threads = key->second.threads;
-  for (auto it = threads.begin(); it != threads.end();) {
-    if (it->second.owner == owner) {
-      Disarm(key->second, it->second, ChannelOf(key_hash));
-      it = threads.erase(it);
-    } else {
-      ++it;
-    }
+  auto& waits = key->second.waits;
+  if (auto wait = waits.find(waiter.id); wait != waits.end()) {
+    Disarm(key->second, wait->second, ChannelOf(waiter.key_hash));
+    waits.erase(wait);
   }
-  if (threads.empty()) keys_.erase(key);
+  if (waits.empty()) keys_.erase(key);
 }
 
 bool Listener::Listening(std::uint64_t key_hash) {
@@ -144,36 +144,33 @@ bool Listener::Listening(std::uint64_t key_hash) {
   return healthy_ && channels_[ChannelOf(key_hash)].listening;
 }
 
-bool Listener::Wait(std::uint64_t key_hash, SteadyTime until, std::stop_token stop) {
+bool Listener::Wait(const Waiter& waiter, SteadyTime until, std::stop_token stop) {
+  const std::uint64_t key_hash = waiter.key_hash;
   const int channel = ChannelOf(key_hash);
-  const auto me = std::this_thread::get_id();
   std::unique_lock lock(mu_);
-  auto key = keys_.find(key_hash);
-  if (key == keys_.end()) return false;
-  auto wait = key->second.threads.find(me);
-  if (wait == key->second.threads.end()) return false;
-  if (!wait->second.armed) {
+  // The waiter's state, or null once it was forgotten.
+  auto mine = [&]() -> WaitState* {
+    auto k = keys_.find(key_hash);
+    if (k == keys_.end()) return nullptr;
+    auto w = k->second.waits.find(waiter.id);
+    return w == k->second.waits.end() ? nullptr : &w->second;
+  };
+  const WaitState* wait = mine();
+  if (wait == nullptr) return false;
+  if (!wait->armed) {
     lock.unlock();
     // LISTEN now, and let the core try again at once: a release between its
     // refused attempt and this LISTEN would otherwise go unnoticed.
-    return Arm(key_hash);
+    return Arm(waiter);
   }
   if (!healthy_ || !channels_[channel].listening) {
     WakeThread();  // reconnect soon; meanwhile the core polls
     return false;
   }
-  const std::uint64_t seen = wait->second.seen;
-  // The wait of this thread, or null once it was forgotten.
-  auto mine = [&]() -> const ThreadWait* {
-    auto k = keys_.find(key_hash);
-    if (k == keys_.end()) return nullptr;
-    auto w = k->second.threads.find(me);
-    return w == k->second.threads.end() ? nullptr : &w->second;
-  };
+  const std::uint64_t seen = wait->seen;
   auto woken = [&] {
     if (stopping_ || !healthy_) return true;
-    const ThreadWait* w = mine();
-    return w == nullptr || keys_.find(key_hash)->second.seq != seen;
+    return mine() == nullptr || keys_.find(key_hash)->second.seq != seen;
   };
   for (;;) {
     if (woken() || stop.stop_requested()) return true;
@@ -186,19 +183,15 @@ bool Listener::Wait(std::uint64_t key_hash, SteadyTime until, std::stop_token st
   }
 }
 
-bool Listener::Arm(std::uint64_t key_hash) {
-  const int channel = ChannelOf(key_hash);
+bool Listener::Arm(const Waiter& waiter) {
+  const int channel = ChannelOf(waiter.key_hash);
   {
     std::lock_guard lock(mu_);
-    auto key = keys_.find(key_hash);
+    auto key = keys_.find(waiter.key_hash);
     if (key == keys_.end()) return false;
-    auto wait = key->second.threads.find(std::this_thread::get_id());
-    if (wait == key->second.threads.end()) return false;
-    if (!wait->second.armed) {
-      wait->second.armed = true;
-      key->second.owners[wait->second.owner]++;
-      channels_[channel].armed++;
-    }
+    auto wait = key->second.waits.find(waiter.id);
+    if (wait == key->second.waits.end()) return false;
+    ArmLocked(key->second, wait->second, channel);
     channels_[channel].last_used = SteadyClock::now();
     if (!thread_started_) {
       thread_started_ = true;
@@ -206,6 +199,11 @@ bool Listener::Arm(std::uint64_t key_hash) {
     }
     if (healthy_ && channels_[channel].listening) return true;
   }
+  return ListenOn(waiter.key_hash);
+}
+
+bool Listener::ListenOn(std::uint64_t key_hash) {
+  const int channel = ChannelOf(key_hash);
   const SteadyTime deadline = SteadyClock::now() + connect_timeout_;
   std::unique_lock conn_lock(conn_mu_, std::defer_lock);
   if (!conn_lock.try_lock_until(deadline)) return false;
@@ -312,7 +310,7 @@ void Listener::DispatchLocked() {
     if (ttl_ms) {
       // Received after the grant: waking at receipt + ttl is never early.
       const SteadyTime expiry = SteadyClock::now() + milliseconds(*ttl_ms);
-      for (auto& [thread, wait] : key->second.threads) {
+      for (auto& [id, wait] : key->second.waits) {
         if (wait.owner == owner) {
           wait.wake_at = expiry;
           woke = true;

@@ -1,5 +1,5 @@
 // Listener: the PostgreSQL backend's LISTEN connection, shared by every
-// thread of one backend that waits for a key.
+// waiting acquisition of one backend.
 //
 // Releases NOTIFY one of kChannels channels, `<table>_<nn>` with nn the key's
 // hash modulo kChannels (two hex digits), with the payload
@@ -25,8 +25,8 @@
 // polls instead; when it comes back every waiter is woken to check again,
 // since notifications sent meanwhile are lost.
 //
-// TryAcquire and WaitForRelease of one waiting acquire run on one thread (the
-// core's acquire loop): per-thread state is keyed by std::this_thread.
+// Each waiting acquisition is one Waiter, named by an id from NewWaiterId():
+// its calls may come from any thread, one after the other.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
@@ -65,20 +65,28 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
-  // Before a waiting attempt (queue_ttl > 0) of `owner` on the key.
-  void BeforeAttempt(std::uint64_t key_hash, const std::string& owner);
+  // One waiting acquisition of `owner` on the key whose hash is key_hash.
+  struct Waiter {
+    std::uint64_t key_hash = 0;
+    std::uint64_t id = 0;  // from NewWaiterId()
+    std::string owner;
+  };
+  std::uint64_t NewWaiterId();
+
+  // Before each waiting attempt of the waiter.
+  void BeforeAttempt(const Waiter& waiter);
   // After a refused waiting attempt.
-  void AfterRefused(std::uint64_t key_hash, const std::string& owner);
-  // The owner was granted the key or released it: stop waiting for it.
-  void Forget(std::uint64_t key_hash, const std::string& owner);
-  // WaitForRelease: see the comment at the top.
-  bool Wait(std::uint64_t key_hash, SteadyTime until, std::stop_token stop);
+  void AfterRefused(const Waiter& waiter);
+  // The waiter was granted the key or gave up: it waits no more.
+  void Forget(const Waiter& waiter);
+  // Acquisition::Wait: see the comment at the top.
+  bool Wait(const Waiter& waiter, SteadyTime until, std::stop_token stop);
 
   // For tests: the channel is LISTENed on a live connection.
   bool Listening(std::uint64_t key_hash);
 
  private:
-  struct ThreadWait {
+  struct WaitState {
     std::string owner;
     bool armed = false;      // counted in owners and channel armed
     std::uint64_t seen = 0;  // KeyState::seq before the last attempt
@@ -88,8 +96,8 @@ class Listener {
   };
   struct KeyState {
     std::uint64_t seq = 0;  // relevant notifications so far
-    std::map<std::string, int> owners;  // armed owners -> how many threads
-    std::map<std::thread::id, ThreadWait> threads;
+    std::map<std::string, int> owners;         // armed owners -> how many waiters
+    std::map<std::uint64_t, WaitState> waits;  // by Waiter::id
   };
   struct Channel {
     int armed = 0;
@@ -97,15 +105,19 @@ class Listener {
     std::chrono::steady_clock::time_point last_used{};
   };
 
-  // Makes this thread's wait on the key armed and its channel LISTENed.
-  bool Arm(std::uint64_t key_hash);
+  // Makes the waiter's wait armed and its channel LISTENed.
+  bool Arm(const Waiter& waiter);
+  // With mu_ held: counts the wait as armed on its channel.
+  void ArmLocked(KeyState& state, WaitState& wait, int channel);
+  // LISTENs on the key's channel, connecting first if needed.
+  bool ListenOn(std::uint64_t key_hash);
   void Run();
   // With conn_mu_ held.
   bool ConnectLocked(SteadyTime deadline);
   void DropConnectionLocked();
   void DispatchLocked();
   void UnlistenIdleLocked();
-  void Disarm(KeyState& state, ThreadWait& wait, int channel);
+  void Disarm(KeyState& state, WaitState& wait, int channel);
   void WakeThread();
 
   const ConnInfo info_;
@@ -123,6 +135,7 @@ class Listener {
   bool stopping_ = false;
   bool healthy_ = false;  // conn_ is up and its LISTENs are in place
   bool thread_started_ = false;
+  std::uint64_t next_waiter_id_ = 1;
   std::unordered_map<std::uint64_t, KeyState> keys_;
   std::array<Channel, kChannels> channels_{};
   std::thread thread_;

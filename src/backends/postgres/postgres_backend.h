@@ -20,12 +20,14 @@
 // libpq as a connection keyword (sslmode, application_name, options,
 // target_session_attrs, ...); an unknown one is refused.
 //
-// Connections: one for operations (behind a mutex) and, only once some
-// caller waits for a key, one for LISTEN. Each call is bounded: connecting
-// and the statement together by the connect timeout, a renewal by a tenth of
-// its shortest TTL (at least 20 ms), so a lost server makes a lease lost at
-// its valid_until rather than hanging the renewal thread. A broken
-// connection makes that call kUnavailable and is replaced on the next one.
+// Waiting acquires (Begin) keep their state in their Acquisition; the
+// backend keeps none per attempt. Connections: one for operations (behind
+// a mutex) and, only once some caller waits for a key, one for LISTEN.
+// Each call is bounded: connecting and the statement together by the
+// connect timeout, a renewal by a tenth of its shortest TTL (at least
+// 20 ms), so a lost server makes a lease lost at its valid_until rather
+// than hanging the renewal thread. A broken connection makes that call
+// kUnavailable and is replaced on the next one.
 //
 // Thread-safety: thread-safe.
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_BACKEND_H_
@@ -53,7 +55,8 @@ struct PostgresOptions {
   std::chrono::milliseconds connect_timeout{5000};
   // The URI without its password, for messages.
   std::string describe;
-  // The core's clock, to read WaitForRelease deadlines. Null: the real one.
+  // The core's clock, to read Acquisition::Wait deadlines. Null: the real
+  // one.
   std::shared_ptr<Clock> clock;
 };
 

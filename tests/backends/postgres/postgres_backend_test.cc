@@ -439,9 +439,10 @@ TEST_F(PostgresBackendTest, AWaiterAcquiresWithin50msOfTheRelease) {
     });
     std::this_thread::sleep_for(milliseconds(100));  // let it wait (not asserted)
     // The key is released when Release returns (its commit is durable).
-    ASSERT_TRUE(held->Release().ok());
+    const Status released = held->Release();
     const auto released_at = Steady::now();
     waiter.join();
+    ASSERT_TRUE(released.ok()) << released.ToString();
     ASSERT_TRUE(got->ok()) << got->status().ToString();
     if (i > 0) {
       gaps_ms.push_back(std::chrono::duration<double, std::milli>(granted_at - released_at).count());
@@ -477,8 +478,9 @@ TEST_F(PostgresBackendTest, WaitersAreServedInArrivalOrder) {
     });
     std::this_thread::sleep_for(milliseconds(100));  // arrive in order i
   }
-  ASSERT_TRUE(held->Release().ok());
+  const Status released = held->Release();
   for (auto& t : waiters) t.join();
+  ASSERT_TRUE(released.ok()) << released.ToString();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
 }
 
@@ -502,10 +504,11 @@ TEST_F(PostgresBackendTest, AReleaseAndReacquireLoopCannotStarveAWaiter) {
   auto lease = patient->Acquire(key, Opts(milliseconds(10'000), milliseconds(5'000)));
   const auto waited = Steady::now() - start;
   const int greedy_during = greedy_grants.load();
-  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   stop = true;
-  ASSERT_TRUE(lease->Release().ok());
+  const Status released = lease.ok() ? lease->Release() : Status::Ok();
   loop.join();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_TRUE(released.ok()) << released.ToString();
   EXPECT_LT(waited, milliseconds(500));
   // FIFO: the greedy loop re-queues behind the waiter after each release.
   EXPECT_LE(greedy_during, 5 + 2);
@@ -516,7 +519,8 @@ TEST_F(PostgresBackendTest, ASingleAttemptDoesNotJumpTheQueue) {
   const std::string key = Unique("queue");
   const OwnerId holder(1, 1), waiter(2, 2), jumper(3, 3);
   ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
-  auto queued = b->TryAcquire({key, waiter, milliseconds(10'000), milliseconds(3000)});
+  auto waiting = b->Begin({key, waiter, milliseconds(10'000), milliseconds(3000)});
+  auto queued = waiting->Try();
   ASSERT_TRUE(queued.ok());
   EXPECT_FALSE(queued->granted);
   EXPECT_GT(queued->holder_ttl_remaining, milliseconds(9000));
@@ -528,16 +532,17 @@ TEST_F(PostgresBackendTest, ASingleAttemptDoesNotJumpTheQueue) {
   // came back as 1 ms, and every waiter behind the head of the queue
   // retried each millisecond while the key changed hands.)
   EXPECT_EQ(jump->holder_ttl_remaining, milliseconds(0));
-  auto behind = b->TryAcquire({key, jumper, milliseconds(10'000), milliseconds(3000)});
+  auto jumper_waits = b->Begin({key, jumper, milliseconds(10'000), milliseconds(3000)});
+  auto behind = jumper_waits->Try();
   ASSERT_TRUE(behind.ok());
   EXPECT_FALSE(behind->granted);
   EXPECT_EQ(behind->holder_ttl_remaining, milliseconds(0));
-  ASSERT_TRUE(b->Release(key, jumper).ok());  // leaves the queue
-  auto served = b->TryAcquire({key, waiter, milliseconds(10'000), milliseconds(3000)});
+  jumper_waits->Abandon();  // leaves the queue
+  auto served = waiting->Try();
   ASSERT_TRUE(served.ok() && served->granted);
   // The holder, trying again as a waiter, queues behind nobody and gets the
   // same token back while it holds the key.
-  auto again = b->TryAcquire({key, waiter, milliseconds(10'000), milliseconds(3000)});
+  auto again = b->Begin({key, waiter, milliseconds(10'000), milliseconds(3000)})->Try();
   ASSERT_TRUE(again.ok() && again->granted);
   EXPECT_EQ(again->token, served->token);
   ASSERT_TRUE(b->Release(key, waiter).ok());
@@ -551,14 +556,76 @@ TEST_F(PostgresBackendTest, AWaiterThatStopsComingLeavesTheQueue) {
   auto b = Raw();
   const std::string key = Unique("dead-waiter");
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
-  // Queued for 200 ms, then never heard of again (crashed).
-  ASSERT_FALSE(b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(200)})->granted);
+  // Queued for 200 ms, then never heard of again (crashed: the acquisition
+  // is dropped without Abandon).
+  auto dead = b->Begin({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(200)});
+  ASSERT_FALSE(dead->Try()->granted);
+  dead.reset();
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
   EXPECT_FALSE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)})->granted);
   std::this_thread::sleep_for(milliseconds(300));
   auto later = b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)});
   ASSERT_TRUE(later.ok() && later->granted) << "the dead waiter's place did not expire";
   ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
+}
+
+// Waiters queue only through Begin: TryAcquire is one attempt even when the
+// request carries a queue_ttl.
+TEST_F(PostgresBackendTest, TryAcquireNeverTakesAPlace) {
+  auto b = Raw();
+  const std::string key = Unique("no-place");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  auto single = b->TryAcquire({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(3000)});
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  EXPECT_FALSE(single->granted);
+  auto waiters = b->Waiters(key);
+  ASSERT_TRUE(waiters.ok()) << waiters.status().ToString();
+  EXPECT_TRUE(waiters->empty()) << "a single attempt took a place in the queue";
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
+// Try, Wait and Abandon of one acquisition may come from different threads
+// one after the other (the asynchronous API resumes an acquisition on any
+// worker): a wait on another thread than the refused attempt still wakes at
+// the release.
+TEST_F(PostgresBackendTest, AnAcquisitionMayMoveBetweenThreads) {
+  auto b = Raw();
+  const std::string key = Unique("hop");
+  const OwnerId holder(1, 1), waiter(2, 2);
+  ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(30'000)})->granted);
+  auto acquisition = b->Begin({key, waiter, milliseconds(30'000), milliseconds(3000)});
+  auto on_a_thread = [](auto fn) {
+    std::thread t(fn);
+    t.join();
+  };
+  std::optional<Result<Attempt>> refused;
+  on_a_thread([&] { refused.emplace(acquisition->Try()); });
+  ASSERT_TRUE(refused->ok() && !(*refused)->granted) << refused->status().ToString();
+  // The first wait LISTENs and asks for one more attempt, which is then
+  // covered from its start.
+  bool listened = false;
+  on_a_thread(
+      [&] { listened = acquisition->Wait(DefaultClock()->Now() + milliseconds(5000), {}); });
+  EXPECT_TRUE(listened) << "the first wait did not LISTEN";
+  on_a_thread([&] { refused.emplace(acquisition->Try()); });
+  ASSERT_TRUE(refused->ok() && !(*refused)->granted) << refused->status().ToString();
+  bool woken = false;
+  Steady::time_point woken_at;
+  std::thread wait([&] {
+    woken = acquisition->Wait(DefaultClock()->Now() + milliseconds(5000), {});
+    woken_at = Steady::now();
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  const Status released = b->Release(key, holder);
+  const auto released_at = Steady::now();
+  wait.join();
+  ASSERT_TRUE(released.ok()) << released.ToString();
+  EXPECT_TRUE(woken);
+  EXPECT_LT(woken_at - released_at, milliseconds(1000)) << "slept out its wait: not notified";
+  std::optional<Result<Attempt>> granted;
+  on_a_thread([&] { granted.emplace(acquisition->Try()); });
+  ASSERT_TRUE(granted->ok() && (*granted)->granted) << granted->status().ToString();
+  ASSERT_TRUE(b->Release(key, waiter).ok());
 }
 
 // Regression (found by `dlock chaos --faults pause`): a waiter refused while
@@ -571,7 +638,8 @@ TEST_F(PostgresBackendTest, TheNextInLineWakesWhenANewHoldersLeaseExpires) {
   const std::string key = Unique("next-in-line");
   const OwnerId holder(1, 1), first(2, 2);
   ASSERT_TRUE(raw->TryAcquire({key, holder, milliseconds(10'000)})->granted);
-  ASSERT_FALSE(raw->TryAcquire({key, first, milliseconds(300), milliseconds(3000)})->granted);
+  auto first_waits = raw->Begin({key, first, milliseconds(300), milliseconds(3000)});
+  ASSERT_FALSE(first_waits->Try()->granted);
   ASSERT_TRUE(raw->Release(key, holder).ok());  // free, `first` is first in line
   auto second = NewClient();
   std::optional<Result<Lease>> got;
@@ -581,11 +649,11 @@ TEST_F(PostgresBackendTest, TheNextInLineWakesWhenANewHoldersLeaseExpires) {
     got_at = Steady::now();
   });
   std::this_thread::sleep_for(milliseconds(150));  // refused: `first` goes first
-  auto granted = raw->TryAcquire({key, first, milliseconds(300), milliseconds(3000)});
+  auto granted = first_waits->Try();
   const auto granted_at = Steady::now();
-  ASSERT_TRUE(granted.ok() && granted->granted);
   // `first` never renews: its lease expires 300 ms after the grant.
   t.join();
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_GT((*got)->token(), granted->token);
   EXPECT_GE(got_at - granted_at, milliseconds(250));
@@ -614,14 +682,15 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   Query(admin.get(), "UPDATE dlock_locks SET owner = NULL, expires_at = NULL WHERE key = '\\x" +
                          HexEncode(key) + "'");
   const auto nudged_at = Steady::now();
-  auto second = raw->TryAcquire({key, OwnerId(3, 3), milliseconds(5000), milliseconds(3000)});
-  ASSERT_TRUE(second.ok());
-  EXPECT_FALSE(second->granted) << "jumped the queue";
+  auto second_waits = raw->Begin({key, OwnerId(3, 3), milliseconds(5000), milliseconds(3000)});
+  auto second = second_waits->Try();
   t.join();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->granted) << "jumped the queue";
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_LT(got_at - nudged_at, milliseconds(300)) << "the first in line was not woken";
   ASSERT_TRUE((*got)->Release().ok());
-  ASSERT_TRUE(raw->Release(key, OwnerId(3, 3)).ok());  // leaves the queue
+  second_waits->Abandon();  // leaves the queue
 }
 
 TEST_F(PostgresBackendTest, AWaitingAcquireIsCancelledPromptly) {

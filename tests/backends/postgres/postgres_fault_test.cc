@@ -88,8 +88,10 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
   EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
   EXPECT_FALSE(waited_done.load()) << "the waiter got a held key";
   const FencingToken token = lease->token();
-  ASSERT_TRUE(lease->Release().ok());
+  // Join before any ASSERT: a joinable thread left behind aborts the binary.
+  const Status released = lease->Release();
   t.join();
+  ASSERT_TRUE(released.ok()) << released.ToString();
   ASSERT_TRUE(waited->ok()) << waited->status().ToString();
   EXPECT_GT((*waited)->token(), token);
 }

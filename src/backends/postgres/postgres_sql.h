@@ -1,0 +1,56 @@
+// The PostgreSQL backend's SQL: the schema and every statement a session
+// prepares, as text. postgres_backend.cc runs them; docs/backend-postgres.md
+// explains them.
+//
+// In the statements, {t} is the locks table, {q} the queue table and {d}
+// the run-once table, all quoted identifiers.
+//
+// The sharing rule of backend.h (Admits in include/dlock/sharing.h) is
+// written here in SQL: in kAcquireTemplate's `granted` (first by the
+// statement's snapshot, holders + waiters ahead; then, on the locked row,
+// holders only) and in the lean forms' limit-1 case of it. The conformance
+// test SharingFollowsTheTableOfCases checks it against the same table of
+// cases as the C++ copy (tests/conformance/sharing_cases.h).
+#ifndef DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_SQL_H_
+#define DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_SQL_H_
+
+#include <cstdint>
+#include <string>
+
+namespace dlock::postgres {
+
+// Bumped when the tables change shape; kept in the tables' comments. Schema
+// 2 added the holder's ttl, lock-delay and label, the waiter's limit and
+// label, and the run-once table; a schema-1 table is migrated in place
+// (CreateTablesSql, under the same advisory lock as creation).
+inline constexpr const char* kLocksComment = "dlock locks, schema 2";
+inline constexpr const char* kQueueComment = "dlock wait queue, schema 2";
+inline constexpr const char* kDoneComment = "dlock run-once marks, schema 2";
+inline constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
+inline constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
+
+// The backend's tables, as quoted identifiers.
+struct TableNames {
+  std::string locks;  // {t}
+  std::string queue;  // {q}
+  std::string done;   // {d}
+};
+
+// Session set-up, one round trip; $1, $2, $3 the three table names.
+// Columns: locks exists, its comment, queue exists, its comment, (a
+// synchronous_commit fix-up), done exists, its comment.
+extern const char* const kCheckSql;
+
+// Creates the missing tables and migrates schema-1 ones, in one transaction
+// under the advisory lock `lock_id`.
+std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id);
+
+// PREPAREs every statement the backend runs: dlock_acquire,
+// dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
+// dlock_release, dlock_release_lean, dlock_renew, dlock_list, dlock_ping,
+// dlock_waiters, dlock_mark_done, dlock_is_done.
+std::string PrepareStatementsSql(const TableNames& tables);
+
+}  // namespace dlock::postgres
+
+#endif  // DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_SQL_H_
