@@ -326,8 +326,10 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     // reply still waits in the proxy, so the client never learns the outcome.
     pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(700));
     std::this_thread::sleep_for(milliseconds(100));  // the proxy has switched
+    std::unique_ptr<Acquisition> acquisition =
+        pc.backend->Begin({key, owner, seconds(10), seconds(3)});
     std::optional<Result<Attempt>> r;
-    std::thread attempt([&] { r.emplace(pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)})); });
+    std::thread attempt([&] { r.emplace(acquisition->Try()); });
     bool applied = false;
     for (int i = 0; i < 300 && !applied; ++i) {
       applied = !zk.Contenders(key).empty();
@@ -342,21 +344,21 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     std::this_thread::sleep_for(milliseconds(200));
     pc.proxy->SetMode(harness::FaultProxy::Mode::kPass);
     if (!retry) {
-      // The acquire gives up: Release finds the node by its guid.
-      Status st = pc.backend->Release(key, owner);
-      for (int i = 0; i < 50 && !st.ok(); ++i) {
+      // The acquire gives up: its node is found by its guid and deleted, at
+      // once or (not yet reconnected) by the keeper.
+      acquisition->Abandon();
+      std::vector<LockNode> left = zk.Contenders(key);
+      for (int i = 0; i < 50 && !left.empty(); ++i) {
         std::this_thread::sleep_for(milliseconds(100));
-        st = pc.backend->Release(key, owner);
+        left = zk.Contenders(key);
       }
-      EXPECT_TRUE(st.ok()) << st.ToString();
-      auto left = zk.Contenders(key);
       EXPECT_TRUE(left.empty()) << "orphaned contender node " << (left.empty() ? "" : left[0].name)
                                 << " (owner's guid " << GuidOf(owner) << ")";
     } else {
-      // Retried: the retry adopts its own node, with that node's czxid.
+      // Retried: the acquisition adopts its own node, with that node's czxid.
       Result<Attempt> a = UnavailableError("not yet");
       for (int i = 0; i < 50 && !(a.ok() && a->granted); ++i) {
-        a = pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)});
+        a = acquisition->Try();
         if (!a.ok()) std::this_thread::sleep_for(milliseconds(100));
       }
       ASSERT_TRUE(a.ok() && a->granted) << (a.ok() ? "not granted" : a.status().ToString());
