@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -656,6 +657,54 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
+}
+
+// An acquisition keeps nothing on a thread: its Try, its Wait, its next Try
+// and another's Abandon each run on a thread of their own, one after the
+// other, as the asynchronous API will resume them.
+TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
+  Observer zk;
+  const std::string key = UniqueKey("threads");
+  auto backend = OpenZooKeeper(FixtureOptions());
+  const OwnerId holder = NewOwner(), waiter = NewOwner(), quitter = NewOwner();
+  ASSERT_TRUE(backend->TryAcquire(Req(key, holder))->granted);
+  LeaseRequest waiting = Req(key, waiter);
+  waiting.queue_ttl = seconds(3);
+  LeaseRequest quitting = Req(key, quitter);
+  quitting.queue_ttl = seconds(3);
+  std::unique_ptr<Acquisition> w = backend->Begin(waiting);
+  std::unique_ptr<Acquisition> q = backend->Begin(quitting);
+  auto on_a_thread = [](const std::function<void()>& fn) { std::thread(fn).join(); };
+
+  std::optional<Result<Attempt>> first, other;
+  on_a_thread([&] { first.emplace(w->Try()); });
+  on_a_thread([&] { other.emplace(q->Try()); });
+  ASSERT_TRUE(first->ok() && !(*first)->granted) << first->status().ToString();
+  ASSERT_TRUE(other->ok() && !(*other)->granted) << other->status().ToString();
+  EXPECT_EQ(zk.Contenders(key).size(), 3u);
+
+  bool woke = false;
+  TimePoint woke_at;
+  std::thread wait([&] {
+    woke = w->Wait(MonotonicClock::now() + seconds(10), {});
+    woke_at = MonotonicClock::now();
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // the waiter's watch is set
+  const TimePoint released = MonotonicClock::now();
+  EXPECT_TRUE(backend->Release(key, holder).ok());
+  wait.join();
+  EXPECT_TRUE(woke);
+  EXPECT_LT(woke_at - released, seconds(2)) << "the wait outlasted the release";
+
+  std::optional<Result<Attempt>> second;
+  on_a_thread([&] { second.emplace(w->Try()); });
+  ASSERT_TRUE(second->ok() && (*second)->granted) << second->status().ToString();
+  on_a_thread([&] { q->Abandon(); });
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 1u) << "the one that gave up left the queue";
+  EXPECT_EQ(nodes[0].guid, GuidOf(waiter));
+  EXPECT_TRUE(backend->Release(key, waiter).ok());
+  EXPECT_TRUE(zk.Contenders(key).empty());
 }
 
 // ---------------------------------------------------------------------- lock-delay
