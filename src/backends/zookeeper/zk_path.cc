@@ -185,9 +185,8 @@ Result<std::string> FlatName(std::string_view key) {
 }  // namespace
 
 Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
-  auto name = FlatName(key);
-  if (!name.ok()) return name.status();
-  return DoneDir(chroot) + "/" + *name;
+  DLOCK_ASSIGN_OR_RETURN(const std::string name, FlatName(key));
+  return DoneDir(chroot) + "/" + name;
 }
 
 std::string DelayDir(std::string_view chroot) {
@@ -195,9 +194,8 @@ std::string DelayDir(std::string_view chroot) {
 }
 
 Result<std::string> DelayPath(std::string_view chroot, std::string_view key) {
-  auto name = FlatName(key);
-  if (!name.ok()) return name.status();
-  return DelayDir(chroot) + "/" + *name;
+  DLOCK_ASSIGN_OR_RETURN(const std::string name, FlatName(key));
+  return DelayDir(chroot) + "/" + name;
 }
 
 std::optional<std::string> KeyOfPath(std::string_view chroot, std::string_view path) {

@@ -26,6 +26,10 @@
 // URI: zk://host:port[,host:port...][/chroot][?session_timeout=10s]
 // docs/backend-zookeeper.md has the details and what survives what.
 //
+// Waiting goes through Begin: each acquisition owns its node and what it
+// watches (zk_contender.h); TryAcquire is a single attempt that takes no
+// place in the queue.
+//
 // Thread-safety: thread-safe. Watch and completion callbacks run on the C
 // client's completion thread and only update state under the backend's
 // mutex; the backend's own keeper thread heartbeats and reaps.
@@ -59,6 +63,7 @@ struct ZkOptions {
 Result<ZkOptions> OptionsFromUri(const internal::Uri& uri);
 
 class ZooKeeperBackend;
+struct ZooKeeperBackendImpl;  // zk_backend_impl.h
 // Never connects: the session opens on first use, with its ttl.
 std::unique_ptr<ZooKeeperBackend> OpenZooKeeper(ZkOptions options);
 // The registry's factory.
@@ -71,6 +76,7 @@ class ZooKeeperBackend final : public Backend {
   ~ZooKeeperBackend() override;
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
@@ -82,7 +88,6 @@ class ZooKeeperBackend final : public Backend {
   // still exists, and the create of the record.
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
-  bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
   std::string Describe() const override;
   std::optional<SessionLiveness> Liveness() override;
 
@@ -94,8 +99,8 @@ class ZooKeeperBackend final : public Backend {
   std::int64_t SessionId() const;
 
  private:
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
+  // Shared with the acquisitions, which may outlive a Begin call's scope.
+  std::shared_ptr<ZooKeeperBackendImpl> impl_;
 };
 
 }  // namespace dlock::zookeeper

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -326,8 +327,10 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     // reply still waits in the proxy, so the client never learns the outcome.
     pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(700));
     std::this_thread::sleep_for(milliseconds(100));  // the proxy has switched
+    std::unique_ptr<Acquisition> acquisition =
+        pc.backend->Begin({key, owner, seconds(10), seconds(3)});
     std::optional<Result<Attempt>> r;
-    std::thread attempt([&] { r.emplace(pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)})); });
+    std::thread attempt([&] { r.emplace(acquisition->Try()); });
     bool applied = false;
     for (int i = 0; i < 300 && !applied; ++i) {
       applied = !zk.Contenders(key).empty();
@@ -342,21 +345,21 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     std::this_thread::sleep_for(milliseconds(200));
     pc.proxy->SetMode(harness::FaultProxy::Mode::kPass);
     if (!retry) {
-      // The acquire gives up: Release finds the node by its guid.
-      Status st = pc.backend->Release(key, owner);
-      for (int i = 0; i < 50 && !st.ok(); ++i) {
+      // The acquire gives up: its node is found by its guid and deleted, at
+      // once or (not yet reconnected) by the keeper.
+      acquisition->Abandon();
+      std::vector<LockNode> left = zk.Contenders(key);
+      for (int i = 0; i < 50 && !left.empty(); ++i) {
         std::this_thread::sleep_for(milliseconds(100));
-        st = pc.backend->Release(key, owner);
+        left = zk.Contenders(key);
       }
-      EXPECT_TRUE(st.ok()) << st.ToString();
-      auto left = zk.Contenders(key);
       EXPECT_TRUE(left.empty()) << "orphaned contender node " << (left.empty() ? "" : left[0].name)
                                 << " (owner's guid " << GuidOf(owner) << ")";
     } else {
-      // Retried: the retry adopts its own node, with that node's czxid.
+      // Retried: the acquisition adopts its own node, with that node's czxid.
       Result<Attempt> a = UnavailableError("not yet");
       for (int i = 0; i < 50 && !(a.ok() && a->granted); ++i) {
-        a = pc.backend->TryAcquire({key, owner, seconds(10), seconds(3)});
+        a = acquisition->Try();
         if (!a.ok()) std::this_thread::sleep_for(milliseconds(100));
       }
       ASSERT_TRUE(a.ok() && a->granted) << (a.ok() ? "not granted" : a.status().ToString());
@@ -654,6 +657,54 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
+}
+
+// An acquisition keeps nothing on a thread: its Try, its Wait, its next Try
+// and another's Abandon each run on a thread of their own, one after the
+// other, as the asynchronous API will resume them.
+TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
+  Observer zk;
+  const std::string key = UniqueKey("threads");
+  auto backend = OpenZooKeeper(FixtureOptions());
+  const OwnerId holder = NewOwner(), waiter = NewOwner(), quitter = NewOwner();
+  ASSERT_TRUE(backend->TryAcquire(Req(key, holder))->granted);
+  LeaseRequest waiting = Req(key, waiter);
+  waiting.queue_ttl = seconds(3);
+  LeaseRequest quitting = Req(key, quitter);
+  quitting.queue_ttl = seconds(3);
+  std::unique_ptr<Acquisition> w = backend->Begin(waiting);
+  std::unique_ptr<Acquisition> q = backend->Begin(quitting);
+  auto on_a_thread = [](const std::function<void()>& fn) { std::thread(fn).join(); };
+
+  std::optional<Result<Attempt>> first, other;
+  on_a_thread([&] { first.emplace(w->Try()); });
+  on_a_thread([&] { other.emplace(q->Try()); });
+  ASSERT_TRUE(first->ok() && !(*first)->granted) << first->status().ToString();
+  ASSERT_TRUE(other->ok() && !(*other)->granted) << other->status().ToString();
+  EXPECT_EQ(zk.Contenders(key).size(), 3u);
+
+  bool woke = false;
+  TimePoint woke_at;
+  std::thread wait([&] {
+    woke = w->Wait(MonotonicClock::now() + seconds(10), {});
+    woke_at = MonotonicClock::now();
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // the waiter's watch is set
+  const TimePoint released = MonotonicClock::now();
+  EXPECT_TRUE(backend->Release(key, holder).ok());
+  wait.join();
+  EXPECT_TRUE(woke);
+  EXPECT_LT(woke_at - released, seconds(2)) << "the wait outlasted the release";
+
+  std::optional<Result<Attempt>> second;
+  on_a_thread([&] { second.emplace(w->Try()); });
+  ASSERT_TRUE(second->ok() && (*second)->granted) << second->status().ToString();
+  on_a_thread([&] { q->Abandon(); });
+  auto nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 1u) << "the one that gave up left the queue";
+  EXPECT_EQ(nodes[0].guid, GuidOf(waiter));
+  EXPECT_TRUE(backend->Release(key, waiter).ok());
+  EXPECT_TRUE(zk.Contenders(key).empty());
 }
 
 // ---------------------------------------------------------------------- lock-delay

@@ -1,0 +1,540 @@
+// The lock recipe for one acquisition (zk_contender.h has its states):
+// create an ephemeral-sequential node, look at the siblings, watch what must
+// go, and at the head check lock-delays before the grant, which hands the
+// node to the backend's holdings.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "backends/zookeeper/zk_backend_impl.h"
+#include "core/duration.h"
+
+namespace dlock::zookeeper {
+namespace {
+
+using internal::FormatDuration;
+using std::chrono::milliseconds;
+using Live = ZooKeeperBackendImpl::Live;
+
+// One Try takes at most this many steps (create, look, lock-delays, ...)
+// before it answers kUnavailable.
+constexpr int kMaxSteps = 12;
+
+std::string Basename(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string JsonEscaped(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;  // UTF-8 passes as is
+    }
+  }
+  return out;
+}
+
+// The node's data: who made it, for people and for `dlock status`. The limit
+// is also in the node's name (what the lock recipe reads); the label only here.
+std::string NodeData(const OwnerId& owner, std::uint32_t limit, std::string_view label) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string h;
+  for (const char* p = host; *p; ++p) {
+    if (*p != '"' && *p != '\\' && static_cast<unsigned char>(*p) >= 0x20) h += *p;
+  }
+  return "{\"dlock\":1,\"owner\":\"" + owner.ToString() + "\",\"host\":\"" + h +
+         "\",\"pid\":" + std::to_string(getpid()) + ",\"limit\":" + std::to_string(limit) +
+         ",\"label\":\"" + JsonEscaped(label) + "\"}";
+}
+
+class ZkAcquisition final : public Acquisition {
+ public:
+  ZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m, const LeaseRequest& request);
+  ~ZkAcquisition() override;
+
+  Result<Attempt> Try() override;
+  bool Wait(TimePoint until, std::stop_token stop) override;
+  void Abandon() override;
+
+ private:
+  using Step = std::optional<Attempt>;  // an answer, or nullopt: take the next step
+
+  Result<Step> TakeStep(const Live& live);
+  Result<Step> HeldAlreadyLocked();
+  Status StartCreate(const Live& live);
+  Status FinishCreate(const Live& live, const Contender::Creating& creating);
+  Status Look(const Live& live, const OwnNode& node);
+  Status Place(const Live& live, OwnNode node, const Reply& children);
+  Result<FencingToken> ReadToken(const Live& live, const std::string& name);
+  Result<Step> AtHeadStep(const Live& live);
+  Step Grant();
+  Attempt NotYet(const Live& live, milliseconds delayed);
+  void Withdraw(const Live& live);
+  void Leave(const Live& live, const Contender::Standing& was);
+  void ForgetNode();
+
+  const std::shared_ptr<ZooKeeperBackendImpl> m_;
+  const std::shared_ptr<Contender> c_;
+  const milliseconds ttl_;
+  const milliseconds queue_ttl_;  // zero: a single attempt, no place kept
+  Status invalid_;                // the key has no lock path
+};
+
+ZkAcquisition::ZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m, const LeaseRequest& r)
+    : m_(std::move(m)), c_(std::make_shared<Contender>()), ttl_(r.ttl), queue_ttl_(r.queue_ttl) {
+  Contender& c = *c_;
+  c.key = r.key;
+  c.owner = r.owner;
+  c.guid = GuidOf(r.owner);
+  c.limit = std::max<std::uint32_t>(1, r.limit);
+  c.delay_ms = static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(r.lock_delay.count(), 0, 0xFFFFFFFFll));
+  c.prefix = LockNodePrefix(r.owner, c.limit, c.delay_ms);
+  c.data = NodeData(r.owner, c.limit, r.label);
+  Result<std::string> path = LockPath(m_->options.chroot, r.key);
+  if (!path.ok()) {
+    invalid_ = path.status();
+    return;
+  }
+  c.lock_path = std::move(*path);
+  Result<std::string> delay_path = DelayPath(m_->options.chroot, r.key);
+  if (delay_path.ok()) c.delay_path = std::move(*delay_path);
+  m_->AddContender(c_);
+}
+
+ZkAcquisition::~ZkAcquisition() {
+  if (!invalid_.ok()) return;
+  std::lock_guard lock(m_->mu);
+  m_->contenders.erase(c_);
+  // Dropped without Abandon: a waiter that died. Its node lapses with its
+  // place, queue_ttl after its last attempt.
+  const TimePoint due = c_->expires_at != TimePoint{} ? c_->expires_at : m_->Now();
+  if (std::optional<Reap> reap = NodeToReap(*c_, due)) m_->ReapLaterLocked(std::move(*reap));
+}
+
+Result<Attempt> ZkAcquisition::Try() {
+  DLOCK_RETURN_IF_ERROR(invalid_);
+  DLOCK_ASSIGN_OR_RETURN(const Live live, m_->EnsureSession(ttl_));
+  {
+    std::lock_guard lock(m_->mu);
+    if (std::holds_alternative<Contender::Abandoned>(c_->standing)) {
+      return FailedPreconditionError("the acquisition of key " + Quoted(c_->key) +
+                                     " was abandoned");
+    }
+    if (c_->gen != live.gen) {
+      // A new session: what we had on the one before went with it.
+      c_->standing = Contender::NoNode{};
+      c_->gen = live.gen;
+    }
+  }
+  for (int step = 0; step < kMaxSteps; ++step) {
+    DLOCK_ASSIGN_OR_RETURN(const Step answer, TakeStep(live));
+    if (answer) return *answer;
+  }
+  return UnavailableError("the lock node under " + c_->lock_path + " kept changing; retrying");
+}
+
+Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
+  Contender::Standing now;  // a copy: the steps wait for the store without the mutex
+  {
+    std::lock_guard lock(m_->mu);
+    if (m_->gen != live.gen) {
+      return UnavailableError("the ZooKeeper session changed during the attempt; retrying");
+    }
+    const TimePoint t = m_->Now();
+    if (queue_ttl_ > milliseconds(0) && std::holds_alternative<Contender::Queued>(c_->standing) &&
+        !ReadyToTry(*c_)) {
+      // What we watch is still there (its watch has not fired): not yet.
+      c_->expires_at = t + queue_ttl_;
+      return Step(Attempt{});
+    }
+    if (std::holds_alternative<Contender::NoNode>(c_->standing) ||
+        std::holds_alternative<Contender::Granted>(c_->standing)) {
+      DLOCK_ASSIGN_OR_RETURN(const Step held, HeldAlreadyLocked());
+      if (held) return held;
+    }
+    c_->expires_at = t + std::max<milliseconds>(queue_ttl_, m_->attempt_timeout * 2);
+    now = c_->standing;
+  }
+  Status st;
+  if (std::holds_alternative<Contender::NoNode>(now)) {
+    st = StartCreate(live);
+  } else if (const auto* creating = std::get_if<Contender::Creating>(&now)) {
+    st = FinishCreate(live, *creating);
+  } else if (std::holds_alternative<Contender::AtHead>(now)) {
+    return AtHeadStep(live);
+  } else if (const OwnNode* node = NodeOf(now)) {
+    st = Look(live, *node);
+  }
+  DLOCK_RETURN_IF_ERROR(st);
+  bool queued;
+  {
+    std::lock_guard lock(m_->mu);
+    queued = std::holds_alternative<Contender::Queued>(c_->standing);
+  }
+  if (queued) return Step(NotYet(live, milliseconds(0)));
+  return Step();
+}
+
+// The owner already holds the key (a retry after a reply was lost): the
+// same grant again, its lease extended. Nothing held: start (over) with no
+// node.
+Result<ZkAcquisition::Step> ZkAcquisition::HeldAlreadyLocked() {
+  auto it = m_->holdings.find({c_->key, c_->owner});
+  if (it == m_->holdings.end() || it->second->gen != m_->gen) {
+    c_->standing = Contender::NoNode{};
+    return Step();
+  }
+  Holding& h = *it->second;
+  if (h.deleted) {
+    const std::string path = h.NodePath();
+    m_->holdings.erase(it);
+    c_->standing = Contender::NoNode{};
+    return UnavailableError("this owner's lock node " + path +
+                            " was deleted by someone else; retrying");
+  }
+  h.expires_at = m_->Now() + ttl_;
+  c_->standing = Contender::Granted{};
+  Attempt a;
+  a.granted = true;
+  a.token = h.token;
+  return Step(a);
+}
+
+Status ZkAcquisition::StartCreate(const Live& live) {
+  // The create and a look at the siblings go out back to back: the server
+  // answers the read after applying the write, so one round trip tells both
+  // our sequence and who is ahead.
+  auto create = live.session->Create(c_->PathOf(c_->prefix), c_->data, ZOO_EPHEMERAL_SEQUENTIAL);
+  auto children = live.session->Children(c_->lock_path);
+  std::lock_guard lock(m_->mu);
+  c_->standing = Contender::Creating{std::move(create), std::move(children)};
+  return Status::Ok();
+}
+
+Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& creating) {
+  const std::string& under = c_->lock_path;
+  // The read's reply comes after the create's: waiting for it first wakes
+  // this thread once, not twice.
+  if (creating.children) (void)creating.children->Wait(m_->attempt_timeout);
+  const Reply* r = creating.create->Wait(m_->attempt_timeout);
+  if (r == nullptr) {
+    return UnavailableError("ZooKeeper did not answer the create of a lock node under " + under +
+                            " within " + FormatDuration(m_->attempt_timeout) +
+                            "; a retry finds the node by its guid");
+  }
+  const OwnNode node{Basename(r->path), static_cast<FencingToken>(r->stat.czxid)};
+  {
+    std::lock_guard lock(m_->mu);
+    const auto* still = std::get_if<Contender::Creating>(&c_->standing);
+    if (still == nullptr || still->create != creating.create) {
+      return UnavailableError("the place under " + under + " lapsed during the attempt; retrying");
+    }
+    if (r->rc == ZOK) {
+      c_->standing = Contender::Unsure{node};  // until we know our place
+    } else if (OutcomeUnknown(r->rc)) {
+      c_->standing = Contender::Unsure{};
+    } else {
+      c_->standing = Contender::NoNode{};
+    }
+  }
+  if (r->rc == ZNONODE) return m_->CreateParents(live, under);
+  if (OutcomeUnknown(r->rc)) {
+    return ZkError(r->rc, "creating a lock node under " + under +
+                              " (outcome unknown; a retry finds it by its guid)");
+  }
+  if (r->rc != ZOK) return ZkError(r->rc, "creating a lock node under " + under);
+  const Reply* kids = creating.children ? creating.children->Wait(std::chrono::nanoseconds(0))
+                                        : nullptr;
+  if (kids == nullptr || kids->rc != ZOK) return Look(live, node);
+  return Place(live, node, *kids);
+}
+
+Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
+  auto op = live.session->Children(c_->lock_path);
+  const Reply* r = op->Wait(m_->attempt_timeout);
+  if (r == nullptr) {
+    return UnavailableError("ZooKeeper did not list " + c_->lock_path + " within " +
+                            FormatDuration(m_->attempt_timeout));
+  }
+  if (r->rc == ZNONODE) {
+    ForgetNode();  // no parent, so no node of ours
+    return Status::Ok();
+  }
+  if (r->rc != ZOK) return ZkError(r->rc, "listing " + c_->lock_path);
+  return Place(live, node, *r);
+}
+
+// Finds our node among the siblings and applies the look. Ours is `node`
+// or, after a lost reply, the lowest with our guid; any other node with our
+// guid is a duplicate from a retried create, and goes.
+Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& children) {
+  const std::vector<LockNode> sorted = SortedContenders(children.children);
+  const auto mine = std::find_if(sorted.begin(), sorted.end(), [&](const LockNode& n) {
+    return node.name.empty() ? n.guid == c_->guid : n.name == node.name;
+  });
+  for (auto it = sorted.begin(); it != sorted.end(); ++it) {
+    if (it != mine && it->guid == c_->guid) (void)live.session->Delete(c_->PathOf(it->name));
+  }
+  if (mine == sorted.end()) {
+    ForgetNode();  // gone (or never made): create anew
+    return Status::Ok();
+  }
+  if (node.name.empty() || node.token == 0) {
+    // Adopting a node found by guid: its czxid is the token.
+    DLOCK_ASSIGN_OR_RETURN(node.token, ReadToken(live, mine->name));
+    if (node.token == 0) {
+      ForgetNode();
+      return Status::Ok();
+    }
+  }
+  node.name = mine->name;
+  std::lock_guard lock(m_->mu);
+  if (auto* unsure = std::get_if<Contender::Unsure>(&c_->standing)) {
+    unsure->node = node;
+  } else if (!std::holds_alternative<Contender::Queued>(c_->standing)) {
+    return Status::Ok();  // at the head by a watch event meanwhile, or the place lapsed
+  }
+  if (ApplyLook(*c_, sorted, children.stat) == LookResult::kNodeGone) {
+    c_->standing = Contender::NoNode{};
+  }
+  return Status::Ok();
+}
+
+// The czxid of our node `name`; 0 when it is gone.
+Result<FencingToken> ZkAcquisition::ReadToken(const Live& live, const std::string& name) {
+  auto op = live.session->Exists(c_->PathOf(name), false);
+  const Reply* r = op->Wait(m_->attempt_timeout);
+  if (r == nullptr) return UnavailableError("ZooKeeper did not answer within the attempt");
+  if (r->rc == ZNONODE) return FencingToken{0};
+  if (r->rc != ZOK) return ZkError(r->rc, "reading " + name);
+  return static_cast<FencingToken>(r->stat.czxid);
+}
+
+void ZkAcquisition::ForgetNode() {
+  std::lock_guard lock(m_->mu);
+  c_->standing = Contender::NoNode{};
+}
+
+Result<ZkAcquisition::Step> ZkAcquisition::AtHeadStep(const Live& live) {
+  DLOCK_ASSIGN_OR_RETURN(const milliseconds left, m_->ClearLockDelays(live, *c_));
+  // The head waits out a lock-delay; holder_ttl_remaining says how long.
+  if (left > milliseconds(0)) return Step(NotYet(live, left));
+  return Grant();
+}
+
+// The head, with no lock-delay in the way: the node is a holding now,
+// renewed and released through the backend by key and owner.
+ZkAcquisition::Step ZkAcquisition::Grant() {
+  std::lock_guard lock(m_->mu);
+  const auto* head = std::get_if<Contender::AtHead>(&c_->standing);
+  if (head == nullptr) return Step();  // the place lapsed meanwhile: start over
+  auto h = std::make_shared<Holding>();
+  h->key = c_->key;
+  h->owner = c_->owner;
+  h->lock_path = c_->lock_path;
+  h->node = head->node.name;
+  h->token = head->node.token;
+  h->delay_path = c_->delay_path;
+  h->marker_made = c_->delay_ms > 0;
+  h->gen = c_->gen;
+  h->expires_at = m_->Now() + ttl_;
+  Attempt a;
+  a.granted = true;
+  a.token = h->token;
+  m_->holdings[{c_->key, c_->owner}] = std::move(h);
+  c_->standing = Contender::Granted{};
+  c_->expires_at = TimePoint{};  // the holding has its own
+  return Step(a);
+}
+
+// Not granted: a waiter keeps its place for queue_ttl; a single attempt
+// takes none, so its node goes at once.
+Attempt ZkAcquisition::NotYet(const Live& live, milliseconds delayed) {
+  Attempt a;
+  a.holder_ttl_remaining = delayed;
+  if (queue_ttl_ > milliseconds(0)) {
+    std::lock_guard lock(m_->mu);
+    c_->expires_at = m_->Now() + queue_ttl_;
+    return a;
+  }
+  Withdraw(live);
+  return a;
+}
+
+void ZkAcquisition::Withdraw(const Live& live) {
+  std::string name;
+  {
+    std::lock_guard lock(m_->mu);
+    const OwnNode* node = c_->Node();
+    if (node == nullptr || node->name.empty()) return;
+    name = node->name;
+    c_->standing = Contender::NoNode{};
+    c_->expires_at = TimePoint{};
+  }
+  auto del = live.session->Delete(c_->PathOf(name));
+  const Reply* r = del->Wait(m_->attempt_timeout);
+  if (r == nullptr || OutcomeUnknown(r->rc)) {
+    m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, name, live.gen, m_->Now()});
+  }
+}
+
+bool ZkAcquisition::Wait(TimePoint until, std::stop_token stop) {
+  std::unique_lock lock(m_->mu);
+  if (!invalid_.ok() || c_->gen != m_->gen || !m_->session) return false;
+  // At the head: try now. One waiting out a lock-delay polls.
+  if (const auto* head = std::get_if<Contender::AtHead>(&c_->standing)) {
+    return head->delay_until == TimePoint{};
+  }
+  auto* q = std::get_if<Contender::Queued>(&c_->standing);
+  if (q == nullptr) return false;  // not queued: the core polls
+  if (q->armed && ReadyToTry(*c_)) return true;  // what it watched went: look again
+  std::shared_ptr<Session> s = m_->session;
+  if (!q->armed) {
+    q->armed = true;
+    const Watch watch = q->watch;
+    lock.unlock();
+    m_->ArmWatches(s, c_, watch);
+    lock.lock();
+  }
+  auto ready = [&] { return m_->session != s || s->dead() || ReadyToTry(*c_); };
+  m_->cv.wait_for(lock, stop, m_->Left(until), ready);
+  return true;
+}
+
+void ZkAcquisition::Abandon() {
+  if (!invalid_.ok()) return;
+  Contender::Standing was;
+  std::uint64_t gen;
+  {
+    std::lock_guard lock(m_->mu);
+    was = std::exchange(c_->standing, Contender::Abandoned{});
+    c_->expires_at = TimePoint{};
+    gen = c_->gen;
+  }
+  std::optional<Live> live = m_->Current();
+  if (!live || live->gen != gen) return;  // gone with its session (or never made)
+  Leave(*live, was);
+}
+
+// Deletes the node `was` had, or may have had; what cannot be deleted now
+// is left to the keeper. Granted has none: the holding is released by key
+// and owner.
+void ZkAcquisition::Leave(const Live& live, const Contender::Standing& was) {
+  std::string name;
+  if (const auto* creating = std::get_if<Contender::Creating>(&was)) {
+    // Learn the name of the node being created, then delete it.
+    const Reply* r = creating->create->Wait(m_->attempt_timeout);
+    if (r != nullptr && r->rc != ZOK && !OutcomeUnknown(r->rc)) return;  // it failed: no node
+    if (r != nullptr && r->rc == ZOK) name = Basename(r->path);
+  } else if (const OwnNode* node = NodeOf(was)) {
+    name = node->name;
+  } else {
+    return;
+  }
+  if (!name.empty()) {
+    auto op = live.session->Delete(c_->PathOf(name));
+    const Reply* r = op->Wait(m_->attempt_timeout);
+    if (r != nullptr && (r->rc == ZOK || r->rc == ZNONODE)) return;
+  } else if (live.session->state() == Session::State::kConnected) {
+    bool found = false;
+    if (m_->DeleteOwn(live, c_->lock_path, c_->owner, &found, nullptr).ok()) return;
+  }
+  m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, name, live.gen, m_->Now() + kReapRetry});
+}
+
+}  // namespace
+
+std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m,
+                                              const LeaseRequest& request) {
+  return std::make_unique<ZkAcquisition>(std::move(m), request);
+}
+
+// ---------------------------------------------------------------------------
+// Watches of queued contenders, on the completion thread
+
+bool ZooKeeperBackendImpl::ContenderEventLocked(Contender& c, int type, const std::string& path,
+                                                bool* look) {
+  auto* q = std::get_if<Contender::Queued>(&c.standing);
+  if (q == nullptr) return false;
+  if (type == ZOO_CHILD_EVENT) {
+    if (!std::holds_alternative<WatchChildren>(q->watch) || c.lock_path != path) return false;
+    q->armed = false;  // one-shot: the next wait sets it again
+    *look = true;
+    return true;
+  }
+  if (!Watches(*q, path)) return false;
+  if (type != ZOO_DELETED_EVENT) {
+    q->armed = false;  // a data change used the watch up: set it again
+    return true;
+  }
+  *look = AheadGone(c, path);
+  // The waiting thread only cares once we are at the head or must look; one
+  // of several nodes ahead going is not worth a wake-up.
+  return ReadyToTry(c);
+}
+
+void ZooKeeperBackendImpl::LookOnEvent(const std::shared_ptr<Session>& s,
+                                       const std::shared_ptr<Contender>& c) {
+  std::weak_ptr<Contender> weak = c;
+  (void)s->Children(c->lock_path, [this, weak](const Reply& r) {
+    auto c = weak.lock();
+    if (!c || r.rc != ZOK) return;
+    const std::vector<LockNode> sorted = SortedContenders(r.children);
+    std::lock_guard lock(mu);
+    if (!std::holds_alternative<Contender::Queued>(c->standing)) return;
+    (void)ApplyLook(*c, sorted, r.stat);  // our node gone: the waiter's next look sees it
+    cv.notify_all();
+  });
+}
+
+void ZooKeeperBackendImpl::ArmWatches(const std::shared_ptr<Session>& s,
+                                      const std::shared_ptr<Contender>& c, const Watch& watch) {
+  std::weak_ptr<Contender> weak = c;
+  if (std::holds_alternative<WatchChildren>(watch)) {
+    (void)s->WatchChildren(c->lock_path, [this, weak](const Reply& r) {
+      auto c = weak.lock();
+      if (!c) return;
+      const std::vector<LockNode> sorted = SortedContenders(r.children);
+      std::lock_guard lock(mu);
+      auto* q = std::get_if<Contender::Queued>(&c->standing);
+      if (q == nullptr || !std::holds_alternative<WatchChildren>(q->watch)) return;
+      // Not set, or our node is gone: the waiter's next attempt looks.
+      if (r.rc != ZOK || ApplyLook(*c, sorted, r.stat) == LookResult::kNodeGone) q->armed = false;
+      cv.notify_all();
+    });
+    return;
+  }
+  const std::vector<std::string> paths = std::holds_alternative<WatchAhead>(watch)
+                                             ? std::get<WatchAhead>(watch).left
+                                             : std::vector{std::get<WatchOne>(watch).path};
+  for (const std::string& path : paths) {
+    (void)s->Exists(path, true, [this, weak, path](const Reply& r) {
+      auto c = weak.lock();
+      if (!c) return;
+      std::lock_guard lock(mu);
+      auto* q = std::get_if<Contender::Queued>(&c->standing);
+      if (q == nullptr || !Watches(*q, path)) return;  // no longer ahead of us
+      if (r.rc == ZNONODE) {
+        (void)AheadGone(*c, path);  // gone before the watch was set
+      } else if (r.rc != ZOK) {
+        q->armed = false;  // not set: the next wait tries again
+      }
+      cv.notify_all();
+    });
+  }
+}
+
+}  // namespace dlock::zookeeper

@@ -1,0 +1,212 @@
+// What one ZooKeeperBackend shares with its acquisitions, its session's
+// watch handlers and its keeper thread: the session, the leases it holds
+// (by key and owner, for Renew, Release and MarkDone), the acquisitions in
+// progress (so that watch events and the keeper reach them), and the nodes
+// the keeper is to delete. Internal to src/backends/zookeeper/.
+//
+// Files: zookeeper_backend.cc (sessions, events, the Backend calls),
+// zk_acquisition.cc (the lock recipe: create, look, watch, grant),
+// zk_lock_delay.cc (markers left by lost holdings), zk_keeper.cc (the
+// heartbeat and the reaping of expired nodes).
+#ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
+#define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/zookeeper/zk_contender.h"
+#include "backends/zookeeper/zk_path.h"
+#include "backends/zookeeper/zk_session.h"
+#include "backends/zookeeper/zookeeper_backend.h"
+
+namespace dlock::zookeeper {
+
+// One attempt waits at most this long for the ensemble (connecting, or one
+// reply); the core retries an kUnavailable attempt until its own deadline,
+// so a short bound keeps "store unreachable" within the caller's wait.
+inline constexpr std::chrono::milliseconds kAttemptTimeout{1000};
+// The session timeout for a session opened by List or Ping, before any
+// acquisition said what ttl it wants.
+inline constexpr std::chrono::milliseconds kDefaultSessionTimeout{30000};
+// How often, within a session timeout, the backend's own heartbeat goes out.
+inline constexpr int kHeartbeatsPerTimeout = 4;
+// A node the keeper could not delete is tried again this much later.
+inline constexpr std::chrono::milliseconds kReapRetry{200};
+
+inline std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// kUnavailable when the ensemble did not answer (`r` null) within
+// `timeout`, else the mapped error of its answer.
+Status ReplyError(const Reply* r, std::string_view what, std::chrono::milliseconds timeout);
+
+// A lease this backend holds.
+struct Holding {
+  std::string key;
+  OwnerId owner;
+  std::string lock_path;
+  std::string node;  // its name under lock_path
+  FencingToken token = 0;
+  std::string delay_path;
+  // Its lock-delay marker (delay_path/node) exists: a clean release deletes
+  // it with the node.
+  bool marker_made = false;
+  std::uint64_t gen = 0;  // the session it lives on
+  // An exists watch on the node tells us if someone deletes it.
+  bool node_watch_armed = false;
+  bool deleted = false;  // someone did: the lease is lost
+  // The keeper deletes the node after this: ttl after the last renewal.
+  TimePoint expires_at{};
+
+  std::string NodePath() const { return lock_path + "/" + node; }
+};
+
+// A node for the keeper to delete.
+struct Reap {
+  std::string key;
+  OwnerId owner;
+  std::string lock_path;
+  std::string node;  // empty: not known (a lost reply): delete every node with the owner's guid
+  std::uint64_t gen = 0;
+  TimePoint due{};
+};
+
+// The node `c` has, or may have (Creating, or Unsure by guid), for the
+// keeper to delete at `due`; nullopt when it has none.
+std::optional<Reap> NodeToReap(const Contender& c, TimePoint due);
+
+struct ZooKeeperBackendImpl {
+  explicit ZooKeeperBackendImpl(ZkOptions o);
+  ~ZooKeeperBackendImpl();
+
+  struct Live {
+    std::shared_ptr<Session> session;
+    std::uint64_t gen = 0;
+  };
+
+  // --- sessions (zookeeper_backend.cc) ----------------------------------
+
+  // `provisional`: the caller (a read before any acquisition, such as
+  // IsDone) has no ttl to ask for; the session it opens is replaced by the
+  // first acquisition's, while nothing is locked on it, so that the
+  // session's timeout follows the lease's ttl as without the read.
+  Result<Live> EnsureSession(std::chrono::milliseconds ttl_hint, bool provisional = false);
+  std::optional<Live> Current();
+  void OnSessionState(std::uint64_t gen, Session::State state);
+  void OnNodeEvent(std::uint64_t gen, int type, const std::string& path);
+  // Whether any node of ours is (or may be) on the current session.
+  bool SessionInUseLocked() const;
+  Status CreateParents(const Live& live, const std::string& path);
+  // Deletes every node of `owner` (by its guid) under `lock_path`; `found`
+  // says whether there was one, `others` (if given) gets the rest.
+  Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
+                   bool* found, std::vector<LockNode>* others);
+
+  // --- acquisitions in progress (zk_acquisition.cc) ---------------------
+
+  // Registers an acquisition's contender for watch events and the keeper
+  // (zk_keeper.cc); the acquisition removes it when it ends.
+  void AddContender(const std::shared_ptr<Contender>& c);
+  // A watch event for `c` (a node it watches went or changed, or the lock
+  // path's children changed): true when its waiter should wake; `look` set
+  // when it must look at its siblings again.
+  bool ContenderEventLocked(Contender& c, int type, const std::string& path, bool* look);
+  // On the completion thread, when a waiter's watched node goes: look again
+  // at once, without waiting for the waiter's thread to wake.
+  void LookOnEvent(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c);
+  // Sets the watches of queued `c` on the store (armed beforehand).
+  void ArmWatches(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c,
+                  const Watch& watch);
+  // For a contender AtHead: how long lock-delays left by lost holdings
+  // still keep the key (zero: none; then our own marker, if we carry a
+  // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
+  Result<std::chrono::milliseconds> ClearLockDelays(const Live& live, Contender& c);
+
+  // --- held leases (zookeeper_backend.cc) --------------------------------
+
+  std::shared_ptr<Holding> TakeHolding(std::string_view key, const OwnerId& owner);
+  Status ReleaseHolding(const Live& live, const Holding& h);
+  void ArmNodeWatch(const Live& live, const std::shared_ptr<Holding>& h);
+
+  // --- the keeper (zk_keeper.cc) -----------------------------------------
+
+  void ReapLaterLocked(Reap reap);
+  void ReapLater(Reap reap);
+  void KeeperLoop(std::stop_token stop);
+  // The heartbeat starts with the first lease or acquisition.
+  void WakeKeeperForHeartbeatLocked();
+
+  // --- listing (zookeeper_backend.cc) ------------------------------------
+
+  // The nodes of the queues under `prefix` that hold (`holders`) or wait,
+  // each still there handed to `fn` with its data.
+  using NodeFn = std::function<void(const std::string& key, const LockNode& node,
+                                    const Reply& reply, const Live& live)>;
+  Status ForEachNode(std::string_view prefix, bool holders, const NodeFn& fn);
+  Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> Walk(const Live& live,
+                                                                          std::string_view prefix);
+  Status CreateDoneDir(const Live& live);
+
+  TimePoint Now() const { return clock->Now(); }
+  std::chrono::nanoseconds Left(TimePoint until) const {
+    return std::max<std::chrono::nanoseconds>(until - Now(), std::chrono::nanoseconds(0));
+  }
+  std::string Describe() const { return "zk://" + options.hosts + options.chroot; }
+
+  const ZkOptions options;
+  const std::shared_ptr<Clock> clock;
+  const std::chrono::milliseconds attempt_timeout;
+  const std::string root;  // the chroot, or "/"
+
+  mutable std::mutex mu;
+  std::condition_variable_any cv;         // waiters: watch fired, session changed
+  std::condition_variable_any keeper_cv;  // the keeper: new work, reconnect
+  std::shared_ptr<Session> session;
+  std::uint64_t gen = 0;
+  bool session_provisional = false;  // opened by EnsureSession(.., true)
+  std::map<std::pair<std::string, OwnerId>, std::shared_ptr<Holding>> holdings;
+  std::set<std::shared_ptr<Contender>> contenders;
+  // Nodes the keeper is deleting (async), and those it is still to delete.
+  std::vector<std::pair<std::shared_ptr<Op>, Reap>> reaping;
+  std::vector<Reap> to_reap;
+  bool heartbeat_now = false;
+  TimePoint last_heartbeat{};
+  TimePoint keeper_next{};  // when the keeper, asleep, plans to wake
+  std::jthread keeper;      // last: started in the constructor body
+
+ private:
+  // zk_lock_delay.cc
+  Result<std::chrono::milliseconds> WaitForLostHoldings(const Live& live, Contender& c,
+                                                        const OwnNode& node);
+  Status MakeMarker(const Live& live, const Contender& c, const std::string& node);
+  // zk_keeper.cc
+  void CollectFinishedDeletesLocked(TimePoint now);
+  void CollectExpiredLocked(TimePoint now);
+  std::vector<Reap> TakeDueReapsLocked(TimePoint now);
+  bool OwnerStillThereLocked(const Reap& r) const;
+  void RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g, bool connected,
+                std::vector<Reap> due);
+  void SleepLocked(std::unique_lock<std::mutex>& lock, std::stop_token stop, bool connected,
+                   std::chrono::milliseconds period);
+};
+
+// A new acquisition (zk_acquisition.cc): Backend::Begin, and TryAcquire's
+// single attempt.
+std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m,
+                                              const LeaseRequest& request);
+
+}  // namespace dlock::zookeeper
+
+#endif  // DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_

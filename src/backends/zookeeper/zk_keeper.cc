@@ -1,0 +1,194 @@
+// The keeper thread: the session's heartbeat, and the deletion ("reaping")
+// of nodes whose lease or queue place ran out while the session lives on,
+// or whose delete could not be confirmed.
+#include <utility>
+
+#include "backends/zookeeper/zk_backend_impl.h"
+
+namespace dlock::zookeeper {
+
+using std::chrono::milliseconds;
+
+std::optional<Reap> NodeToReap(const Contender& c, TimePoint due) {
+  Reap r{c.key, c.owner, c.lock_path, "", c.gen, due};
+  if (std::holds_alternative<Contender::Creating>(c.standing)) return r;
+  const OwnNode* node = c.Node();
+  if (node == nullptr) return std::nullopt;
+  r.node = node->name;
+  return r;
+}
+
+void ZooKeeperBackendImpl::AddContender(const std::shared_ptr<Contender>& c) {
+  std::lock_guard lock(mu);
+  if (holdings.empty() && contenders.empty()) WakeKeeperForHeartbeatLocked();
+  contenders.insert(c);
+}
+
+void ZooKeeperBackendImpl::WakeKeeperForHeartbeatLocked() {
+  // Wake the keeper only if it would sleep past the next beat (a short
+  // session); otherwise its own wake-up (at least once a second) is soon
+  // enough, and a wake-up per acquisition would be a thread switch on every
+  // uncontended cycle.
+  const milliseconds period =
+      session ? session->timeout() / kHeartbeatsPerTimeout : milliseconds(0);
+  if (keeper_next > last_heartbeat + period) {
+    heartbeat_now = true;  // what the keeper's wait looks for
+    keeper_cv.notify_all();
+  }
+}
+
+void ZooKeeperBackendImpl::ReapLaterLocked(Reap reap) {
+  to_reap.push_back(std::move(reap));
+  keeper_cv.notify_all();
+}
+
+void ZooKeeperBackendImpl::ReapLater(Reap reap) {
+  std::lock_guard lock(mu);
+  ReapLaterLocked(std::move(reap));
+}
+
+void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
+  std::unique_lock lock(mu);
+  while (!stop.stop_requested()) {
+    const TimePoint now = Now();
+    CollectFinishedDeletesLocked(now);
+    CollectExpiredLocked(now);
+    std::vector<Reap> due = TakeDueReapsLocked(now);
+    std::shared_ptr<Session> s = session;
+    const std::uint64_t g = gen;
+    const bool connected = s && s->state() == Session::State::kConnected;
+    const milliseconds period = s ? s->timeout() / kHeartbeatsPerTimeout : milliseconds(1000);
+    const bool active = !holdings.empty() || !contenders.empty();
+    bool beat = false;
+    if (connected && active && (heartbeat_now || now >= last_heartbeat + period)) {
+      beat = true;
+      heartbeat_now = false;
+      last_heartbeat = now;
+    }
+    lock.unlock();
+
+    if (beat) (void)s->Exists(root, false);  // its answer moves heard_at
+    RunReaps(s, g, connected, std::move(due));
+    s.reset();
+
+    lock.lock();
+    SleepLocked(lock, stop, connected, period);
+  }
+}
+
+// A finished delete whose outcome is unknown goes back, to be looked for by
+// the owner's guid.
+void ZooKeeperBackendImpl::CollectFinishedDeletesLocked(TimePoint now) {
+  for (auto it = reaping.begin(); it != reaping.end();) {
+    if (!it->first->done()) {
+      ++it;
+      continue;
+    }
+    if (OutcomeUnknown(it->first->Wait(std::chrono::nanoseconds(0))->rc)) {
+      Reap again = std::move(it->second);
+      again.node.clear();
+      again.due = now + kReapRetry;
+      to_reap.push_back(std::move(again));
+    }
+    it = reaping.erase(it);
+  }
+}
+
+// Leases not renewed for their ttl, and queue places not refreshed by an
+// attempt within their queue_ttl: their nodes go. An acquisition whose
+// place lapsed starts over if it tries again.
+void ZooKeeperBackendImpl::CollectExpiredLocked(TimePoint now) {
+  for (auto it = holdings.begin(); it != holdings.end();) {
+    const Holding& h = *it->second;
+    if (now < h.expires_at) {
+      ++it;
+      continue;
+    }
+    to_reap.push_back(Reap{h.key, h.owner, h.lock_path, h.node, h.gen, now});
+    it = holdings.erase(it);
+  }
+  for (const auto& c : contenders) {
+    if (c->expires_at == TimePoint{} || now < c->expires_at) continue;
+    c->expires_at = TimePoint{};
+    if (std::optional<Reap> r = NodeToReap(*c, now)) {
+      to_reap.push_back(std::move(*r));
+      c->standing = Contender::NoNode{};
+      cv.notify_all();  // a Wait on it returns: there is nothing left to watch
+    }
+  }
+}
+
+std::vector<Reap> ZooKeeperBackendImpl::TakeDueReapsLocked(TimePoint now) {
+  std::vector<Reap> due;
+  for (auto it = to_reap.begin(); it != to_reap.end();) {
+    if (now < it->due) {
+      ++it;
+      continue;
+    }
+    if (!OwnerStillThereLocked(*it)) due.push_back(std::move(*it));
+    it = to_reap.erase(it);
+  }
+  return due;
+}
+
+// Whether the owner of `r` holds or contends for its key again. The node
+// to reap may be the one it holds now (adopted by its guid after a lost
+// reply), so it is left alone: the owner's own looks delete duplicates.
+bool ZooKeeperBackendImpl::OwnerStillThereLocked(const Reap& r) const {
+  const auto h = holdings.find({r.key, r.owner});
+  if (h != holdings.end() && h->second->gen == r.gen) return true;
+  for (const auto& c : contenders) {
+    if (c->owner != r.owner || c->lock_path != r.lock_path || c->gen != r.gen) continue;
+    if (std::holds_alternative<Contender::Creating>(c->standing) || c->Node() != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ZooKeeperBackendImpl::RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g,
+                                    bool connected, std::vector<Reap> due) {
+  for (Reap& r : due) {
+    if (!s || r.gen != g || s->dead()) continue;  // gone with its session
+    if (!connected) {
+      r.due = Now() + kReapRetry;
+      ReapLater(std::move(r));
+      continue;
+    }
+    if (!r.node.empty()) {
+      auto op = s->Delete(r.lock_path + "/" + r.node);
+      std::lock_guard lock(mu);
+      reaping.emplace_back(std::move(op), std::move(r));
+      continue;
+    }
+    // Which node is not known: look for the owner's guid (blocking is fine
+    // here).
+    bool found = false;
+    if (!DeleteOwn(Live{s, g}, r.lock_path, r.owner, &found, nullptr).ok()) {
+      r.due = Now() + kReapRetry;
+      ReapLater(std::move(r));
+    }
+  }
+}
+
+void ZooKeeperBackendImpl::SleepLocked(std::unique_lock<std::mutex>& lock, std::stop_token stop,
+                                       bool connected, milliseconds period) {
+  const bool active = !holdings.empty() || !contenders.empty();
+  TimePoint next = Now() + std::chrono::seconds(1);
+  if (!reaping.empty()) next = std::min(next, Now() + milliseconds(20));
+  if (connected && active) next = std::min(next, last_heartbeat + period);
+  for (const auto& [k, h] : holdings) next = std::min(next, h->expires_at);
+  for (const auto& c : contenders) {
+    if (c->expires_at != TimePoint{}) next = std::min(next, c->expires_at);
+  }
+  for (const Reap& r : to_reap) next = std::min(next, r.due);
+  auto beat_due = [&] {
+    return heartbeat_now && (!holdings.empty() || !contenders.empty()) && session &&
+           session->state() == Session::State::kConnected;
+  };
+  keeper_next = next;
+  keeper_cv.wait_for(lock, stop, Left(next), beat_due);
+  keeper_next = TimePoint{};
+}
+
+}  // namespace dlock::zookeeper
