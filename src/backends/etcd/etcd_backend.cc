@@ -32,7 +32,7 @@ pb::RequestOp FirstInQueueOp(const std::string& prefix) {
   pb::RequestOp op;
   pb::RangeRequest* r = op.mutable_request_range();
   r->set_key(prefix);
-  r->set_range_end(PrefixEnd(prefix));
+  r->set_range_end(PrefixRangeEnd(prefix));
   r->set_limit(1);
   r->set_sort_order(pb::RangeRequest::ASCEND);
   r->set_sort_target(pb::RangeRequest::CREATE);
@@ -43,7 +43,7 @@ pb::RequestOp FirstInQueueOp(const std::string& prefix) {
 pb::RangeRequest LastBefore(const std::string& prefix, std::int64_t revision) {
   pb::RangeRequest r;
   r.set_key(prefix);
-  r.set_range_end(PrefixEnd(prefix));
+  r.set_range_end(PrefixRangeEnd(prefix));
   r.set_limit(1);
   r.set_sort_order(pb::RangeRequest::DESCEND);
   r.set_sort_target(pb::RangeRequest::CREATE);
@@ -73,7 +73,7 @@ pb::Compare ValueIs(const std::string& key, const std::string& value) {
 pb::RequestOp RangeOp(const std::string& prefix) {
   pb::RequestOp op;
   op.mutable_request_range()->set_key(prefix);
-  op.mutable_request_range()->set_range_end(PrefixEnd(prefix));
+  op.mutable_request_range()->set_range_end(PrefixRangeEnd(prefix));
   return op;
 }
 
@@ -176,7 +176,7 @@ EtcdBackend::QueueMember MemberOf(const mvccpb::KeyValue& kv) {
 pb::RangeRequest AheadOf(const std::string& prefix, std::int64_t revision) {
   pb::RangeRequest r;
   r.set_key(prefix);
-  r.set_range_end(PrefixEnd(prefix));
+  r.set_range_end(PrefixRangeEnd(prefix));
   r.set_sort_order(pb::RangeRequest::ASCEND);
   r.set_sort_target(pb::RangeRequest::CREATE);
   if (revision > 0) r.set_max_create_revision(revision - 1);
@@ -498,7 +498,7 @@ Result<std::vector<EtcdBackend::QueueMember>> EtcdBackendImpl::ReadQueue(
     const std::string& prefix, TimePoint deadline) {
   pb::RangeRequest r;
   r.set_key(prefix);
-  r.set_range_end(PrefixEnd(prefix));
+  r.set_range_end(PrefixRangeEnd(prefix));
   r.set_sort_order(pb::RangeRequest::ASCEND);
   r.set_sort_target(pb::RangeRequest::CREATE);
   auto got = conn_.Range(r, deadline);
@@ -1193,7 +1193,7 @@ Result<std::map<std::string, EtcdBackendImpl::Listing>> EtcdBackendImpl::ReadQue
   pb::RangeRequest* r = txn.add_success()->mutable_request_range();
   // An empty key cannot be sent; "\0" to "\0" is every key.
   r->set_key(from.empty() ? std::string(1, '\0') : from);
-  r->set_range_end(PrefixEnd(from));
+  r->set_range_end(PrefixRangeEnd(from));
   r->set_sort_order(pb::RangeRequest::ASCEND);
   r->set_sort_target(pb::RangeRequest::CREATE);
   // The markers, in the same snapshot: which of them are ghosts depends on
@@ -1391,13 +1391,13 @@ bool EtcdBackendImpl::WaitForRelease(std::string_view key, TimePoint until, std:
       // Only lock-delays stand in the way: they end when etcd expires the
       // markers' leases, by its clock, and deletes the markers.
       watch_key = DelayPrefix(options_.root, name);
-      range_end = PrefixEnd(watch_key);
+      range_end = PrefixRangeEnd(watch_key);
       revision = waiting->markers_seen_at;
       expected = waiting->markers_count;
       seen_at = waiting->markers_seen_at;
     } else if (waiting->watch_range) {
       watch_key = QueuePrefix(options_.root, name);
-      range_end = PrefixEnd(watch_key);
+      range_end = PrefixRangeEnd(watch_key);
       revision = waiting->revision - 1;
       expected = waiting->ahead_count;
       seen_at = waiting->predecessor_seen_at;

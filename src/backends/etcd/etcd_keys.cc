@@ -316,7 +316,7 @@ bool IsQueueMember(std::string_view queue_prefix, std::string_view key) {
   return key.find('/', queue_prefix.size()) == std::string_view::npos;
 }
 
-std::string PrefixEnd(std::string_view prefix) {
+std::string PrefixRangeEnd(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {
     const auto last = static_cast<unsigned char>(end.back());
