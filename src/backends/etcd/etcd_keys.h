@@ -41,7 +41,7 @@
 // DelayPrefix(R, N) the range of N's markers alone (not of "N:x"'s). Its
 // value is the member's create_revision (decimal), "\n", and the member's
 // value (owner, limit, label), so that a marker whose member is gone (a
-// "ghost") still says what it held.
+// delayed holding) still says what it held.
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
