@@ -18,13 +18,16 @@
 // client takes a key with its owner id appended), carrying its sharing limit
 // and label: readers, writers and semaphore permits queue together in
 // create order, and a member holds while it is among the first
-// min(limit of itself and of everything ahead) of the queue.
+// min(limit of itself and of everything ahead) of the queue. Begin returns
+// an acquisition object (etcd_acquisition.h) that owns its key and what it
+// watches while it waits; TryAcquire is a single attempt that takes no
+// place in the queue.
 //
 // Lock-delay: a holding granted with one also has a marker key outside the
 // queue, on a lease of its own (TTL: the session's plus the delay) kept
 // alive with the session; a clean release deletes it with the member, an
 // unclean end leaves it for etcd to expire. A marker whose member is gone
-// takes a place in the sharing rule until then.
+// (a delayed holding) takes a place in the sharing rule until then.
 //
 // docs/backend-etcd.md has the whole story: what survives which fault, and
 // the choices behind it.
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "backends/etcd/etcd_keys.h"
+#include "backends/etcd/etcd_queue.h"
 #include "core/registry.h"
 #include "core/uri.h"
 #include "dlock/backend.h"
@@ -48,15 +52,6 @@ namespace dlock::etcd {
 
 class EtcdBackend : public Backend {
  public:
-  // One key in a lock's queue, as etcd has it, in queue order.
-  struct QueueMember {
-    std::string key;
-    std::int64_t create_revision = 0;
-    std::int64_t lease = 0;
-    std::string value;  // dlock: the owner id (hex); etcdctl and Go: empty
-    std::uint32_t limit = 1;  // from the value (1 for etcdctl, Go, older dlock)
-    std::string label;
-  };
   // The queue of lock `name` (holder first), read from the store.
   virtual Result<std::vector<QueueMember>> Queue(std::string_view name) = 0;
 

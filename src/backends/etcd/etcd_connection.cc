@@ -106,6 +106,88 @@ std::chrono::system_clock::time_point WallDeadline(Duration budget) {
          std::chrono::duration_cast<std::chrono::system_clock::duration>(budget);
 }
 
+// What a watch waits for the deletion of: one key (range_end empty;
+// `revision` its create_revision) or any key of a range created at or
+// before `revision`, of which there were `expected`.
+struct Deletion {
+  const std::string& key;
+  const std::string& range_end;
+  std::int64_t revision;
+  std::int64_t expected;
+  bool range() const { return !range_end.empty(); }
+};
+
+enum class WatchEnd {
+  kGone,           // the key (or one of the range) was deleted
+  kEnded,          // the watch ended first: `until`, a stop, a broken stream
+  kMemberTrouble,  // the member could not answer the read that closes the gap
+};
+
+pb::WatchRequest CreateWatch(const Deletion& d) {
+  pb::WatchRequest request;
+  pb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(d.key);
+  create->set_start_revision(0);  // the member's next revision: a synced watcher
+  create->add_filters(pb::WatchCreateRequest::NOPUT);
+  if (d.range()) {
+    create->set_range_end(d.range_end);
+    create->set_prev_kv(true);  // to tell the keys ahead from those behind
+  }
+  return request;
+}
+
+// Whether `d` happened before the watch started; nullopt when the member
+// cannot say. Asked of the watch's member, serializably: it has applied at
+// least up to the watch's start, so this read and the watch leave no gap.
+std::optional<bool> GoneBefore(pb::KV::Stub& kv, const Deletion& d, TimePoint until,
+                               Duration attempt_timeout) {
+  pb::RangeRequest check;
+  check.set_key(d.key);
+  check.set_serializable(true);
+  if (d.range()) {
+    check.set_range_end(d.range_end);
+    check.set_max_create_revision(d.revision);
+    check.set_count_only(true);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(WallDeadline(
+      std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1), attempt_timeout)));
+  pb::RangeResponse found;
+  if (!kv.Range(&context, check, &found).ok()) return std::nullopt;
+  if (d.range()) return found.count() < d.expected;
+  return found.kvs_size() == 0 || found.kvs(0).create_revision() != d.revision;
+}
+
+bool IsDeletion(const mvccpb::Event& event, const Deletion& d) {
+  if (event.type() != mvccpb::Event::DELETE) return false;
+  // In a range, only the keys created before the waiter's count.
+  return !d.range() || !event.has_prev_kv() || event.prev_kv().create_revision() <= d.revision;
+}
+
+// Reads a watch's answers until `d` happens or the watch ends.
+WatchEnd ReadWatch(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>& stream,
+                   pb::KV::Stub& kv, const Deletion& d, std::int64_t seen_at, TimePoint until,
+                   Duration attempt_timeout) {
+  pb::WatchResponse response;
+  while (stream.Read(&response)) {
+    if (response.canceled()) break;
+    if (response.created()) {
+      // The watch sees every change after the member's revision now. If
+      // that is no later than the caller's read, nothing can have slipped
+      // in between; otherwise, ask.
+      if (seen_at > 0 && response.header().revision() <= seen_at) continue;
+      const std::optional<bool> gone = GoneBefore(kv, d, until, attempt_timeout);
+      if (!gone) return WatchEnd::kMemberTrouble;
+      if (*gone) return WatchEnd::kGone;
+      continue;
+    }
+    for (const auto& event : response.events()) {
+      if (IsDeletion(event, d)) return WatchEnd::kGone;
+    }
+  }
+  return WatchEnd::kEnded;
+}
+
 }  // namespace
 
 // The lease keep-alive stream, on gRPC's callback API: keep-alives are sent
@@ -611,7 +693,6 @@ bool Connection::WaitForDeleteIn(const std::string& key, const std::string& rang
 bool Connection::Watch(const std::string& key, const std::string& range_end,
                        std::int64_t revision, std::int64_t expected, std::int64_t seen_at,
                        TimePoint until, std::stop_token stop) {
-  const bool range = !range_end.empty();
   const std::size_t index = current_.load() % addresses_.size();
   Endpoint& ep = At(index);
   const Duration budget = until - MonotonicClock::now();
@@ -622,73 +703,22 @@ bool Connection::Watch(const std::string& key, const std::string& range_end,
   context.AddMetadata("hasleader", "true");
   std::stop_callback cancel(stop, [&context] { context.TryCancel(); });
   auto stream = ep.watch->Watch(&context);
-
-  pb::WatchRequest request;
-  pb::WatchCreateRequest* create = request.mutable_create_request();
-  create->set_key(key);
-  create->set_start_revision(0);  // the member's next revision: a synced watcher
-  create->add_filters(pb::WatchCreateRequest::NOPUT);
-  if (range) {
-    create->set_range_end(range_end);
-    create->set_prev_kv(true);  // to tell the keys ahead from those behind
-  }
-  bool gone = false;
-  bool member_trouble = false;
-  if (stream->Write(request)) {
-    pb::WatchResponse response;
-    while (!gone && stream->Read(&response)) {
-      if (response.created()) {
-        if (response.canceled()) break;
-        // The watch sees every change after the member's revision now. If
-        // that is no later than the caller's read, nothing can have slipped
-        // in between.
-        if (seen_at > 0 && response.header().revision() <= seen_at) continue;
-        // Otherwise: was the key deleted before? Ask the same member,
-        // serializably: it has applied at least up to the watch's start, so
-        // this read and the watch leave no gap.
-        pb::RangeRequest check;
-        check.set_key(key);
-        check.set_serializable(true);
-        if (range) {
-          check.set_range_end(range_end);
-          check.set_max_create_revision(revision);
-          check.set_count_only(true);
-        }
-        grpc::ClientContext check_context;
-        check_context.set_deadline(
-            WallDeadline(std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1),
-                                              attempt_timeout_)));
-        pb::RangeResponse found;
-        if (!ep.kv->Range(&check_context, check, &found).ok()) {
-          member_trouble = true;
-          break;
-        }
-        if (range) {
-          if (found.count() < expected) gone = true;
-        } else if (found.kvs_size() == 0 || found.kvs(0).create_revision() != revision) {
-          gone = true;
-        }
-        continue;
-      }
-      if (response.canceled()) break;
-      for (const auto& event : response.events()) {
-        if (event.type() != mvccpb::Event::DELETE) continue;
-        if (!range || !event.has_prev_kv() || event.prev_kv().create_revision() <= revision) {
-          gone = true;
-        }
-      }
-    }
+  const Deletion target{key, range_end, revision, expected};
+  WatchEnd end = WatchEnd::kEnded;
+  if (stream->Write(CreateWatch(target))) {
+    end = ReadWatch(*stream, *ep.kv, target, seen_at, until, attempt_timeout_);
   }
   context.TryCancel();
   const grpc::Status status = stream->Finish();
-  if (!gone && !stop.stop_requested() && MonotonicClock::now() < until && !status.ok() &&
-      status.error_code() != grpc::StatusCode::CANCELLED) {
+  bool member_trouble = end == WatchEnd::kMemberTrouble;
+  if (end == WatchEnd::kEnded && !stop.stop_requested() && MonotonicClock::now() < until &&
+      !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
     member_trouble = true;
   }
   // A member that cannot keep a watch open (stopped, lost its leader) is
   // not the one to use next.
   if (member_trouble) Rotate(index);
-  return gone;
+  return end == WatchEnd::kGone;
 }
 
 }  // namespace dlock::etcd

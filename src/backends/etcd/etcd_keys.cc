@@ -137,9 +137,8 @@ Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri) {
   std::string_view hosts = uri.hosts;
   while (true) {
     const std::size_t comma = hosts.find(',');
-    auto ep = ParseEndpoint(hosts.substr(0, comma));
-    if (!ep.ok()) return ep.status();
-    o.endpoints.push_back(*ep);
+    DLOCK_ASSIGN_OR_RETURN(std::string endpoint, ParseEndpoint(hosts.substr(0, comma)));
+    o.endpoints.push_back(std::move(endpoint));
     if (comma == std::string_view::npos) break;
     hosts.remove_prefix(comma + 1);
   }
@@ -316,7 +315,7 @@ bool IsQueueMember(std::string_view queue_prefix, std::string_view key) {
   return key.find('/', queue_prefix.size()) == std::string_view::npos;
 }
 
-std::string PrefixEnd(std::string_view prefix) {
+std::string PrefixRangeEnd(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {
     const auto last = static_cast<unsigned char>(end.back());

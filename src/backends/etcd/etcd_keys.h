@@ -41,7 +41,7 @@
 // DelayPrefix(R, N) the range of N's markers alone (not of "N:x"'s). Its
 // value is the member's create_revision (decimal), "\n", and the member's
 // value (owner, limit, label), so that a marker whose member is gone (a
-// "ghost") still says what it held.
+// delayed holding) still says what it held.
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
@@ -98,9 +98,10 @@ std::string EncodeValue(std::string_view owner_hex, std::uint32_t limit, std::st
 MemberValue DecodeValue(std::string_view value);
 // True if `key` is a direct member of the queue (not of a longer name's).
 bool IsQueueMember(std::string_view queue_prefix, std::string_view key);
-// The range_end that makes a range cover every key starting with `prefix`
-// ("\0", meaning "to the end", when no such bound exists).
-std::string PrefixEnd(std::string_view prefix);
+// etcd's range_end for a range of every key starting with `prefix`: the
+// first key after them all, or "\0" (etcd's "to the end of the keyspace")
+// when none exists (an empty prefix, or one of 0xff bytes only).
+std::string PrefixRangeEnd(std::string_view prefix);
 // The run-once record of lock `name` (see the layout above).
 std::string DoneKey(std::string_view root, std::string_view name);
 // The range of lock `name`'s lock-delay markers (see the layout above):

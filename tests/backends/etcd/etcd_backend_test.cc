@@ -721,6 +721,85 @@ TEST(EtcdBackendTest, AnExpiredPermitKeepsItsPlaceForItsLockDelay) {
   EXPECT_TRUE(keeper->Release(name, p2).ok());
 }
 
+// ------------------------------------------------------------ acquisitions
+//
+// An acquisition (Backend::Begin) owns its member: its calls may come from
+// different threads one after another, and one dropped without Abandon
+// leaves its member for the same owner's next acquisition.
+
+TEST(EtcdBackendTest, AnAcquisitionMovesBetweenThreadsAndKeepsItsMember) {
+  const std::string name = UniqueName("acq-threads");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner(), w = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h))->granted);
+  LeaseRequest waiting = Req(name, w);
+  waiting.queue_ttl = seconds(5);
+  std::unique_ptr<Acquisition> acquisition = backend->Begin(waiting);
+
+  Result<Attempt> first = UnavailableError("not run");
+  std::thread([&] { first = acquisition->Try(); }).join();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_FALSE(first->granted);
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 2);
+  const std::int64_t queued_at = (*q)[1].create_revision;
+
+  // Waits on another thread, woken by the holder's release.
+  TimePoint woke_at{};
+  std::thread waiter([&] {
+    EXPECT_TRUE(acquisition->Wait(MonotonicClock::now() + seconds(10), {}));
+    woke_at = MonotonicClock::now();
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  const TimePoint released = MonotonicClock::now();
+  ASSERT_TRUE(holder->Release(name, h).ok());
+  waiter.join();
+  EXPECT_LT(woke_at - released, milliseconds(500) * kTimeScale) << "not woken by the release";
+
+  Result<Attempt> second = UnavailableError("not run");
+  std::thread([&] { second = acquisition->Try(); }).join();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE(second->granted);
+  EXPECT_EQ(second->token, static_cast<FencingToken>(queued_at)) << "not the member it queued";
+  acquisition.reset();
+  EXPECT_TRUE(backend->Renew(std::vector<LeaseRequest>{waiting})[0].ok()) << "a holding";
+  EXPECT_TRUE(backend->Release(name, w).ok());
+  EXPECT_TRUE(observer->Queue(name)->empty());
+}
+
+TEST(EtcdBackendTest, ADroppedAcquisitionLeavesItsMemberToItsOwnersNext) {
+  const std::string name = UniqueName("acq-dropped");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner(), w = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h))->granted);
+  LeaseRequest waiting = Req(name, w);
+  waiting.queue_ttl = seconds(5);
+  {
+    auto dropped = backend->Begin(waiting);
+    auto queued = dropped->Try();
+    ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
+  }
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 2) << "a dropped waiter's member stays for queue_ttl";
+  const std::int64_t queued_at = (*q)[1].create_revision;
+
+  auto next = backend->Begin(waiting);
+  auto again = next->Try();
+  ASSERT_TRUE(again.ok() && !again->granted) << again.status().ToString();
+  q = observer->Queue(name);
+  ASSERT_TRUE(q.ok() && q->size() == 2) << "the owner's next acquisition queued anew";
+  EXPECT_EQ((*q)[1].create_revision, queued_at);
+  next->Abandon();
+  q = observer->Queue(name);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->size(), 1u) << "giving up left the member behind";
+  EXPECT_TRUE(holder->Release(name, h).ok());
+}
+
 TEST(EtcdBackendTest, UnreachableEndpointsFailWithinTheConnectTimeout) {
   ClientOptions o;
   o.connect_timeout = milliseconds(1000);

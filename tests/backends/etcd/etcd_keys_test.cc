@@ -29,11 +29,11 @@ TEST(EtcdKeysTest, LongerNamesAreNotQueueMembers) {
   EXPECT_FALSE(IsQueueMember("a/", "ab/694d"));
 }
 
-TEST(EtcdKeysTest, PrefixEndCoversExactlyThePrefix) {
-  EXPECT_EQ(PrefixEnd("a/"), "a0");
-  EXPECT_EQ(PrefixEnd("a\xff"), "b");
-  EXPECT_EQ(PrefixEnd(""), std::string(1, '\0'));
-  EXPECT_EQ(PrefixEnd("\xff\xff"), std::string(1, '\0'));
+TEST(EtcdKeysTest, PrefixRangeEndCoversExactlyThePrefix) {
+  EXPECT_EQ(PrefixRangeEnd("a/"), "a0");
+  EXPECT_EQ(PrefixRangeEnd("a\xff"), "b");
+  EXPECT_EQ(PrefixRangeEnd(""), std::string(1, '\0'));
+  EXPECT_EQ(PrefixRangeEnd("\xff\xff"), std::string(1, '\0'));
 }
 
 TEST(EtcdKeysTest, LockNameOfKeys) {

@@ -1,0 +1,117 @@
+// EtcdAcquisition: one acquisition of one lock by one owner, the shape of
+// etcd's concurrency.Mutex. The first Try puts this owner's member (unless
+// it exists) and reads the queue in one transaction; when others are ahead,
+// Wait watches the one whose going may let it in; the next Try reads again.
+// It owns its member key and revision and what it watches; once granted,
+// the holding is the backend's, by (lock name, owner), for Renew and
+// Release.
+//
+// Each Try is read -> decide -> act: read the queue (ReadQueued once the
+// member's revision is known, else PutAndRead: the two transaction shapes),
+// decide (Decide in etcd_queue.h: the sharing rule), then act (put the
+// lock-delay marker and report the grant, leave the queue, or record what
+// Wait watches).
+//
+// Thread-safety: as Acquisition, calls never overlap but may come from
+// different threads. What other threads read (member()) changes only under
+// the backend's mu_.
+#ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
+#define DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "backends/etcd/etcd_backend_impl.h"
+
+namespace dlock::etcd {
+
+class EtcdAcquisition final : public Acquisition {
+ public:
+  EtcdAcquisition(EtcdBackendImpl& backend, const LeaseRequest& request);
+  // Leaves a queued (or unsure) member to the backend as a place that
+  // lapses queue_ttl after the last attempt: a waiter that died.
+  ~EtcdAcquisition() override;
+  EtcdAcquisition(const EtcdAcquisition&) = delete;
+  EtcdAcquisition& operator=(const EtcdAcquisition&) = delete;
+
+  Result<Attempt> Try() override;
+  bool Wait(TimePoint until, std::stop_token stop) override;
+  void Abandon() override;
+
+  // For the backend, under its mu_: this acquisition's member, and a wake-up
+  // for its Wait (its session is gone, and its key with it).
+  const Member& member() const { return member_; }
+  void WakeLocked() {
+    if (waking_) waking_->request_stop();
+  }
+
+ private:
+  // One round of requests with one session.
+  struct Round {
+    std::shared_ptr<Session> session;
+    TimePoint started;
+    TimePoint deadline;
+    std::optional<KeepAliveCall> keep_alive;  // sent with this round's read
+  };
+  // What Wait watches for a deletion: one key (range_end empty; `revision`
+  // its create_revision) or a range (`revision` the newest create_revision
+  // that counts, `expected` how many such keys there were at `seen_at`).
+  // An empty key: nothing to watch.
+  struct WatchTarget {
+    std::string key;
+    std::string range_end;
+    std::int64_t revision = 0;
+    std::int64_t expected = 0;
+    std::int64_t seen_at = 0;  // the store revision it was read at (0: unknown)
+  };
+  // nullopt: start another round (the session or our key is gone).
+  using RoundResult = Result<std::optional<Attempt>>;
+
+  bool sharing() const { return limit_ != 1; }
+  Result<Attempt> Rounds(TimePoint started, TimePoint deadline);
+  Result<Round> StartRound(TimePoint started, TimePoint deadline);
+  void TakeKeyLocked(std::shared_ptr<Session> session);
+
+  // Read.
+  Result<std::optional<QueueView>> ReadQueued(const Round& round);
+  Result<std::optional<QueueView>> PutAndRead(const Round& round);
+  pb::TxnRequest PutTxn(const Round& round) const;
+  QueueView SharingView(std::int64_t read_at, const pb::RangeResponse& queue,
+                        const pb::RangeResponse& markers) const;
+  Result<QueueView> WriterView(std::int64_t read_at, const pb::RangeResponse& first,
+                               bool predecessor_known,
+                               const std::optional<QueueMember>& predecessor,
+                               const pb::RangeResponse& markers, TimePoint deadline);
+  std::vector<QueueMember> MarkersOf(const pb::RangeResponse& markers) const;
+
+  // Act.
+  RoundResult Act(Round& round, const QueueView& view, const QueueStep& step);
+  Result<bool> ConfirmSession(Round& round);
+  Result<bool> PutMarker(const Round& round);
+  Result<std::shared_ptr<Session>> MarkerLease(const Session& session, TimePoint deadline);
+  Attempt Grant(const Round& round);
+  Attempt LeaveQueue(const Round& round, const QueueStep& step);
+  Status RecordWatch(const Round& round, const QueueView& view, const QueueStep& step);
+
+  EtcdBackendImpl& backend_;
+  const LeaseRequest request_;
+  const PlaceId id_;
+  const std::string prefix_;        // the lock's queue
+  const std::string delay_prefix_;  // its markers
+  const std::string owner_hex_;
+  const std::uint32_t limit_;
+  Member member_;
+  // If dropped now, its place lapses then: queue_ttl after the last
+  // attempt, at least a TTL after one whose answer was lost.
+  TimePoint keep_until_{};
+  bool granted_ = false;  // the last Try granted: the holding is the backend's
+  WatchTarget watch_;
+  std::stop_source* waking_ = nullptr;  // the Wait in progress; under mu_
+};
+
+}  // namespace dlock::etcd
+
+#endif  // DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
