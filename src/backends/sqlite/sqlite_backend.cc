@@ -584,6 +584,13 @@ class SqliteBackend final : public Backend {
   // `owner` no longer waits for `key` through this connection. Under mu_.
   void ForgetWaiter(std::string_view key, const std::string& owner);
 
+  // List and Waiters: the rows of `stmt` (key and owner in columns 0 and 1)
+  // for the keys that start with `prefix`, the rest of each Info set by
+  // `fill`. `row_name` names a row in the error for a malformed owner.
+  template <typename Info, typename Fill>
+  Result<std::vector<Info>> ListRows(sqlite3_stmt* stmt, std::string_view prefix,
+                                     const std::string& what, std::string_view row_name, Fill fill);
+
   // Whether a waiter of ours may take `key` now by the sharing rule; if
   // not, *expiry_ms is how long until the first holding that blocks it
   // lapses (-1: none does; only a write can change the answer).
@@ -1181,78 +1188,64 @@ std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {
   return result;
 }
 
-Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
-  auto what = [&] { return "list '" + std::string(prefix) + "'"; };
+template <typename Info, typename Fill>
+Result<std::vector<Info>> SqliteBackend::ListRows(sqlite3_stmt* stmt, std::string_view prefix,
+                                                  const std::string& what,
+                                                  std::string_view row_name, Fill fill) {
   const std::optional<std::string> end = PrefixEnd(prefix);
 
   std::lock_guard lock(mu_);
-  sqlite3* db = db_.get();
   const BootTime now = StoreNow();
-  Query query(list_.get());
+  Query query(stmt);
   query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
   if (end.has_value()) {
     query.Bind(":hi", *end);
   } else {
     query.BindNull(":hi");
   }
-  std::vector<HolderInfo> holders;
+  std::vector<Info> rows;
   int rc;
   while ((rc = query.Step()) == SQLITE_ROW) {
-    HolderInfo info;
+    Info info;
     info.key = query.Text(0);
     Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
     if (!owner.ok()) {
-      return InternalError(what() + ": row for key " + info.key + " in " + options_.path +
+      return InternalError(what + ": " + std::string(row_name) + " for key " + info.key + " in " +
+                           options_.path +
                            " has a malformed owner id: " + owner.status().message());
     }
     info.owner = *owner;
-    info.token = static_cast<FencingToken>(query.Int(2));
-    info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
-    info.ttl = std::chrono::milliseconds(query.Int(4));
-    info.held_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(5)));
-    info.limit = static_cast<std::uint32_t>(query.Int(6));
-    info.label = query.Text(7);
-    holders.push_back(std::move(info));
+    fill(query, info);
+    rows.push_back(std::move(info));
   }
-  if (IsError(rc)) return FromSqlite(rc, db, what());
-  return holders;
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  return rows;
+}
+
+Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
+  return ListRows<HolderInfo>(
+      list_.get(), prefix, "list '" + std::string(prefix) + "'", "row",
+      [](const Query& query, HolderInfo& info) {
+        info.token = static_cast<FencingToken>(query.Int(2));
+        info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
+        info.ttl = std::chrono::milliseconds(query.Int(4));
+        info.held_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(5)));
+        info.limit = static_cast<std::uint32_t>(query.Int(6));
+        info.label = query.Text(7);
+      });
 }
 
 Result<std::vector<WaiterInfo>> SqliteBackend::Waiters(std::string_view prefix) {
-  auto what = [&] { return "list the waiters for '" + std::string(prefix) + "'"; };
-  const std::optional<std::string> end = PrefixEnd(prefix);
-
-  std::lock_guard lock(mu_);
-  sqlite3* db = db_.get();
-  const BootTime now = StoreNow();
-  Query query(waiters_.get());
-  query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-  if (end.has_value()) {
-    query.Bind(":hi", *end);
-  } else {
-    query.BindNull(":hi");
-  }
-  std::vector<WaiterInfo> waiters;
-  int rc;
-  while ((rc = query.Step()) == SQLITE_ROW) {
-    WaiterInfo info;
-    info.key = query.Text(0);
-    Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
-    if (!owner.ok()) {
-      return InternalError(what() + ": queue row for key " + info.key + " in " + options_.path +
-                           " has a malformed owner id: " + owner.status().message());
-    }
-    info.owner = *owner;
-    info.limit = static_cast<std::uint32_t>(query.Int(2));
-    info.label = query.Text(3);
-    // Entries queued by the previous dlock have no arrival time.
-    if (!query.IsNull(4)) {
-      info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
-    }
-    waiters.push_back(std::move(info));
-  }
-  if (IsError(rc)) return FromSqlite(rc, db, what());
-  return waiters;
+  return ListRows<WaiterInfo>(
+      waiters_.get(), prefix, "list the waiters for '" + std::string(prefix) + "'", "queue row",
+      [](const Query& query, WaiterInfo& info) {
+        info.limit = static_cast<std::uint32_t>(query.Int(2));
+        info.label = query.Text(3);
+        // Entries queued by the previous dlock have no arrival time.
+        if (!query.IsNull(4)) {
+          info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
+        }
+      });
 }
 
 }  // namespace
