@@ -262,10 +262,9 @@ Result<std::vector<WaiterInfo>> ClientCore::Waiters(std::string_view prefix) {
 
 Result<std::optional<Leader>> ClientCore::CurrentLeader(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
-  auto holders = backend_->List(key);
-  if (!holders.ok()) return holders.status();
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<HolderInfo> holders, backend_->List(key));
   std::optional<Leader> leader;
-  for (const HolderInfo& h : *holders) {
+  for (const HolderInfo& h : holders) {
     if (h.key != key) continue;  // a longer key with this prefix
     if (leader && leader->term >= h.token) continue;
     leader = Leader{h.owner, h.token, h.label, h.ttl_remaining, h.held_for};
