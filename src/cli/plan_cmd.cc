@@ -93,9 +93,7 @@ Result<Inputs> ParseFlags(const PlanFlags& flags) {
     in.rtt = *rtt;
     out.rtt_source = "--rtt";
   } else if (!flags.from_bench.empty()) {
-    auto rtt = RttFromBench(flags.from_bench);
-    if (!rtt.ok()) return rtt.status();
-    in.rtt = *rtt;
+    DLOCK_ASSIGN_OR_RETURN(in.rtt, RttFromBench(flags.from_bench));
     out.rtt_source = "--from-bench " + flags.from_bench;
   }
   if (flags.idempotent == "yes") in.idempotent = true;
