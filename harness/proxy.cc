@@ -13,6 +13,8 @@
 #include <cstring>
 #include <deque>
 #include <list>
+#include <string>
+#include <vector>
 
 #include "dlock/clock.h"
 
@@ -102,98 +104,136 @@ void FaultProxy::SetMode(Mode mode, std::chrono::milliseconds delay) {
   (void)!::write(wake_fd_, &one, sizeof one);
 }
 
+namespace {
+
+// SO_LINGER 0 on every connection, then closes it: a reset, as a middlebox
+// dropping the flow would cause.
+void ResetAll(std::list<Conn>& conns) {
+  for (auto& c : conns) {
+    linger l{1, 0};
+    if (c.up.from >= 0) ::setsockopt(c.up.from, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    CloseConn(c);
+  }
+  conns.clear();
+}
+
+// What one turn of the loop polls: the wake-up and listening sockets first,
+// then two entries per Pipe (its `from`, its `to`), with pipes[i] the Pipe
+// of fds[i + 2].
+struct PollSet {
+  std::vector<pollfd> fds;
+  std::vector<Pipe*> pipes;
+  std::int64_t next_due_ns = -1;  // the earliest chunk not yet due; -1: none
+};
+
+PollSet WatchPipes(int wake_fd, int listen_fd, std::list<Conn>& conns, bool forwarding) {
+  PollSet set;
+  set.fds = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
+  for (auto& c : conns) {
+    for (Pipe* p : {&c.up, &c.down}) {
+      short events = 0;
+      // Stop reading while partitioned, so that the kernel's buffers fill
+      // and the sender sees the stall it would see on a real partition.
+      if (forwarding && !p->eof && p->queue.size() < 64) events |= POLLIN;
+      if (forwarding && !p->queue.empty()) {
+        if (p->queue.front().due_ns <= NowNs()) {
+          events |= POLLOUT;
+        } else if (set.next_due_ns < 0 || p->queue.front().due_ns < set.next_due_ns) {
+          set.next_due_ns = p->queue.front().due_ns;
+        }
+      }
+      set.fds.push_back({p->from, events, 0});
+      set.pipes.push_back(p);
+      set.fds.push_back({p->to, static_cast<short>(events & POLLOUT ? POLLOUT : 0), 0});
+      set.pipes.push_back(p);
+    }
+  }
+  return set;
+}
+
+// Queues what `p->from` has, to be written at now + delay_ns.
+void ReadInto(Pipe& p, std::int64_t delay_ns) {
+  char buf[16384];
+  ssize_t n = ::read(p.from, buf, sizeof buf);
+  if (n > 0) {
+    p.queue.push_back({NowNs() + delay_ns, std::string(buf, static_cast<std::size_t>(n))});
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    p.eof = true;
+  }
+}
+
+// Writes the chunks that are due, as far as `p->to` takes them.
+void WriteDue(Pipe& p) {
+  while (!p.queue.empty() && p.queue.front().due_ns <= NowNs()) {
+    std::string& b = p.queue.front().bytes;
+    ssize_t n = ::write(p.to, b.data(), b.size());
+    if (n <= 0) break;
+    b.erase(0, static_cast<std::size_t>(n));
+    if (b.empty()) p.queue.pop_front();
+  }
+}
+
+// A side that closed, with nothing left to deliver: close the pair.
+void CloseFinished(std::list<Conn>& conns) {
+  for (auto& c : conns) {
+    if ((c.up.eof && c.up.queue.empty()) || (c.down.eof && c.down.queue.empty())) CloseConn(c);
+  }
+  conns.remove_if([](const Conn& c) { return c.dead; });
+}
+
+// Accepts every pending client and connects it to the store; refuses them
+// while `mode` is kDrop.
+void AcceptAll(int listen_fd, const std::atomic<int>& mode, const std::string& host, int port,
+               std::list<Conn>& conns) {
+  int client;
+  while ((client = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+    if (static_cast<FaultProxy::Mode>(mode.load()) == FaultProxy::Mode::kDrop) {
+      ::close(client);
+      continue;
+    }
+    int server = ConnectTo(host, port);
+    if (server < 0) {
+      ::close(client);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Conn c;
+    c.up.from = client;
+    c.up.to = server;
+    c.down.from = server;
+    c.down.to = client;
+    conns.push_back(std::move(c));
+  }
+}
+
+}  // namespace
+
 void FaultProxy::Loop() {
   std::list<Conn> conns;
   while (!stop_) {
     const Mode mode = static_cast<Mode>(mode_.load());
-    if (mode == Mode::kDrop) {
-      for (auto& c : conns) {
-        // SO_LINGER 0: a reset, as a middlebox dropping the flow would cause.
-        linger l{1, 0};
-        if (c.up.from >= 0) ::setsockopt(c.up.from, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-        CloseConn(c);
-      }
-      conns.clear();
-    }
-    std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    std::vector<Pipe*> pipes;
-    std::int64_t next_due = -1;
+    if (mode == Mode::kDrop) ResetAll(conns);
     const bool forwarding = mode == Mode::kPass || mode == Mode::kDelay;
-    for (auto& c : conns) {
-      for (Pipe* p : {&c.up, &c.down}) {
-        short events = 0;
-        // Stop reading while partitioned, so that the kernel's buffers fill
-        // and the sender sees the stall it would see on a real partition.
-        if (forwarding && !p->eof && p->queue.size() < 64) events |= POLLIN;
-        if (forwarding && !p->queue.empty()) {
-          if (p->queue.front().due_ns <= NowNs()) {
-            events |= POLLOUT;
-          } else if (next_due < 0 || p->queue.front().due_ns < next_due) {
-            next_due = p->queue.front().due_ns;
-          }
-        }
-        fds.push_back({p->from, events, 0});
-        pipes.push_back(p);
-        fds.push_back({p->to, static_cast<short>(events & POLLOUT ? POLLOUT : 0), 0});
-        pipes.push_back(p);
-      }
-    }
+    PollSet set = WatchPipes(wake_fd_, listen_fd_, conns, forwarding);
     int timeout = -1;
-    if (next_due >= 0) timeout = static_cast<int>(std::max<std::int64_t>(0, (next_due - NowNs()) / 1'000'000 + 1));
-    ::poll(fds.data(), fds.size(), timeout);
-    if (fds[0].revents) {
+    if (set.next_due_ns >= 0) {
+      timeout = static_cast<int>(
+          std::max<std::int64_t>(0, (set.next_due_ns - NowNs()) / 1'000'000 + 1));
+    }
+    ::poll(set.fds.data(), set.fds.size(), timeout);
+    if (set.fds[0].revents) {
       std::uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof n);
     }
-    if (fds[1].revents) {
-      int client;
-      while ((client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-        if (static_cast<Mode>(mode_.load()) == Mode::kDrop) {
-          ::close(client);
-          continue;
-        }
-        int server = ConnectTo(target_host_, target_port_);
-        if (server < 0) {
-          ::close(client);
-          continue;
-        }
-        int one = 1;
-        ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        Conn c;
-        c.up.from = client;
-        c.up.to = server;
-        c.down.from = server;
-        c.down.to = client;
-        conns.push_back(std::move(c));
-      }
-    }
+    if (set.fds[1].revents) AcceptAll(listen_fd_, mode_, target_host_, target_port_, conns);
     const std::int64_t delay = mode == Mode::kDelay ? delay_ns_.load() : 0;
-    for (std::size_t i = 2; i < fds.size(); i += 2) {
-      Pipe* p = pipes[i - 2];
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        char buf[16384];
-        ssize_t n = ::read(p->from, buf, sizeof buf);
-        if (n > 0) {
-          p->queue.push_back({NowNs() + delay, std::string(buf, static_cast<std::size_t>(n))});
-        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          p->eof = true;
-        }
-      }
-      if (fds[i + 1].revents & POLLOUT) {
-        while (!p->queue.empty() && p->queue.front().due_ns <= NowNs()) {
-          std::string& b = p->queue.front().bytes;
-          ssize_t n = ::write(p->to, b.data(), b.size());
-          if (n <= 0) break;
-          b.erase(0, static_cast<std::size_t>(n));
-          if (b.empty()) p->queue.pop_front();
-        }
-      }
+    for (std::size_t i = 2; i < set.fds.size(); i += 2) {
+      Pipe& p = *set.pipes[i - 2];
+      if (set.fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadInto(p, delay);
+      if (set.fds[i + 1].revents & POLLOUT) WriteDue(p);
     }
-    // A side that closed, with nothing left to deliver: close the pair.
-    for (auto& c : conns) {
-      if ((c.up.eof && c.up.queue.empty()) || (c.down.eof && c.down.queue.empty())) CloseConn(c);
-    }
-    conns.remove_if([](const Conn& c) { return c.dead; });
+    CloseFinished(conns);
   }
   for (auto& c : conns) CloseConn(c);
 }

@@ -234,29 +234,30 @@ std::string Overview(const Model& m) {
          "</figcaption>" + svg.Done() + "</figure>";
 }
 
-}  // namespace
+// The document's head, with the style every part below relies on.
+std::string Head(const std::string& title) {
+  return "<!doctype html><html lang=en><head><meta charset=utf-8><title>" + Escape(title) +
+         "</title><style>"
+         "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}"
+         "h1{font-size:20px}figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}"
+         ".lane,.tick,.tok{font:11px monospace;fill:#333}.tok{fill:#0b3d91}"
+         ".axis{stroke:#888}.lease{fill:#cfe0ff;stroke:#6f95d8}"
+         ".pause{fill:#bbb;fill-opacity:.45}.partition{fill:#f5b041;fill-opacity:.35}"
+         ".w.admitted{fill:#2e9d4a}.w.rejected{fill:#777}.w.violation{fill:#d22;stroke:#900;stroke-width:2}"
+         ".wl{font:bold 11px monospace}.wl.rejected{fill:#555}.wl.violation{fill:#d22}"
+         ".fault{stroke-width:2}.fault.pause{stroke:#888}.fault.kill{stroke:#000}"
+         ".fault.clock-step{stroke:#c80}"
+         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
+         "vertical-align:top;text-align:left}.pass{color:#1a7f37;font-weight:600}"
+         ".FAIL{color:#d22;font-weight:700}.unknown{color:#9a6700;font-weight:600}"
+         "ul{margin:2px 0;padding-left:18px}"
+         "</style></head><body>";
+}
 
-std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
+// The title, what was run, and how to read the lanes.
+std::string Summary(const RunResult& run, const ReportContext& ctx) {
   const History& h = run.history;
-  const Model m = Build(h);
-  const std::int64_t ttl_ns = h.ttl_ms * 1'000'000;
   std::ostringstream html;
-  html << "<!doctype html><html lang=en><head><meta charset=utf-8><title>" << Escape(ctx.title)
-       << "</title><style>"
-          "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}"
-          "h1{font-size:20px}figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}"
-          ".lane,.tick,.tok{font:11px monospace;fill:#333}.tok{fill:#0b3d91}"
-          ".axis{stroke:#888}.lease{fill:#cfe0ff;stroke:#6f95d8}"
-          ".pause{fill:#bbb;fill-opacity:.45}.partition{fill:#f5b041;fill-opacity:.35}"
-          ".w.admitted{fill:#2e9d4a}.w.rejected{fill:#777}.w.violation{fill:#d22;stroke:#900;stroke-width:2}"
-          ".wl{font:bold 11px monospace}.wl.rejected{fill:#555}.wl.violation{fill:#d22}"
-          ".fault{stroke-width:2}.fault.pause{stroke:#888}.fault.kill{stroke:#000}"
-          ".fault.clock-step{stroke:#c80}"
-          "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
-          "vertical-align:top;text-align:left}.pass{color:#1a7f37;font-weight:600}"
-          ".FAIL{color:#d22;font-weight:700}.unknown{color:#9a6700;font-weight:600}"
-          "ul{margin:2px 0;padding-left:18px}"
-          "</style></head><body>";
   html << "<h1>" << Escape(ctx.title) << "</h1><p>store " << Escape(ctx.backend) << " &middot; "
        << (h.fenced ? "fenced" : "unfenced (positive control)") << " &middot; ttl " << h.ttl_ms
        << " ms &middot; seed " << ctx.seed << " &middot; " << run.counts.operations
@@ -265,10 +266,14 @@ std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
   html << "<p>Lanes: blue bars are leases (token inside), grey shading a pause, green dots "
           "admitted writes, grey x rejected stale writes, red ! writes admitted although a "
           "larger token had already read the resource.</p>";
+  return html.str();
+}
 
+std::string ChecksTable(const std::vector<CheckResult>& checks) {
+  std::ostringstream html;
   html << "<h2>Checks</h2><table id=checks><tr><th>id</th><th>checker</th><th>verdict</th>"
           "<th>detail</th></tr>";
-  for (const auto& c : run.checks) {
+  for (const auto& c : checks) {
     html << "<tr><td>" << c.id << "</td><td>" << Escape(c.name) << "</td><td class="
          << VerdictName(c.verdict) << ">" << VerdictName(c.verdict) << "</td><td>"
          << Escape(c.detail);
@@ -280,7 +285,13 @@ std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
     html << "</td></tr>";
   }
   html << "</table>";
+  return html.str();
+}
 
+// The overview, then one window around each of the first kMaxWindows faults
+// (or the run's first moments when there were none).
+std::string Timeline(const Model& m, std::int64_t ttl_ns) {
+  std::ostringstream html;
   html << "<h2>Timeline</h2>";
   if (m.workers > 0) html << Overview(m);
   int windows = 0;
@@ -304,8 +315,15 @@ std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
     html << Window(m, m.start, std::min(m.end, m.start + ttl_ns * 4), "timeline",
                    "The first moments of the run (no faults were injected)");
   }
-  html << "</body></html>\n";
   return html.str();
+}
+
+}  // namespace
+
+std::string RenderReport(const RunResult& run, const ReportContext& ctx) {
+  const Model m = Build(run.history);
+  return Head(ctx.title) + Summary(run, ctx) + ChecksTable(run.checks) +
+         Timeline(m, run.history.ttl_ms * 1'000'000) + "</body></html>\n";
 }
 
 Status WriteReport(const std::string& path, const RunResult& run, const ReportContext& ctx) {

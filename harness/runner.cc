@@ -44,12 +44,52 @@ struct WorkerProc {
   std::string backend;  // through its proxy, when it has one
 };
 
+// Where the workers' proxies forward to: the store's one host:port, and the
+// backend URI around it (a worker's URI names its proxy instead).
+struct ProxyTarget {
+  std::string host;
+  int port = 0;
+  std::string uri_prefix, uri_suffix;
+};
+
 class Run {
  public:
   explicit Run(const RunOptions& o) : o_(o) {}
+  // Prepare, StartWorkers, Supervise, then Collect.
   Result<RunResult> Execute();
 
  private:
+  // The run's files, the resource's schema, and the fault plan; refuses
+  // faults this store or machine cannot inject.
+  Status Prepare();
+  void LogPlan();
+  // Whether the run injects faults of this kind.
+  bool Wants(std::string_view kind) const {
+    return std::find(o_.faults.begin(), o_.faults.end(), kind) != o_.faults.end();
+  }
+  // The store's address for the proxies, when a fault needs them.
+  Result<std::optional<ProxyTarget>> FindProxyTarget() const;
+  Status StartWorkers(const std::optional<ProxyTarget>& proxy_target);
+  // Until the run has ended and every worker has stopped: fires the timers
+  // and the faults not tied to a critical section, and reads the workers'
+  // events.
+  Status Supervise();
+  // At the end of the run: resumes and heals everyone, and closes the
+  // workers' stdin so that they stop after their current operation.
+  void BeginEnding();
+  // Resumes, restarts and heals that are due at `now`.
+  Status FireTimers(std::int64_t now);
+  // The planned faults not tied to a critical section that are due.
+  void InjectDueFaults(std::int64_t now);
+  void Inject(const PlannedFault& f);
+  // When Supervise must look again at the latest.
+  std::int64_t NextWake() const;
+  // The events `w` has written, and its exit.
+  void ReadWorker(WorkerProc& w);
+  void KillStragglers();
+  // The history, sorted, with the resource's log, and the checkers' verdicts.
+  Result<RunResult> Collect();
+
   Status Spawn(WorkerProc& w);
   void Record(Event e);
   void Nemesis(std::string op, int target, std::int64_t duration_ns = 0,
@@ -65,6 +105,8 @@ class Run {
   std::vector<PlannedFault> plan_;
   std::size_t next_fault_ = 0;
   std::int64_t start_ns_ = 0;
+  std::int64_t end_ns_ = 0;    // the run's end: no new faults, workers told to stop
+  std::int64_t drain_ns_ = 0;  // workers still running then are killed
   bool ending_ = false;
   std::map<int, std::int64_t> resume_at_;   // worker id -> ns
   std::map<int, std::int64_t> restart_at_;  // worker id -> ns
@@ -200,166 +242,96 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
 
 Result<RunResult> Run::Execute() {
   ::signal(SIGPIPE, SIG_IGN);
-  resource_ = o_.dir + "/resource.db";
-  backend_ = o_.backend.empty() ? "sqlite://" + o_.dir + "/locks.db" : o_.backend;
-  history_file_.open(o_.dir + "/history.jsonl");
-  faults_file_.open(o_.dir + "/faults.log");
-  {
-    auto r = CounterResource::Open(resource_, o_.fenced);  // create the schema once
-    if (!r.ok()) return r.status();
-  }
-  const bool clock_steps =
-      std::find(o_.faults.begin(), o_.faults.end(), "clock-step") != o_.faults.end();
-  if (clock_steps && ::access(kFaketimeLib, R_OK) != 0) {
-    return UnavailableError(std::string("the clock-step fault needs libfaketime (") +
-                            kFaketimeLib + "): apt-get install faketime");
-  }
-  plan_ = PlanFaults(o_);
-  for (const auto& f : plan_) {
-    faults_file_ << "planned +" << f.at.count() << "ms " << f.kind;
-    if (f.kind == "pause") faults_file_ << " " << f.ttl_factor << "x ttl";
-    if (f.kind == "clock-step") faults_file_ << " worker " << f.target << " " << f.clock_offset_s << "s";
-    faults_file_ << '\n';
-  }
-
-  const bool proxied = std::any_of(o_.faults.begin(), o_.faults.end(),
-                                   [](const std::string& k) { return NeedsProxy(k); });
-  std::string proxy_host;
-  int proxy_port = 0;
-  std::string uri_prefix, uri_suffix;  // the backend URI around its host:port
-  if (proxied) {
-    auto uri = internal::ParseUri(backend_);
-    const std::size_t colon = uri.ok() ? uri->hosts.rfind(':') : std::string::npos;
-    if (!uri.ok() || uri->hosts.empty() || uri->hosts.find(',') != std::string::npos ||
-        colon == std::string::npos) {
-      return InvalidArgumentError(
-          "the partition, delay and drop faults need a network store with one host:port "
-          "(e.g. --backend redis://127.0.0.1:6379/0), not " +
-          (uri.ok() ? uri->Redacted() : std::string("this URI")));
-    }
-    proxy_host = uri->hosts.substr(0, colon);
-    proxy_port = std::atoi(uri->hosts.c_str() + colon + 1);
-    const std::size_t at = backend_.find(uri->hosts, backend_.find("://") + 3);
-    uri_prefix = backend_.substr(0, at);
-    uri_suffix = backend_.substr(at + uri->hosts.size());
-  }
-  if (std::find(o_.faults.begin(), o_.faults.end(), "store-restart") != o_.faults.end() &&
-      (o_.server_script.empty() || o_.server_dir.empty())) {
+  DLOCK_RETURN_IF_ERROR(Prepare());
+  DLOCK_ASSIGN_OR_RETURN(const std::optional<ProxyTarget> proxy_target, FindProxyTarget());
+  if (Wants("store-restart") && (o_.server_script.empty() || o_.server_dir.empty())) {
     return InvalidArgumentError(
         "the store-restart fault needs the store's server script and directory "
         "(--server-script scripts/servers/<store>.sh --server-dir DIR)");
   }
+  DLOCK_RETURN_IF_ERROR(StartWorkers(proxy_target));
+  DLOCK_RETURN_IF_ERROR(Supervise());
+  return Collect();
+}
 
+Status Run::Prepare() {
+  resource_ = o_.dir + "/resource.db";
+  backend_ = o_.backend.empty() ? "sqlite://" + o_.dir + "/locks.db" : o_.backend;
+  history_file_.open(o_.dir + "/history.jsonl");
+  faults_file_.open(o_.dir + "/faults.log");
+  // Creates the schema once, before the workers open it.
+  DLOCK_RETURN_IF_ERROR(CounterResource::Open(resource_, o_.fenced).status());
+  if (Wants("clock-step") && ::access(kFaketimeLib, R_OK) != 0) {
+    return UnavailableError(std::string("the clock-step fault needs libfaketime (") +
+                            kFaketimeLib + "): apt-get install faketime");
+  }
+  plan_ = PlanFaults(o_);
+  LogPlan();
+  return Status::Ok();
+}
+
+void Run::LogPlan() {
+  for (const auto& f : plan_) {
+    faults_file_ << "planned +" << f.at.count() << "ms " << f.kind;
+    if (f.kind == "pause") faults_file_ << " " << f.ttl_factor << "x ttl";
+    if (f.kind == "clock-step") {
+      faults_file_ << " worker " << f.target << " " << f.clock_offset_s << "s";
+    }
+    faults_file_ << '\n';
+  }
+}
+
+Result<std::optional<ProxyTarget>> Run::FindProxyTarget() const {
+  if (std::none_of(o_.faults.begin(), o_.faults.end(),
+                   [](const std::string& k) { return NeedsProxy(k); })) {
+    return std::optional<ProxyTarget>();
+  }
+  auto uri = internal::ParseUri(backend_);
+  const std::size_t colon = uri.ok() ? uri->hosts.rfind(':') : std::string::npos;
+  if (!uri.ok() || uri->hosts.empty() || uri->hosts.find(',') != std::string::npos ||
+      colon == std::string::npos) {
+    return InvalidArgumentError(
+        "the partition, delay and drop faults need a network store with one host:port "
+        "(e.g. --backend redis://127.0.0.1:6379/0), not " +
+        (uri.ok() ? uri->Redacted() : std::string("this URI")));
+  }
+  ProxyTarget target;
+  target.host = uri->hosts.substr(0, colon);
+  target.port = std::atoi(uri->hosts.c_str() + colon + 1);
+  const std::size_t at = backend_.find(uri->hosts, backend_.find("://") + 3);
+  target.uri_prefix = backend_.substr(0, at);
+  target.uri_suffix = backend_.substr(at + uri->hosts.size());
+  return std::optional<ProxyTarget>(std::move(target));
+}
+
+Status Run::StartWorkers(const std::optional<ProxyTarget>& proxy_target) {
   start_ns_ = NowNs();
+  end_ns_ = start_ns_ + std::chrono::nanoseconds(o_.duration).count();
+  drain_ns_ = end_ns_ + std::chrono::nanoseconds(o_.ttl * 6 + std::chrono::seconds(5)).count();
   workers_.resize(static_cast<std::size_t>(o_.workers));
   for (int i = 0; i < o_.workers; ++i) {
     WorkerProc& w = workers_[static_cast<std::size_t>(i)];
     w.id = i;
-    if (proxied) {
-      auto proxy = FaultProxy::Start(proxy_host, proxy_port);
-      if (!proxy.ok()) return proxy.status();
-      w.proxy = std::move(*proxy);
-      w.backend = uri_prefix + "127.0.0.1:" + std::to_string(w.proxy->port()) + uri_suffix;
+    if (proxy_target) {
+      DLOCK_ASSIGN_OR_RETURN(w.proxy, FaultProxy::Start(proxy_target->host, proxy_target->port));
+      w.backend = proxy_target->uri_prefix + "127.0.0.1:" + std::to_string(w.proxy->port()) +
+                  proxy_target->uri_suffix;
     }
-    if (clock_steps) {
+    if (Wants("clock-step")) {
       w.faketime_file = o_.dir + "/faketime." + std::to_string(i);
       std::ofstream(w.faketime_file) << "+0\n";
     }
     DLOCK_RETURN_IF_ERROR(Spawn(w));
   }
+  return Status::Ok();
+}
 
-  const std::int64_t end_ns = start_ns_ + std::chrono::nanoseconds(o_.duration).count();
-  const std::int64_t drain_deadline_ns =
-      end_ns + std::chrono::nanoseconds(o_.ttl * 6 + std::chrono::seconds(5)).count();
+Status Run::Supervise() {
   for (;;) {
     const std::int64_t now = NowNs();
-    if (!ending_ && now >= end_ns) {
-      ending_ = true;
-      for (auto& w : workers_) {
-        if (w.paused) {
-          ::kill(w.pid, SIGCONT);
-          w.paused = false;
-          Nemesis("resume", w.id);
-        }
-        if (w.to_worker >= 0) {
-          ::close(w.to_worker);
-          w.to_worker = -1;
-        }
-      }
-      resume_at_.clear();
-      restart_at_.clear();
-      for (auto& [id, t] : heal_at_) {
-        WorkerProc& w = workers_[static_cast<std::size_t>(id)];
-        if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
-        Nemesis("heal", id);
-      }
-      heal_at_.clear();
-      go_on_heal_.clear();
-    }
-    // Timers: resumes, restarts, clock steps.
-    for (auto it = resume_at_.begin(); it != resume_at_.end();) {
-      if (it->second <= now) {
-        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
-        ::kill(w.pid, SIGCONT);
-        w.paused = false;
-        Nemesis("resume", w.id);
-        it = resume_at_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = restart_at_.begin(); it != restart_at_.end();) {
-      if (it->second <= now) {
-        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
-        ++w.incarnation;
-        DLOCK_RETURN_IF_ERROR(Spawn(w));
-        Nemesis("restart", w.id);
-        it = restart_at_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = heal_at_.begin(); it != heal_at_.end();) {
-      if (it->second <= now) {
-        WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
-        if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
-        Nemesis("heal", w.id);
-        if (go_on_heal_[w.id]) Go(w);
-        go_on_heal_.erase(w.id);
-        it = heal_at_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    while (!ending_ && next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind) &&
-           start_ns_ + plan_[next_fault_].at.count() * 1'000'000 <= now) {
-      const PlannedFault& f = plan_[next_fault_++];
-      WorkerProc& w = workers_[static_cast<std::size_t>(f.target % o_.workers)];
-      if (f.kind == "clock-step") {
-        std::ofstream(w.faketime_file, std::ios::trunc)
-            << (f.clock_offset_s >= 0 ? "+" : "") << f.clock_offset_s << "\n";
-        Nemesis("clock-step", w.id, f.clock_offset_s * 1'000'000'000,
-                "wall clock " + std::string(f.clock_offset_s >= 0 ? "+" : "") +
-                    std::to_string(f.clock_offset_s) + "s");
-      } else if (f.kind == "delay" && w.proxy) {
-        const auto delay = std::chrono::milliseconds(static_cast<std::int64_t>(
-            static_cast<double>(o_.ttl.count()) * (0.25 + 0.75 * (f.ttl_factor - 0.5) / 2.5)));
-        w.proxy->SetMode(FaultProxy::Mode::kDelay, delay);
-        Nemesis("delay", w.id, std::chrono::nanoseconds(o_.ttl * 2).count(),
-                "store traffic delayed " + std::to_string(delay.count()) + "ms");
-        heal_at_[w.id] = NowNs() + std::chrono::nanoseconds(o_.ttl * 2).count();
-      } else if (f.kind == "drop" && w.proxy) {
-        w.proxy->SetMode(FaultProxy::Mode::kDrop);
-        Nemesis("drop", w.id, 100'000'000, "store connections reset");
-        heal_at_[w.id] = NowNs() + 100'000'000;
-      } else if (f.kind == "store-restart") {
-        Nemesis("store-down", -1, 0, "restarting the store server");
-        const std::string cmd = "'" + o_.server_script + "' restart '" + o_.server_dir +
-                                "' >>'" + o_.dir + "/faults.log' 2>&1";
-        const int rc = std::system(cmd.c_str());
-        Nemesis("store-up", -1, 0, rc == 0 ? "" : "restart script failed: " + std::to_string(rc));
-      }
-    }
+    if (!ending_ && now >= end_ns_) BeginEnding();
+    DLOCK_RETURN_IF_ERROR(FireTimers(now));
+    InjectDueFaults(now);
 
     std::vector<pollfd> fds;
     std::vector<WorkerProc*> owners;
@@ -369,50 +341,162 @@ Result<RunResult> Run::Execute() {
         owners.push_back(&w);
       }
     }
-    if (ending_ && fds.empty()) break;
-    if (ending_ && now >= drain_deadline_ns) {
-      for (auto& w : workers_) {
-        if (w.pid > 0) {
-          ::kill(w.pid, SIGKILL);
-          Nemesis("kill", w.id, 0, "did not stop at the end of the run");
-        }
-        CloseWorker(w);
-      }
-      break;
+    if (ending_ && fds.empty()) return Status::Ok();
+    if (ending_ && now >= drain_ns_) {
+      KillStragglers();
+      return Status::Ok();
     }
-    std::int64_t wake = ending_ ? drain_deadline_ns : end_ns;
-    for (auto& [id, t] : resume_at_) wake = std::min(wake, t);
-    for (auto& [id, t] : restart_at_) wake = std::min(wake, t);
-    for (auto& [id, t] : heal_at_) wake = std::min(wake, t);
-    if (next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind)) {
-      wake = std::min(wake, start_ns_ + plan_[next_fault_].at.count() * 1'000'000);
-    }
-    const int timeout_ms = static_cast<int>(std::clamp<std::int64_t>((wake - now) / 1'000'000 + 1, 0, 1000));
+    const int timeout_ms =
+        static_cast<int>(std::clamp<std::int64_t>((NextWake() - now) / 1'000'000 + 1, 0, 1000));
     ::poll(fds.data(), fds.size(), timeout_ms);
     for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (!fds[i].revents) continue;
-      WorkerProc& w = *owners[i];
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::read(w.from_worker, buf, sizeof buf)) > 0) w.buffer.append(buf, static_cast<std::size_t>(n));
-      std::size_t nl;
-      while ((nl = w.buffer.find('\n')) != std::string::npos) {
-        auto e = ParseJsonLine(std::string_view(w.buffer).substr(0, nl));
-        w.buffer.erase(0, nl + 1);
-        if (e.ok()) OnEvent(w, *e);
-        if (w.from_worker < 0) break;  // killed while handling
-      }
-      if (n == 0 && w.from_worker >= 0) {  // the worker exited
-        const bool expected = ending_;
-        CloseWorker(w);
-        if (!expected) {
-          Nemesis("exit", w.id, 0, "worker exited on its own; restarting");
-          restart_at_[w.id] = NowNs() + 100'000'000;
-        }
-      }
+      if (fds[i].revents) ReadWorker(*owners[i]);
     }
   }
+}
 
+void Run::BeginEnding() {
+  ending_ = true;
+  for (auto& w : workers_) {
+    if (w.paused) {
+      ::kill(w.pid, SIGCONT);
+      w.paused = false;
+      Nemesis("resume", w.id);
+    }
+    if (w.to_worker >= 0) {
+      ::close(w.to_worker);
+      w.to_worker = -1;
+    }
+  }
+  resume_at_.clear();
+  restart_at_.clear();
+  for (auto& [id, t] : heal_at_) {
+    WorkerProc& w = workers_[static_cast<std::size_t>(id)];
+    if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
+    Nemesis("heal", id);
+  }
+  heal_at_.clear();
+  go_on_heal_.clear();
+}
+
+Status Run::FireTimers(std::int64_t now) {
+  for (auto it = resume_at_.begin(); it != resume_at_.end();) {
+    if (it->second <= now) {
+      WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+      ::kill(w.pid, SIGCONT);
+      w.paused = false;
+      Nemesis("resume", w.id);
+      it = resume_at_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = restart_at_.begin(); it != restart_at_.end();) {
+    if (it->second <= now) {
+      WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+      ++w.incarnation;
+      DLOCK_RETURN_IF_ERROR(Spawn(w));
+      Nemesis("restart", w.id);
+      it = restart_at_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = heal_at_.begin(); it != heal_at_.end();) {
+    if (it->second <= now) {
+      WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
+      if (w.proxy) w.proxy->SetMode(FaultProxy::Mode::kPass);
+      Nemesis("heal", w.id);
+      if (go_on_heal_[w.id]) Go(w);
+      go_on_heal_.erase(w.id);
+      it = heal_at_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::Ok();
+}
+
+void Run::InjectDueFaults(std::int64_t now) {
+  while (!ending_ && next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind) &&
+         start_ns_ + plan_[next_fault_].at.count() * 1'000'000 <= now) {
+    Inject(plan_[next_fault_++]);
+  }
+}
+
+void Run::Inject(const PlannedFault& f) {
+  WorkerProc& w = workers_[static_cast<std::size_t>(f.target % o_.workers)];
+  if (f.kind == "clock-step") {
+    std::ofstream(w.faketime_file, std::ios::trunc)
+        << (f.clock_offset_s >= 0 ? "+" : "") << f.clock_offset_s << "\n";
+    Nemesis("clock-step", w.id, f.clock_offset_s * 1'000'000'000,
+            "wall clock " + std::string(f.clock_offset_s >= 0 ? "+" : "") +
+                std::to_string(f.clock_offset_s) + "s");
+  } else if (f.kind == "delay" && w.proxy) {
+    const auto delay = std::chrono::milliseconds(static_cast<std::int64_t>(
+        static_cast<double>(o_.ttl.count()) * (0.25 + 0.75 * (f.ttl_factor - 0.5) / 2.5)));
+    w.proxy->SetMode(FaultProxy::Mode::kDelay, delay);
+    Nemesis("delay", w.id, std::chrono::nanoseconds(o_.ttl * 2).count(),
+            "store traffic delayed " + std::to_string(delay.count()) + "ms");
+    heal_at_[w.id] = NowNs() + std::chrono::nanoseconds(o_.ttl * 2).count();
+  } else if (f.kind == "drop" && w.proxy) {
+    w.proxy->SetMode(FaultProxy::Mode::kDrop);
+    Nemesis("drop", w.id, 100'000'000, "store connections reset");
+    heal_at_[w.id] = NowNs() + 100'000'000;
+  } else if (f.kind == "store-restart") {
+    Nemesis("store-down", -1, 0, "restarting the store server");
+    const std::string cmd = "'" + o_.server_script + "' restart '" + o_.server_dir +
+                            "' >>'" + o_.dir + "/faults.log' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    Nemesis("store-up", -1, 0, rc == 0 ? "" : "restart script failed: " + std::to_string(rc));
+  }
+}
+
+std::int64_t Run::NextWake() const {
+  std::int64_t wake = ending_ ? drain_ns_ : end_ns_;
+  for (auto& [id, t] : resume_at_) wake = std::min(wake, t);
+  for (auto& [id, t] : restart_at_) wake = std::min(wake, t);
+  for (auto& [id, t] : heal_at_) wake = std::min(wake, t);
+  if (next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind)) {
+    wake = std::min(wake, start_ns_ + plan_[next_fault_].at.count() * 1'000'000);
+  }
+  return wake;
+}
+
+void Run::ReadWorker(WorkerProc& w) {
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(w.from_worker, buf, sizeof buf)) > 0) {
+    w.buffer.append(buf, static_cast<std::size_t>(n));
+  }
+  std::size_t nl;
+  while ((nl = w.buffer.find('\n')) != std::string::npos) {
+    auto e = ParseJsonLine(std::string_view(w.buffer).substr(0, nl));
+    w.buffer.erase(0, nl + 1);
+    if (e.ok()) OnEvent(w, *e);
+    if (w.from_worker < 0) break;  // killed while handling
+  }
+  if (n == 0 && w.from_worker >= 0) {  // the worker exited
+    const bool expected = ending_;
+    CloseWorker(w);
+    if (!expected) {
+      Nemesis("exit", w.id, 0, "worker exited on its own; restarting");
+      restart_at_[w.id] = NowNs() + 100'000'000;
+    }
+  }
+}
+
+void Run::KillStragglers() {
+  for (auto& w : workers_) {
+    if (w.pid > 0) {
+      ::kill(w.pid, SIGKILL);
+      Nemesis("kill", w.id, 0, "did not stop at the end of the run");
+    }
+    CloseWorker(w);
+  }
+}
+
+Result<RunResult> Run::Collect() {
   RunResult result;
   result.dir = o_.dir;
   result.history.events = std::move(events_);

@@ -93,9 +93,7 @@ Result<Inputs> ParseFlags(const PlanFlags& flags) {
     in.rtt = *rtt;
     out.rtt_source = "--rtt";
   } else if (!flags.from_bench.empty()) {
-    auto rtt = RttFromBench(flags.from_bench);
-    if (!rtt.ok()) return rtt.status();
-    in.rtt = *rtt;
+    DLOCK_ASSIGN_OR_RETURN(in.rtt, RttFromBench(flags.from_bench));
     out.rtt_source = "--from-bench " + flags.from_bench;
   }
   if (flags.idempotent == "yes") in.idempotent = true;
@@ -197,12 +195,10 @@ void CrashSentence(std::ostream& out, const PlanReport& r, const plan::CrashCost
   }
 }
 
-void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r) {
-  const plan::PlanInput& in = inputs.input;
-  std::ostream& out = std::cout;
-  const Seconds hold = in.hold;
-  const bool coordinated = r.coordination_overhead_s > Seconds::zero();
+// PrintText's paragraphs, one each, in the order printed.
 
+void PrintTraffic(std::ostream& out, const PlanFlags& flags, const plan::PlanInput& in,
+                  const PlanReport& r) {
   out << "Traffic: ";
   // "1M/day is 11.6/s", but not "3/s is 3/s".
   if (flags.rate != Fmt(r.avg_rate_per_s) && flags.rate != Fmt(r.avg_rate_per_s) + "/s") {
@@ -213,15 +209,19 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
     out << " and " << Fmt(r.peak_rate_per_s) << "/s at the " << Fmt(in.peak_factor) << "× peak";
   }
   out << ".\n";
+}
 
-  out << "Ceiling: one key allows 1 ÷ " << Fmt(hold) << " = " << Fmt(r.hold_ceiling_ops_per_s)
-      << " operations per second for the critical section alone";
-  if (coordinated) {
+void PrintCeiling(std::ostream& out, const plan::PlanInput& in, const PlanReport& r) {
+  out << "Ceiling: one key allows 1 ÷ " << Fmt(Seconds(in.hold)) << " = "
+      << Fmt(r.hold_ceiling_ops_per_s) << " operations per second for the critical section alone";
+  if (r.coordination_overhead_s > Seconds::zero()) {
     out << ", and 1 ÷ " << Fmt(r.service_s) << " = " << Fmt(r.ceiling_ops_per_s)
         << "/s with Acquire and Release";
   }
   out << "; adding servers does not move it.\n";
+}
 
+void PrintHotKey(std::ostream& out, const plan::PlanInput& in, const PlanReport& r) {
   out << "Hot key: ";
   const char* whole = in.peak_factor != 1 ? "the peak" : "the traffic";
   if (in.hot_share < 1) {
@@ -236,7 +236,9 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
   } else {
     out << ", " << Fmt(r.slack_ops_per_s) << " ops/s of slack.\n";
   }
+}
 
+void PrintLittlesLaw(std::ostream& out, const PlanReport& r) {
   out << "Little's law: " << Fmt(r.hot_key_rate_per_s) << "/s × " << Fmt(r.service_s) << " = "
       << Fmt(r.concurrency) << " operations in the critical section on average, "
       << (r.saturated ? "more than" : "under") << " the 1 the lock allows";
@@ -244,7 +246,9 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
     out << " (" << Fmt(*r.concurrency_with_queue) << " counting those queued)";
   }
   out << ".\n";
+}
 
+void PrintQueueing(std::ostream& out, const PlanReport& r) {
   out << "Queueing (M/M/1: Poisson arrivals, exponential hold; a fixed hold halves the mean): ";
   if (r.queue_wait_mean_s) {
     out << "mean wait " << Fmt(*r.queue_wait_mean_s) << ", p99 wait " << Fmt(*r.queue_wait_p99_s);
@@ -256,7 +260,9 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
   } else {
     out << "saturated, so waits grow without bound: there is no finite mean or p99.\n";
   }
+}
 
+void PrintGrowth(std::ostream& out, const PlanReport& r) {
   out << "Growth: ";
   if (r.utilisation <= plan::kUtilisationLimit) {
     out << "the hot key takes " << Fmt(r.growth_headroom_factor)
@@ -270,7 +276,9 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
     out << "none: traffic must shrink to " << Fmt(r.saturation_headroom_factor)
         << "× today's peak for the key to keep up.\n";
   }
+}
 
+void PrintCrashes(std::ostream& out, const plan::PlanInput& in, const PlanReport& r) {
   CrashSentence(out, r, r.crash, /*first=*/true);
   const bool tenth = in.lease <= plan::kDefaultLease;
   out << "At a " << FmtLease(r.comparison_crash.lease) << " lease instead ("
@@ -282,18 +290,24 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
         << ", for the same arrival rate: a longer lease buys tolerance of long pauses and pays "
            "for it in recovery.\n";
   }
+}
 
+void PrintCoordination(std::ostream& out, const Inputs& inputs, const PlanReport& r) {
+  const plan::PlanInput& in = inputs.input;
   out << "Coordination: ";
-  if (coordinated) {
+  if (r.coordination_overhead_s > Seconds::zero()) {
     out << "Acquire + Release, " << plan::kCoordinationRoundTrips << " round trips of "
         << Fmt(Seconds(in.rtt)) << " (" << inputs.rtt_source << "), are "
         << Fmt(r.coordination_overhead_s) << " per operation, "
-        << Percent(r.coordination_overhead_share) << " of the " << Fmt(hold) << " hold.\n";
+        << Percent(r.coordination_overhead_share) << " of the " << Fmt(Seconds(in.hold))
+        << " hold.\n";
   } else {
     out << "not counted (rtt 0 from " << inputs.rtt_source
         << "): the figures price the critical section alone.\n";
   }
+}
 
+void PrintVerdict(std::ostream& out, const plan::PlanInput& in, const PlanReport& r) {
   out << "Verdict: " << plan::VerdictText(r.verdict) << ".\n";
   if (!r.remedies.empty()) {
     out << "Remedies:\n";
@@ -303,6 +317,20 @@ void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r
     out << "Mechanism (" << (*in.idempotent ? "idempotent" : "not idempotent")
         << "): " << plan::MechanismText(*r.mechanism) << ".\n";
   }
+}
+
+void PrintText(const PlanFlags& flags, const Inputs& inputs, const PlanReport& r) {
+  const plan::PlanInput& in = inputs.input;
+  std::ostream& out = std::cout;
+  PrintTraffic(out, flags, in, r);
+  PrintCeiling(out, in, r);
+  PrintHotKey(out, in, r);
+  PrintLittlesLaw(out, r);
+  PrintQueueing(out, r);
+  PrintGrowth(out, r);
+  PrintCrashes(out, in, r);
+  PrintCoordination(out, inputs, r);
+  PrintVerdict(out, in, r);
 }
 
 }  // namespace

@@ -262,10 +262,9 @@ Result<std::vector<WaiterInfo>> ClientCore::Waiters(std::string_view prefix) {
 
 Result<std::optional<Leader>> ClientCore::CurrentLeader(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
-  auto holders = backend_->List(key);
-  if (!holders.ok()) return holders.status();
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<HolderInfo> holders, backend_->List(key));
   std::optional<Leader> leader;
-  for (const HolderInfo& h : *holders) {
+  for (const HolderInfo& h : holders) {
     if (h.key != key) continue;  // a longer key with this prefix
     if (leader && leader->term >= h.token) continue;
     leader = Leader{h.owner, h.token, h.label, h.ttl_remaining, h.held_for};
@@ -293,13 +292,13 @@ Result<std::optional<Leader>> ClientCore::AwaitLeader(std::string_view key,
 }
 
 void ClientCore::MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,
-                                std::vector<std::shared_ptr<LeaseState>>& newly_lost) {
+                                LeaseList& newly_lost) {
   state->phase = LeaseState::Phase::kLost;
   state->lost_reason = std::move(why);
   newly_lost.push_back(state);
 }
 
-void ClientCore::NotifyLost(const std::vector<std::shared_ptr<LeaseState>>& newly_lost) {
+void ClientCore::NotifyLost(const LeaseList& newly_lost) {
   for (const auto& state : newly_lost) {
     state->lost.request_stop();
     if (state->on_lost) {
@@ -333,83 +332,94 @@ void ClientCore::ExtendLocked(LeaseState& state, TimePoint sent,
   state.next_renew_at = sent + period;
 }
 
+ClientCore::LeaseList ClientCore::TakeDueLocked(TimePoint now, LeaseList& newly_lost) {
+  LeaseList due;
+  for (const auto& state : held_) {
+    if (now >= state->valid_until) {
+      MarkLostLocked(state,
+                     state->lost_reason.ok()
+                         ? LeaseLostError("lease on key " + Quoted(state->key) +
+                                          " reached its valid_until without a successful "
+                                          "renewal")
+                         : state->lost_reason,
+                     newly_lost);
+    } else if (now >= state->renew_until) {
+      // Bounded holding: let it run out; the loss is reported at
+      // valid_until like any other.
+      if (state->lost_reason.ok()) {
+        state->lost_reason = LeaseLostError("lease on key " + Quoted(state->key) +
+                                            " reached its max hold; no more renewals");
+      }
+      state->next_renew_at = TimePoint::max();
+    } else if (now >= state->next_renew_at - state->effective_ttl / 6) {
+      // Due, or due soon: renewing a little early costs nothing and lets
+      // leases acquired at different times share one store call.
+      due.push_back(state);
+    }
+  }
+  DropLostLocked();
+  return due;
+}
+
+ClientCore::LeaseList ClientCore::RenewAtStore(const LeaseList& due, LeaseList& newly_lost) {
+  std::vector<LeaseRequest> requests;
+  requests.reserve(due.size());
+  for (const auto& state : due) requests.push_back({state->key, state->owner, state->ttl});
+  const TimePoint sent = clock_->Now();
+  std::vector<Status> results = backend_->Renew(requests);
+  const TimePoint replied = clock_->Now();
+  const std::optional<SessionLiveness> session = backend_->Liveness();
+
+  LeaseList release_at_store;
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    const auto& state = due[i];
+    if (state->phase != LeaseState::Phase::kHeld) continue;  // released meanwhile
+    Status result = i < results.size()
+                        ? results[i]
+                        : InternalError("backend returned too few renewal results");
+    if (replied >= state->valid_until) {
+      // The caller may already have seen the lease as lost; it must stay
+      // lost even though the store extended it. Give the key back.
+      MarkLostLocked(state,
+                     LeaseLostError("renewal of key " + Quoted(state->key) +
+                                    " was answered after the lease's valid_until"),
+                     newly_lost);
+      if (result.ok()) release_at_store.push_back(state);
+    } else if (result.ok()) {
+      ExtendLocked(*state, sent, session);
+    } else if (result.code() == StatusCode::kNotOwner ||
+               result.code() == StatusCode::kLeaseLost) {
+      MarkLostLocked(state,
+                     LeaseLostError("the store no longer holds key " + Quoted(state->key) +
+                                    " for this owner: " + result.message()),
+                     newly_lost);
+    } else {
+      state->next_renew_at = replied + RenewRetryInterval(state->effective_ttl);
+    }
+  }
+  DropLostLocked();
+  return release_at_store;
+}
+
+void ClientCore::DropLostLocked() {
+  std::erase_if(held_, [](const auto& s) { return s->phase != LeaseState::Phase::kHeld; });
+}
+
 TimePoint ClientCore::Tick(TimePoint now) {
   // Keep the core alive through this tick even if an on_lost callback drops
   // the last Lease.
   std::shared_ptr<ClientCore> self = weak_from_this().lock();
   if (!self) return now + kIdleTick;
 
-  std::vector<std::shared_ptr<LeaseState>> newly_lost;
-  std::vector<std::shared_ptr<LeaseState>> due;
-  std::vector<LeaseRequest> requests;
-  auto drop_lost = [this] {
-    std::erase_if(held_, [](const auto& s) { return s->phase != LeaseState::Phase::kHeld; });
-  };
+  LeaseList newly_lost;
+  LeaseList due;
   {
     std::lock_guard lock(mu_);
-    for (const auto& state : held_) {
-      if (now >= state->valid_until) {
-        MarkLostLocked(state,
-                       state->lost_reason.ok()
-                           ? LeaseLostError("lease on key " + Quoted(state->key) +
-                                            " reached its valid_until without a successful "
-                                            "renewal")
-                           : state->lost_reason,
-                       newly_lost);
-      } else if (now >= state->renew_until) {
-        // Bounded holding: let it run out; the loss is reported at
-        // valid_until like any other.
-        if (state->lost_reason.ok()) {
-          state->lost_reason = LeaseLostError("lease on key " + Quoted(state->key) +
-                                              " reached its max hold; no more renewals");
-        }
-        state->next_renew_at = TimePoint::max();
-      } else if (now >= state->next_renew_at - state->effective_ttl / 6) {
-        // Due, or due soon: renewing a little early costs nothing and lets
-        // leases acquired at different times share one store call.
-        due.push_back(state);
-        requests.push_back({state->key, state->owner, state->ttl});
-      }
-    }
-    drop_lost();
+    due = TakeDueLocked(now, newly_lost);
   }
-
-  std::vector<std::shared_ptr<LeaseState>> release_at_store;
-  if (!due.empty()) {
-    const TimePoint sent = clock_->Now();
-    std::vector<Status> results = backend_->Renew(requests);
-    const TimePoint replied = clock_->Now();
-    const std::optional<SessionLiveness> session = backend_->Liveness();
-    std::lock_guard lock(mu_);
-    for (std::size_t i = 0; i < due.size(); ++i) {
-      const auto& state = due[i];
-      if (state->phase != LeaseState::Phase::kHeld) continue;  // released meanwhile
-      Status result = i < results.size()
-                          ? results[i]
-                          : InternalError("backend returned too few renewal results");
-      if (replied >= state->valid_until) {
-        // The caller may already have seen the lease as lost; it must stay
-        // lost even though the store extended it. Give the key back.
-        MarkLostLocked(state,
-                       LeaseLostError("renewal of key " + Quoted(state->key) +
-                                      " was answered after the lease's valid_until"),
-                       newly_lost);
-        if (result.ok()) release_at_store.push_back(state);
-      } else if (result.ok()) {
-        ExtendLocked(*state, sent, session);
-      } else if (result.code() == StatusCode::kNotOwner ||
-                 result.code() == StatusCode::kLeaseLost) {
-        MarkLostLocked(state,
-                       LeaseLostError("the store no longer holds key " + Quoted(state->key) +
-                                      " for this owner: " + result.message()),
-                       newly_lost);
-      } else {
-        state->next_renew_at = replied + RenewRetryInterval(state->effective_ttl);
-      }
-    }
-    drop_lost();
-  }
-
+  LeaseList release_at_store;
+  if (!due.empty()) release_at_store = RenewAtStore(due, newly_lost);
   for (const auto& state : release_at_store) {
     (void)backend_->Release(state->key, state->owner);
   }

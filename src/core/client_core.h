@@ -100,12 +100,21 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // bounded by the store's session when it has one. Under mu_ for `state`.
   void ExtendLocked(LeaseState& state, TimePoint sent,
                     const std::optional<SessionLiveness>& session);
+  using LeaseList = std::vector<std::shared_ptr<LeaseState>>;
   // One renewal tick; returns when it wants to run next.
   TimePoint Tick(TimePoint now);
+  // The tick's first step, under mu_: marks the leases past valid_until
+  // lost, stops renewing those past their max hold, and returns those due
+  // for renewal.
+  LeaseList TakeDueLocked(TimePoint now, LeaseList& newly_lost);
+  // Renews `due` in one store call and applies each answer; returns the
+  // leases the store renewed too late, which the tick gives back.
+  LeaseList RenewAtStore(const LeaseList& due, LeaseList& newly_lost);
+  // Forgets the leases no longer held. Under mu_.
+  void DropLostLocked();
   // Marks `state` lost (under mu_) and queues it for notification.
-  void MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,
-                      std::vector<std::shared_ptr<LeaseState>>& newly_lost);
-  void NotifyLost(const std::vector<std::shared_ptr<LeaseState>>& newly_lost);
+  void MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why, LeaseList& newly_lost);
+  void NotifyLost(const LeaseList& newly_lost);
 
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<Clock> clock_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace dlock::plan {
 namespace {
@@ -80,9 +81,11 @@ microseconds ComparisonLease(microseconds lease) {
   return std::max(lease / 10, microseconds(1));
 }
 
-Result<PlanReport> Plan(const PlanInput& in) {
-  DLOCK_RETURN_IF_ERROR(Validate(in));
-  PlanReport r;
+namespace {
+
+// The key's ceiling: how long one operation occupies it, and so how many it
+// serves per second.
+void PriceCeiling(const PlanInput& in, PlanReport& r) {
   const Seconds hold = in.hold;
   r.avg_rate_per_s = in.rate_per_s;
   r.peak_rate_per_s = in.rate_per_s * in.peak_factor;
@@ -95,7 +98,10 @@ Result<PlanReport> Plan(const PlanInput& in) {
   r.coordination_overhead_share = r.coordination_overhead_s / hold;
   r.service_s = hold + r.coordination_overhead_s;
   r.ceiling_ops_per_s = 1 / r.service_s.count();
+}
 
+// The hot key's load against its ceiling, at the peak.
+void PriceLoad(const PlanInput& in, PlanReport& r) {
   // The hot key at peak is what fails first; every other key sees less.
   r.hot_key_rate_per_s = in.hot_share * r.peak_rate_per_s;
   // rate × service rather than rate / ceiling: no reciprocal to round, so
@@ -107,59 +113,76 @@ Result<PlanReport> Plan(const PlanInput& in) {
   // Little's law, L = λW, with W the time in the lock: for a single server it
   // equals the utilisation, and must stay under the one holder the lock allows.
   r.concurrency = rho;
-
-  // Queueing model: M/M/1. Arrivals from many independent clients are close
-  // to Poisson. Service is the critical section, which is rarely constant
-  // (a slow disk, a GC pause, a retry), and exponential service is the
-  // variability that gives the tail a closed form: P(wait > t) = ρ·e^{−(μ−λ)t}.
-  // For a truly fixed hold (M/D/1) the mean wait would be half of this
-  // (Pollaczek–Khinchine); planning on the pessimistic side is the point.
-  //   mean wait = ρ·S / (1 − ρ)
-  //   p99 wait  = ln(100ρ)·S / (1 − ρ), and 0 when ρ <= 1% (99% never wait)
-  // Both grow as 1 / (1 − ρ); p99 stays ln(100ρ)/ρ ≈ 5–9× the mean across
-  // 40–95% utilisation, so it reaches seconds while the mean still looks fine.
-  if (!r.saturated) {
-    const Seconds s = r.service_s;
-    r.queue_wait_mean_s = rho * s / (1 - rho);
-    r.queue_wait_p99_s = rho > 0.01 ? std::log(100 * rho) * s / (1 - rho) : Seconds(0);
-    r.concurrency_with_queue = r.hot_key_rate_per_s * (*r.queue_wait_mean_s + s).count();
-  }
   r.growth_headroom_factor = kUtilisationLimit / rho;
   r.saturation_headroom_factor = 1 / rho;
+}
 
+// Queueing model: M/M/1. Arrivals from many independent clients are close
+// to Poisson. Service is the critical section, which is rarely constant
+// (a slow disk, a GC pause, a retry), and exponential service is the
+// variability that gives the tail a closed form: P(wait > t) = ρ·e^{−(μ−λ)t}.
+// For a truly fixed hold (M/D/1) the mean wait would be half of this
+// (Pollaczek–Khinchine); planning on the pessimistic side is the point.
+//   mean wait = ρ·S / (1 − ρ)
+//   p99 wait  = ln(100ρ)·S / (1 − ρ), and 0 when ρ <= 1% (99% never wait)
+// Both grow as 1 / (1 − ρ); p99 stays ln(100ρ)/ρ ≈ 5–9× the mean across
+// 40–95% utilisation, so it reaches seconds while the mean still looks fine.
+void PriceQueue(PlanReport& r) {
+  if (r.saturated) return;  // the queue grows without bound
+  const double rho = r.utilisation;
+  const Seconds s = r.service_s;
+  r.queue_wait_mean_s = rho * s / (1 - rho);
+  r.queue_wait_p99_s = rho > 0.01 ? std::log(100 * rho) * s / (1 - rho) : Seconds(0);
+  r.concurrency_with_queue = r.hot_key_rate_per_s * (*r.queue_wait_mean_s + s).count();
+}
+
+// One crash at the input lease, and at the shorter one it is compared with.
+void PriceCrashes(const PlanInput& in, PlanReport& r) {
   r.crash = PriceCrash(in.lease, r.hot_key_rate_per_s, r.slack_ops_per_s, r.saturated);
   r.comparison_crash =
       PriceCrash(ComparisonLease(in.lease), r.hot_key_rate_per_s, r.slack_ops_per_s, r.saturated);
   if (r.crash.degraded_s && r.comparison_crash.degraded_s) {
     r.crash_cost_ratio = *r.crash.degraded_s / *r.comparison_crash.degraded_s;
   }
+}
 
-  if (r.saturated) {
-    r.verdict = Verdict::kSaturated;
-  } else if (rho > kUtilisationLimit) {
-    r.verdict = Verdict::kFailsAtP99;
-  } else if (r.growth_headroom_factor < 2) {
-    r.verdict = Verdict::kHoldsFailsBeforeDoubling;
-  } else {
-    r.verdict = Verdict::kHolds;
-  }
+Verdict Judge(const PlanReport& r) {
+  if (r.saturated) return Verdict::kSaturated;
+  if (r.utilisation > kUtilisationLimit) return Verdict::kFailsAtP99;
+  if (r.growth_headroom_factor < 2) return Verdict::kHoldsFailsBeforeDoubling;
+  return Verdict::kHolds;
+}
 
+std::vector<Remedy> Remedies(const PlanInput& in, const PlanReport& r) {
+  std::vector<Remedy> remedies;
   if (r.verdict != Verdict::kHolds) {
     // The ceiling belongs to the key, so only changing the key's work helps.
-    r.remedies.push_back(Remedy::kShrinkCriticalSection);
-    r.remedies.push_back(Remedy::kSplitKey);
-    r.remedies.push_back(Remedy::kAtomicOperation);
+    remedies.push_back(Remedy::kShrinkCriticalSection);
+    remedies.push_back(Remedy::kSplitKey);
+    remedies.push_back(Remedy::kAtomicOperation);
   }
   // 10%: from here a faster or closer store moves the ceiling noticeably.
-  if (r.coordination_overhead_share >= 0.1) r.remedies.push_back(Remedy::kCutCoordination);
+  if (r.coordination_overhead_share >= 0.1) remedies.push_back(Remedy::kCutCoordination);
   // A lease longer than the usual 30 s is bought to survive long pauses, and
   // costs recovery time; a fencing token makes an early expiry harmless.
-  if (in.lease > kDefaultLease) r.remedies.push_back(Remedy::kFenceAndTuneLease);
+  if (in.lease > kDefaultLease) remedies.push_back(Remedy::kFenceAndTuneLease);
+  return remedies;
+}
 
+}  // namespace
+
+Result<PlanReport> Plan(const PlanInput& in) {
+  DLOCK_RETURN_IF_ERROR(Validate(in));
+  PlanReport r;
+  PriceCeiling(in, r);
+  PriceLoad(in, r);
+  PriceQueue(r);
+  PriceCrashes(in, r);
+  r.verdict = Judge(r);
+  r.remedies = Remedies(in, r);
   if (in.idempotent) {
     r.mechanism = *in.idempotent ? Mechanism::kExistingStoreLock : Mechanism::kFencingOrDedup;
   }
-
   if (!AllFinite(r)) {
     return InvalidArgumentError("the inputs are too extreme to compute with (rate " +
                                 Num(in.rate_per_s) + "/s, hot share " + Num(in.hot_share) + ")");

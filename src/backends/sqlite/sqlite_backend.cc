@@ -511,6 +511,15 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
+Status ValidateAcquire(const LeaseRequest& request) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
+  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
+  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
+  if (request.limit == 0) return InvalidArgumentError("acquire: the limit is 0");
+  return Status::Ok();
+}
+
 class SqliteBackend final : public Backend {
  public:
   SqliteBackend(SqliteOptions options, DbHandle db)
@@ -553,6 +562,35 @@ class SqliteBackend final : public Backend {
     }
   };
   Result<KeyState> ReadState(std::string_view key, std::string_view owner, const BootTime& now);
+
+  // The steps of TryAcquire, inside its write transaction (under mu_).
+  // `owner` is request.owner as text, `now` the store's clock; an error is
+  // said as "acquire <key>".
+  //
+  // Extends the holding `owner` already has (a retry whose reply was lost).
+  Status Regrant(const LeaseRequest& request, std::string_view owner, const BootTime& now);
+  // A new holding with the key's next token, which it returns; leaves the
+  // queue and sweeps lapsed rows on the way.
+  Result<FencingToken> Grant(const LeaseRequest& request, std::string_view owner,
+                             const BootTime& now, const KeyState& state);
+  // Takes or refreshes `owner`'s place in the key's queue.
+  Status KeepPlace(const LeaseRequest& request, std::string_view owner, const BootTime& now,
+                   const KeyState& state);
+  Result<FencingToken> NextToken(std::string_view key);
+  // Deletes `key`'s rows that no longer count (kPurgeHoldersSql, kPurgeQueueSql).
+  Status Purge(sqlite3_stmt* purge, std::string_view key, const BootTime& now);
+  // Steps `query` once.
+  Status AcquireStep(Query& query, std::string_view key);
+  // `owner` no longer waits for `key` through this connection. Under mu_.
+  void ForgetWaiter(std::string_view key, const std::string& owner);
+
+  // List and Waiters: the rows of `stmt` (key and owner in columns 0 and 1)
+  // for the keys that start with `prefix`, the rest of each Info set by
+  // `fill`. `row_name` names a row in the error for a malformed owner.
+  template <typename Info, typename Fill>
+  Result<std::vector<Info>> ListRows(sqlite3_stmt* stmt, std::string_view prefix,
+                                     const std::string& what, std::string_view row_name, Fill fill);
+
   // Whether a waiter of ours may take `key` now by the sharing rule; if
   // not, *expiry_ms is how long until the first holding that blocks it
   // lapses (-1: none does; only a write can change the answer).
@@ -751,119 +789,140 @@ Result<SqliteBackend::KeyState> SqliteBackend::ReadState(std::string_view key,
   return state;
 }
 
+Status SqliteBackend::AcquireStep(Query& query, std::string_view key) {
+  const int rc = query.Step();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), "acquire " + std::string(key));
+  return Status::Ok();
+}
+
+Status SqliteBackend::Purge(sqlite3_stmt* purge, std::string_view key, const BootTime& now) {
+  Query query(purge);
+  query.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+  return AcquireStep(query, key);
+}
+
+Status SqliteBackend::Regrant(const LeaseRequest& request, std::string_view owner,
+                              const BootTime& now) {
+  Query query(regrant_.get());
+  query.Bind(":key", request.key)
+      .Bind(":owner", owner)
+      .Bind(":now_ms", now.now_ms)
+      .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
+      .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()));
+  return AcquireStep(query, request.key);
+}
+
+Result<FencingToken> SqliteBackend::NextToken(std::string_view key) {
+  Query query(next_token_.get());
+  query.Bind(":key", key);
+  int rc = query.Step();
+  if (rc != SQLITE_ROW) {
+    return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db_.get(),
+                      "acquire " + std::string(key));
+  }
+  const auto token = static_cast<FencingToken>(query.Int(0));
+  rc = query.Finish();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), "acquire " + std::string(key));
+  return token;
+}
+
+Result<FencingToken> SqliteBackend::Grant(const LeaseRequest& request, std::string_view owner,
+                                          const BootTime& now, const KeyState& state) {
+  if (state.stale_holders > 0) {
+    DLOCK_RETURN_IF_ERROR(Purge(purge_holders_.get(), request.key, now));
+  }
+  DLOCK_ASSIGN_OR_RETURN(const FencingToken token, NextToken(request.key));
+  {
+    Query query(insert_holder_.get());
+    query.Bind(":key", request.key)
+        .Bind(":owner", owner)
+        .Bind(":token", static_cast<std::int64_t>(token))
+        .Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms)
+        .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
+        .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()))
+        .Bind(":limit", static_cast<std::int64_t>(request.limit))
+        .Bind(":label", request.label);
+    DLOCK_RETURN_IF_ERROR(AcquireStep(query, request.key));
+  }
+  if (state.queued) {
+    Query dequeue(dequeue_.get());
+    dequeue.Bind(":key", request.key).Bind(":owner", owner);
+    DLOCK_RETURN_IF_ERROR(AcquireStep(dequeue, request.key));
+  }
+  if (state.stale_waiters > 0) {
+    DLOCK_RETURN_IF_ERROR(Purge(purge_queue_.get(), request.key, now));
+  }
+  return token;
+}
+
+Status SqliteBackend::KeepPlace(const LeaseRequest& request, std::string_view owner,
+                                const BootTime& now, const KeyState& state) {
+  if (state.stale_waiters > 0) {
+    DLOCK_RETURN_IF_ERROR(Purge(purge_queue_.get(), request.key, now));
+  }
+  Query enqueue(enqueue_.get());
+  enqueue.Bind(":key", request.key)
+      .Bind(":owner", owner)
+      .Bind(":boot", now.boot_id)
+      .Bind(":now_ms", now.now_ms)
+      .Bind(":queue_ttl_ms", static_cast<std::int64_t>(request.queue_ttl.count()))
+      .Bind(":limit", static_cast<std::int64_t>(request.limit))
+      .Bind(":label", request.label);
+  return AcquireStep(enqueue, request.key);
+}
+
+void SqliteBackend::ForgetWaiter(std::string_view key, const std::string& owner) {
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  it->second.erase(owner);
+  if (it->second.empty()) waiting_.erase(it);
+}
+
 Result<Attempt> SqliteBackend::TryAcquire(const LeaseRequest& request) {
-  DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
-  DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
-  DLOCK_RETURN_IF_ERROR(ValidateLabel(request.label));
-  if (request.owner.empty()) return InvalidArgumentError("acquire: the owner id is empty");
-  if (request.limit == 0) return InvalidArgumentError("acquire: the limit is 0");
+  DLOCK_RETURN_IF_ERROR(ValidateAcquire(request));
   auto what = [&] { return "acquire " + request.key; };
   const std::string owner = request.owner.ToString();
-  const auto limit = static_cast<std::int64_t>(request.limit);
   const bool queueing = request.queue_ttl > std::chrono::milliseconds(0);
 
   std::lock_guard lock(mu_);
-  sqlite3* db = db_.get();
   WriteTransaction txn = Transaction();
   int rc = txn.Begin();
-  if (IsError(rc)) return FromSqlite(rc, db, what());
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
   // Read after BEGIN IMMEDIATE: the time spent waiting for the write lock
   // must not make us judge expiry by a stale clock.
   const BootTime now = StoreNow();
   // One read decides; the uncontended grant then costs two writes (the
   // counter and the holding).
-  Result<KeyState> state = ReadState(request.key, owner, now);
-  if (!state.ok()) return state.status();
-  auto purge = [&](sqlite3_stmt* stmt) {
-    Query query(stmt);
-    query.Bind(":key", request.key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-    return query.Step();
-  };
+  DLOCK_ASSIGN_OR_RETURN(const KeyState state, ReadState(request.key, owner, now));
 
   Attempt attempt;
-  if (state->mine != 0) {
+  if (state.mine != 0) {
     // A retry by the owner that holds the key (its reply was lost): the same
     // grant back, with a fresh expiry.
-    Query query(regrant_.get());
-    query.Bind(":key", request.key)
-        .Bind(":owner", owner)
-        .Bind(":now_ms", now.now_ms)
-        .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
-        .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()));
-    rc = query.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what());
+    DLOCK_RETURN_IF_ERROR(Regrant(request, owner, now));
     attempt.granted = true;
-    attempt.token = state->mine;
-  } else if (!state->mine_delay && state->Admits(request.limit)) {
+    attempt.token = state.mine;
+  } else if (!state.mine_delay && state.Admits(request.limit)) {
     // (An owner whose own holding lapsed into its lock-delay waits the delay
     // out like everyone else.)
-    if (state->stale_holders > 0) {
-      rc = purge(purge_holders_.get());
-      if (IsError(rc)) return FromSqlite(rc, db, what());
-    }
-    {
-      Query query(next_token_.get());
-      query.Bind(":key", request.key);
-      rc = query.Step();
-      if (rc != SQLITE_ROW) return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db, what());
-      attempt.token = static_cast<FencingToken>(query.Int(0));
-      rc = query.Finish();
-      if (IsError(rc)) return FromSqlite(rc, db, what());
-    }
-    {
-      Query query(insert_holder_.get());
-      query.Bind(":key", request.key)
-          .Bind(":owner", owner)
-          .Bind(":token", static_cast<std::int64_t>(attempt.token))
-          .Bind(":boot", now.boot_id)
-          .Bind(":now_ms", now.now_ms)
-          .Bind(":ttl_ms", static_cast<std::int64_t>(request.ttl.count()))
-          .Bind(":lock_delay_ms", static_cast<std::int64_t>(request.lock_delay.count()))
-          .Bind(":limit", limit)
-          .Bind(":label", request.label);
-      rc = query.Step();
-      if (IsError(rc)) return FromSqlite(rc, db, what());
-    }
+    DLOCK_ASSIGN_OR_RETURN(attempt.token, Grant(request, owner, now, state));
     attempt.granted = true;
-    if (state->queued) {
-      Query dequeue(dequeue_.get());
-      dequeue.Bind(":key", request.key).Bind(":owner", owner);
-      rc = dequeue.Step();
-      if (IsError(rc)) return FromSqlite(rc, db, what());
-    }
-    if (state->stale_waiters > 0) {
-      rc = purge(purge_queue_.get());
-      if (IsError(rc)) return FromSqlite(rc, db, what());
-    }
   } else {
     if (queueing) {
-      if (state->stale_waiters > 0) {
-        rc = purge(purge_queue_.get());
-        if (IsError(rc)) return FromSqlite(rc, db, what());
-      }
-      Query enqueue(enqueue_.get());
-      enqueue.Bind(":key", request.key)
-          .Bind(":owner", owner)
-          .Bind(":boot", now.boot_id)
-          .Bind(":now_ms", now.now_ms)
-          .Bind(":queue_ttl_ms", static_cast<std::int64_t>(request.queue_ttl.count()))
-          .Bind(":limit", limit)
-          .Bind(":label", request.label);
-      rc = enqueue.Step();
-      if (IsError(rc)) return FromSqlite(rc, db, what());
+      DLOCK_RETURN_IF_ERROR(KeepPlace(request, owner, now, state));
     }
-    if (state->holders > 0) {
+    if (state.holders > 0) {
       attempt.holder_ttl_remaining =
-          std::chrono::milliseconds(std::max<std::int64_t>(0, state->wait_ms));
+          std::chrono::milliseconds(std::max<std::int64_t>(0, state.wait_ms));
     }
   }
   rc = txn.Commit();
-  if (IsError(rc)) return FromSqlite(rc, db, what());
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
   if (queueing && !attempt.granted) {
     waiting_[request.key][owner] = request.limit;
-  } else if (auto it = waiting_.find(request.key); it != waiting_.end()) {
-    it->second.erase(owner);
-    if (it->second.empty()) waiting_.erase(it);
+  } else {
+    ForgetWaiter(request.key, owner);
   }
   return attempt;
 }
@@ -875,11 +934,10 @@ Result<bool> SqliteBackend::MayTakeNow(std::string_view key, std::int64_t* expir
   if (mine == waiting_.end()) return true;  // not queued here: let the core try
   const BootTime now = StoreNow();
   for (const auto& [owner, limit] : mine->second) {
-    Result<KeyState> state = ReadState(key, owner, now);
-    if (!state.ok()) return state.status();
-    if (state->mine != 0 || (!state->mine_delay && state->Admits(limit))) return true;
-    if (state->holders > 0 && (*expiry_ms < 0 || state->wait_ms < *expiry_ms)) {
-      *expiry_ms = std::max<std::int64_t>(0, state->wait_ms);
+    DLOCK_ASSIGN_OR_RETURN(const KeyState state, ReadState(key, owner, now));
+    if (state.mine != 0 || (!state.mine_delay && state.Admits(limit))) return true;
+    if (state.holders > 0 && (*expiry_ms < 0 || state.wait_ms < *expiry_ms)) {
+      *expiry_ms = std::max<std::int64_t>(0, state.wait_ms);
     }
   }
   return false;
@@ -1130,78 +1188,64 @@ std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {
   return result;
 }
 
-Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
-  auto what = [&] { return "list '" + std::string(prefix) + "'"; };
+template <typename Info, typename Fill>
+Result<std::vector<Info>> SqliteBackend::ListRows(sqlite3_stmt* stmt, std::string_view prefix,
+                                                  const std::string& what,
+                                                  std::string_view row_name, Fill fill) {
   const std::optional<std::string> end = PrefixEnd(prefix);
 
   std::lock_guard lock(mu_);
-  sqlite3* db = db_.get();
   const BootTime now = StoreNow();
-  Query query(list_.get());
+  Query query(stmt);
   query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
   if (end.has_value()) {
     query.Bind(":hi", *end);
   } else {
     query.BindNull(":hi");
   }
-  std::vector<HolderInfo> holders;
+  std::vector<Info> rows;
   int rc;
   while ((rc = query.Step()) == SQLITE_ROW) {
-    HolderInfo info;
+    Info info;
     info.key = query.Text(0);
     Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
     if (!owner.ok()) {
-      return InternalError(what() + ": row for key " + info.key + " in " + options_.path +
+      return InternalError(what + ": " + std::string(row_name) + " for key " + info.key + " in " +
+                           options_.path +
                            " has a malformed owner id: " + owner.status().message());
     }
     info.owner = *owner;
-    info.token = static_cast<FencingToken>(query.Int(2));
-    info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
-    info.ttl = std::chrono::milliseconds(query.Int(4));
-    info.held_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(5)));
-    info.limit = static_cast<std::uint32_t>(query.Int(6));
-    info.label = query.Text(7);
-    holders.push_back(std::move(info));
+    fill(query, info);
+    rows.push_back(std::move(info));
   }
-  if (IsError(rc)) return FromSqlite(rc, db, what());
-  return holders;
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  return rows;
+}
+
+Result<std::vector<HolderInfo>> SqliteBackend::List(std::string_view prefix) {
+  return ListRows<HolderInfo>(
+      list_.get(), prefix, "list '" + std::string(prefix) + "'", "row",
+      [](const Query& query, HolderInfo& info) {
+        info.token = static_cast<FencingToken>(query.Int(2));
+        info.ttl_remaining = std::chrono::milliseconds(query.Int(3));
+        info.ttl = std::chrono::milliseconds(query.Int(4));
+        info.held_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(5)));
+        info.limit = static_cast<std::uint32_t>(query.Int(6));
+        info.label = query.Text(7);
+      });
 }
 
 Result<std::vector<WaiterInfo>> SqliteBackend::Waiters(std::string_view prefix) {
-  auto what = [&] { return "list the waiters for '" + std::string(prefix) + "'"; };
-  const std::optional<std::string> end = PrefixEnd(prefix);
-
-  std::lock_guard lock(mu_);
-  sqlite3* db = db_.get();
-  const BootTime now = StoreNow();
-  Query query(waiters_.get());
-  query.Bind(":lo", prefix).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
-  if (end.has_value()) {
-    query.Bind(":hi", *end);
-  } else {
-    query.BindNull(":hi");
-  }
-  std::vector<WaiterInfo> waiters;
-  int rc;
-  while ((rc = query.Step()) == SQLITE_ROW) {
-    WaiterInfo info;
-    info.key = query.Text(0);
-    Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
-    if (!owner.ok()) {
-      return InternalError(what() + ": queue row for key " + info.key + " in " + options_.path +
-                           " has a malformed owner id: " + owner.status().message());
-    }
-    info.owner = *owner;
-    info.limit = static_cast<std::uint32_t>(query.Int(2));
-    info.label = query.Text(3);
-    // Entries queued by the previous dlock have no arrival time.
-    if (!query.IsNull(4)) {
-      info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
-    }
-    waiters.push_back(std::move(info));
-  }
-  if (IsError(rc)) return FromSqlite(rc, db, what());
-  return waiters;
+  return ListRows<WaiterInfo>(
+      waiters_.get(), prefix, "list the waiters for '" + std::string(prefix) + "'", "queue row",
+      [](const Query& query, WaiterInfo& info) {
+        info.limit = static_cast<std::uint32_t>(query.Int(2));
+        info.label = query.Text(3);
+        // Entries queued by the previous dlock have no arrival time.
+        if (!query.IsNull(4)) {
+          info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
+        }
+      });
 }
 
 }  // namespace
