@@ -36,6 +36,24 @@ bool IsOneOf(std::string_view code, std::initializer_list<std::string_view> code
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
+// Whether libpq's text for a failed connection says the server refused who
+// we are: no SQLSTATE reaches the client then, only the server's message
+// (in English unless the server's lc_messages says otherwise).
+bool IsLoginRefused(std::string_view text) {
+  if (text.find("role \"") != std::string_view::npos &&
+      text.find("does not exist") != std::string_view::npos) {
+    return true;
+  }
+  for (std::string_view refusal :
+       {"password authentication failed", "no pg_hba.conf entry",
+        "no password supplied", "password is required", "SASL authentication failed",
+        "certificate authentication failed", "permission denied for database",
+        "not permitted to log in"}) {
+    if (text.find(refusal) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
@@ -51,6 +69,7 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
     if (result != nullptr) text = PQresultErrorMessage(result);
     if (text.empty() && conn != nullptr) text = PQerrorMessage(conn);
     if (text.empty()) text = "libpq reported an error without a message";
+    if (IsLoginRefused(text)) return PermissionDeniedError(prefix + OneLine(text));
     return UnavailableError(prefix + OneLine(text));
   }
   const std::string code = state;
@@ -61,8 +80,12 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
   if (code == "25006") {
     return UnavailableError(prefix + text + ": the server is read-only (a standby?)");
   }
+  if (cls == "28" || code == "42501") {
+    // Invalid authorization (wrong password, no such role) or a privilege
+    // this role lacks: retrying cannot help, the operator must grant it.
+    return PermissionDeniedError(prefix + text);
+  }
   if (IsOneOf(cls, {"08",    // connection exception
-                    "28",    // invalid authorization (wrong password, no such role)
                     "3D",    // database does not exist
                     "40",    // serialization failure, deadlock: retry
                     "53",    // insufficient resources: disk full, too many connections
@@ -71,8 +94,8 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
                     "58"})) {  // system error (I/O)
     return UnavailableError(prefix + text);
   }
-  if (IsOneOf(code, {"42P01", "42703", "42501", "42883", "3F000"})) {
-    // Missing table/column/function/schema or no privilege: a deployment
+  if (IsOneOf(code, {"42P01", "42703", "42883", "3F000"})) {
+    // Missing table/column/function/schema: a deployment
     // problem to fix before retrying.
     return FailedPreconditionError(prefix + text);
   }

@@ -86,10 +86,12 @@ using ConnInfo = std::vector<std::pair<std::string, std::string>>;
 // when the failure is the connection's (then PQerrorMessage(conn) says why);
 // `what` names the operation ("acquire jobs/a"), `where` the server (a
 // redacted URI). Codes:
-//   connection lost or refused, timeouts, authentication, server shutting
-//   down or starting, too many connections, out of disk, read-only server,
+//   connection lost or refused, timeouts, server shutting down or
+//   starting, too many connections, out of disk, read-only server,
 //   serialization failures and deadlocks (retry)          -> kUnavailable
-//   missing table or column, permission denied           -> kFailedPrecondition
+//   login refused (password, pg_hba.conf, no such role),
+//   a privilege the role lacks (42501)                    -> kPermissionDenied
+//   missing table or column                               -> kFailedPrecondition
 //   anything else (a bug in dlock's SQL)                  -> kInternal
 Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
               std::string_view where);

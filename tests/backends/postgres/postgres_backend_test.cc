@@ -362,12 +362,33 @@ TEST_F(PostgresBackendTest, WrongPasswordIsRefusedWithoutPrintingIt) {
   text.replace(text.find(real_password), real_password.size(), "WrongPassw0rd");
   auto b = OpenUri(text);
   ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status().ToString();
+  EXPECT_EQ(b.status().code(), StatusCode::kPermissionDenied) << b.status().ToString();
   EXPECT_NE(b.status().message().find("password authentication failed"), std::string::npos)
       << b.status().message();
   EXPECT_EQ(b.status().message().find("WrongPassw0rd"), std::string::npos) << b.status().message();
   EXPECT_EQ(b.status().message().find(real_password), std::string::npos);
   EXPECT_NE(b.status().message().find(":***@"), std::string::npos) << b.status().message();
+}
+
+// A role that may log in but was granted nothing on dlock's table: refused
+// with kPermissionDenied (exit 77), which no retry can fix.
+TEST_F(PostgresBackendTest, ARoleWithoutPrivilegesIsRefusedAsPermissionDenied) {
+  const std::string role = Unique("norights");
+  auto admin = AdminConnect();
+  Query(admin.get(), "CREATE ROLE " + role + " LOGIN PASSWORD 'Pw-" + role + "'");
+  auto uri = internal::ParseUri(ServerUri());
+  ASSERT_TRUE(uri.ok());
+  std::string text = ServerUri();
+  text.replace(text.find(uri->user + ":" + uri->password), uri->user.size() + 1 +
+               uri->password.size(), role + ":Pw-" + role);
+  {
+    ASSERT_TRUE(OpenUri(ServerUri()).ok()) << "the table exists, owned by the fixture's role";
+    auto b = OpenUri(text);
+    ASSERT_FALSE(b.ok()) << "a role with no grants opened the store";
+    EXPECT_EQ(b.status().code(), StatusCode::kPermissionDenied) << b.status().ToString();
+    EXPECT_EQ(b.status().message().find("Pw-"), std::string::npos) << b.status().message();
+  }
+  Query(admin.get(), "DROP ROLE " + role);
 }
 
 TEST_F(PostgresBackendTest, RefusedPortFailsAtOnce) {
