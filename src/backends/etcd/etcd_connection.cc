@@ -93,8 +93,9 @@ Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view e
       return InvalidArgumentError("etcd refused " + doing + ": " + msg);
     case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED:
-      return UnavailableError("etcd at " + ep +
-                              " requires authentication, which dlock does not support: " + msg);
+      return PermissionDeniedError("etcd at " + ep + " refused " + doing +
+                                   " (authentication required, or this user's role does not "
+                                   "allow it): " + msg);
     default:
       return UnavailableError("etcd at " + ep + ": " + doing + " failed: " + msg + " (gRPC code " +
                               std::to_string(static_cast<int>(s.error_code())) + ")");

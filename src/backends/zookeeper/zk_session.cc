@@ -395,7 +395,7 @@ bool OutcomeUnknown(int rc) {
 Status ZkError(int rc, std::string_view what) {
   const std::string m = std::string(what) + ": " + zerror(rc);
   if (rc == ZNOAUTH || rc == ZAUTHFAILED) {
-    return FailedPreconditionError(m + " (the znode's ACL does not allow it)");
+    return PermissionDeniedError(m + " (the znode's ACL does not allow it)");
   }
   if (rc == ZBADARGUMENTS || rc == ZINVALIDACL || rc == ZNOCHILDRENFOREPHEMERALS) {
     return InvalidArgumentError(m);
