@@ -367,39 +367,42 @@ ClientCore::LeaseList ClientCore::RenewAtStore(const LeaseList& due, LeaseList& 
   for (const auto& state : due) requests.push_back({state->key, state->owner, state->ttl});
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(requests);
-  const TimePoint replied = clock_->Now();
-  const std::optional<SessionLiveness> session = backend_->Liveness();
+  const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};
 
-  LeaseList release_at_store;
+  LeaseList give_back;
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < due.size(); ++i) {
-    const auto& state = due[i];
-    if (state->phase != LeaseState::Phase::kHeld) continue;  // released meanwhile
+    if (due[i]->phase != LeaseState::Phase::kHeld) continue;  // released meanwhile
     Status result = i < results.size()
                         ? results[i]
                         : InternalError("backend returned too few renewal results");
-    if (replied >= state->valid_until) {
-      // The caller may already have seen the lease as lost; it must stay
-      // lost even though the store extended it. Give the key back.
-      MarkLostLocked(state,
-                     LeaseLostError("renewal of key " + Quoted(state->key) +
-                                    " was answered after the lease's valid_until"),
-                     newly_lost);
-      if (result.ok()) release_at_store.push_back(state);
-    } else if (result.ok()) {
-      ExtendLocked(*state, sent, session);
-    } else if (result.code() == StatusCode::kNotOwner ||
-               result.code() == StatusCode::kLeaseLost) {
-      MarkLostLocked(state,
-                     LeaseLostError("the store no longer holds key " + Quoted(state->key) +
-                                    " for this owner: " + result.message()),
-                     newly_lost);
-    } else {
-      state->next_renew_at = replied + RenewRetryInterval(state->effective_ttl);
-    }
+    (void)ApplyRenewalLocked(due[i], std::move(result), renewal, newly_lost, give_back);
   }
   DropLostLocked();
-  return release_at_store;
+  return give_back;
+}
+
+Status ClientCore::ApplyRenewalLocked(const std::shared_ptr<LeaseState>& state, Status result,
+                                      const Renewal& renewal, LeaseList& newly_lost,
+                                      LeaseList& give_back) {
+  if (renewal.replied >= state->valid_until) {
+    // The caller may already have seen the lease as lost; it must stay
+    // lost even though the store extended it. Give the key back.
+    if (result.ok()) give_back.push_back(state);
+    result = LeaseLostError("renewal of key " + Quoted(state->key) +
+                            " was answered after the lease's valid_until");
+    MarkLostLocked(state, result, newly_lost);
+  } else if (result.ok()) {
+    ExtendLocked(*state, renewal.sent, renewal.session);
+  } else if (result.code() == StatusCode::kNotOwner ||
+             result.code() == StatusCode::kLeaseLost) {
+    result = LeaseLostError("the store no longer holds key " + Quoted(state->key) +
+                            " for this owner: " + result.message());
+    MarkLostLocked(state, result, newly_lost);
+  } else {
+    state->next_renew_at = renewal.replied + RenewRetryInterval(state->effective_ttl);
+  }
+  return result;
 }
 
 void ClientCore::DropLostLocked() {
@@ -466,32 +469,17 @@ Status ClientCore::RenewNow(const std::shared_ptr<LeaseState>& state) {
   const LeaseRequest request{state->key, state->owner, state->ttl};
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(std::span<const LeaseRequest>(&request, 1));
-  const TimePoint replied = clock_->Now();
-  const std::optional<SessionLiveness> session = backend_->Liveness();
+  const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};
   Status result =
       results.size() == 1 ? results[0] : InternalError("backend returned no renewal result");
-  std::vector<std::shared_ptr<LeaseState>> newly_lost;
-  bool give_back = false;
+  LeaseList newly_lost, give_back;
   {
     std::lock_guard lock(mu_);
     if (state->phase != LeaseState::Phase::kHeld) return CheckLocked(*state);
-    if (replied >= state->valid_until) {
-      // As in Tick: once the caller may have seen it lost, it stays lost.
-      give_back = result.ok();
-      result = LeaseLostError("renewal of key " + Quoted(state->key) +
-                              " was answered after the lease's valid_until");
-      MarkLostLocked(state, result, newly_lost);
-    } else if (result.ok()) {
-      ExtendLocked(*state, sent, session);
-    } else if (result.code() == StatusCode::kNotOwner ||
-               result.code() == StatusCode::kLeaseLost) {
-      result = LeaseLostError("the store no longer holds key " + Quoted(state->key) +
-                              " for this owner: " + result.message());
-      MarkLostLocked(state, result, newly_lost);
-    }
-    std::erase_if(held_, [](const auto& s) { return s->phase != LeaseState::Phase::kHeld; });
+    result = ApplyRenewalLocked(state, std::move(result), renewal, newly_lost, give_back);
+    DropLostLocked();
   }
-  if (give_back) (void)backend_->Release(state->key, state->owner);
+  for (const auto& lost : give_back) (void)backend_->Release(lost->key, lost->owner);
   NotifyLost(newly_lost);
   return result;
 }

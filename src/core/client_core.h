@@ -110,6 +110,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Renews `due` in one store call and applies each answer; returns the
   // leases the store renewed too late, which the tick gives back.
   LeaseList RenewAtStore(const LeaseList& due, LeaseList& newly_lost);
+  // One renewal call: when it was sent and answered, and the session it
+  // found. A renewal counts from `sent`, never from `replied`.
+  struct Renewal {
+    TimePoint sent;
+    TimePoint replied;
+    std::optional<SessionLiveness> session;
+  };
+  // What the store's answer `result` to one renewal means for `state`, the
+  // same for the renewal loop and Lease::Renew. Returns the lease's status
+  // after it; a lease the store extended too late joins `give_back`.
+  Status ApplyRenewalLocked(const std::shared_ptr<LeaseState>& state, Status result,
+                            const Renewal& renewal, LeaseList& newly_lost, LeaseList& give_back);
   // Forgets the leases no longer held. Under mu_.
   void DropLostLocked();
   // Marks `state` lost (under mu_) and queues it for notification.
