@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <random>
+#include <string_view>
 
 #include "core/uri.h"
 #include "dlock/clock.h"
@@ -30,6 +32,30 @@ using std::chrono::milliseconds;
 constexpr const char* kFaketimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
+
+// Runs `argv` (no shell: a path may hold any byte) with its output appended
+// to `log_path`, and waits for it.
+Status RunToLog(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return UnavailableError("cannot run " + argv[0] + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return UnavailableError(argv[0] + " failed (wait status " + std::to_string(status) +
+                          "); its output is in " + log_path);
+}
 
 struct WorkerProc {
   int id = 0;
@@ -144,13 +170,16 @@ Status Run::Spawn(WorkerProc& w) {
   std::vector<std::string> args = {"dlock",        "chaos-worker",
                                     "--id",         std::to_string(w.id),
                                     "--incarnation", std::to_string(w.incarnation),
-                                    "--backend",    w.backend.empty() ? backend_ : w.backend,
                                     "--key",        o_.key,
                                     "--resource",   resource_,
                                     "--ttl",        std::to_string(o_.ttl.count()) + "ms"};
   if (!o_.fenced) args.push_back("--unfenced");
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  // The store, password included, goes in the environment: argv is
+  // readable by every user of the machine.
+  std::vector<std::string> env = {"DLOCK_BACKEND=" + (w.backend.empty() ? backend_ : w.backend)};
+  for (char** e = environ; *e; ++e) {
+    if (!std::string_view(*e).starts_with("DLOCK_BACKEND=")) env.emplace_back(*e);
+  }
   if (!w.faketime_file.empty()) {
     // Only CLOCK_REALTIME is faked; dlock never reads it, which is the point.
     env.push_back(std::string("LD_PRELOAD=") + kFaketimeLib);
@@ -167,6 +196,8 @@ Status Run::Spawn(WorkerProc& w) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  // Proxies' sockets and other workers' pipes are not the worker's.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   int rc = ::posix_spawn(&w.pid, o_.self_exe.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(in[0]);
@@ -445,10 +476,10 @@ void Run::Inject(const PlannedFault& f) {
     heal_at_[w.id] = NowNs() + 100'000'000;
   } else if (f.kind == "store-restart") {
     Nemesis("store-down", -1, 0, "restarting the store server");
-    const std::string cmd = "'" + o_.server_script + "' restart '" + o_.server_dir +
-                            "' >>'" + o_.dir + "/faults.log' 2>&1";
-    const int rc = std::system(cmd.c_str());
-    Nemesis("store-up", -1, 0, rc == 0 ? "" : "restart script failed: " + std::to_string(rc));
+    const Status restarted =
+        RunToLog({o_.server_script, "restart", o_.server_dir}, o_.dir + "/store-restart.log");
+    Nemesis("store-up", -1, 0,
+            restarted.ok() ? "" : "restart script failed: " + restarted.message());
   }
 }
 

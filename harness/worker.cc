@@ -66,7 +66,7 @@ EventType FailureType(const Status& s) {
 
 int RunWorker(const WorkerOptions& o) {
   Reporter report(o.id, o.incarnation);
-  auto client = Client::Connect(o.backend);
+  auto client = Client::Connect("");  // $DLOCK_BACKEND, set by the run
   if (!client.ok()) {
     report.Emit("connect", EventType::kFail, 0, -1, client.status().message());
     return 69;

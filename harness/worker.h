@@ -17,7 +17,6 @@ namespace dlock::harness {
 struct WorkerOptions {
   int id = 0;
   int incarnation = 0;
-  std::string backend;
   std::string key;
   std::string resource;  // SQLite file of the counter
   bool fenced = true;

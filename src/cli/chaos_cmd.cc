@@ -93,7 +93,6 @@ int RunChaosWorker(const ChaosWorkerFlags& f) {
   harness::WorkerOptions o;
   o.id = f.id;
   o.incarnation = f.incarnation;
-  o.backend = f.backend;
   o.key = f.key;
   o.resource = f.resource;
   o.fenced = !f.unfenced;
@@ -271,7 +270,6 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
   cmd->group("");  // hidden
   cmd->add_option("--id", worker->id)->required();
   cmd->add_option("--incarnation", worker->incarnation);
-  cmd->add_option("--backend", worker->backend);
   cmd->add_option("--key", worker->key)->required();
   cmd->add_option("--resource", worker->resource)->required();
   cmd->add_option("--ttl", worker->ttl)->required();

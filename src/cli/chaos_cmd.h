@@ -28,7 +28,6 @@ int RunChaos(const ChaosFlags& flags);
 struct ChaosWorkerFlags {
   int id = 0;
   int incarnation = 0;
-  std::string backend;
   std::string key;
   std::string resource;
   std::string ttl;

@@ -51,10 +51,13 @@ grep -q "id=checks" "$WORK/report.html" || fail "report has no checker table"
 # restart script in the fault log, so look there: a restart that did not
 # happen tested nothing.
 if [ -n "${DLOCK_TEST_SERVER_SCRIPT:-}" ] && grep -q '^  restart)' "$DLOCK_TEST_SERVER_SCRIPT"; then
-  mkdir -p "$WORK/restart"
+  # A quote and a space in the run directory: the script runs from argv,
+  # never through a shell.
+  restart_dir="$WORK/it's a dir"
+  mkdir -p "$restart_dir"
   out=$("$DLOCK" chaos "${backend[@]}" --faults store-restart --server-script "$DLOCK_TEST_SERVER_SCRIPT" \
     --server-dir "$DLOCK_TEST_SERVER_DIR" --duration "$DURATION" --ttl "$TTL" --seed 5 --keep \
-    --dir "$WORK/restart" --json)
+    --dir "$restart_dir" --json)
   rc=$?
   # 4: only recovery failures (a store whose sessions outlast the ttl may
   # take longer to hand the key out again); never 3.
@@ -62,7 +65,9 @@ if [ -n "${DLOCK_TEST_SERVER_SCRIPT:-}" ] && grep -q '^  restart)' "$DLOCK_TEST_
   check store-restart "$out" '
 assert r["violations"] == 0, r["violations"]
 assert r["faults_by_kind"].get("store-down", 0) >= 1, r["faults_by_kind"]'
-  if grep -h "restart script failed" "$WORK"/restart/*/faults.log; then
+  ls "$restart_dir"/*/faults.log >/dev/null || fail "the run kept no fault log"
+  grep -q "store-up" "$restart_dir"/*/faults.log || fail "the store never came back up"
+  if grep -h "restart script failed" "$restart_dir"/*/faults.log; then
     fail "the store's script could not restart it"
   fi
 fi
