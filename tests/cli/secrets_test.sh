@@ -39,6 +39,7 @@ else
   pieces=("$password")
   unreachable="${uri%@*}@127.0.0.1:1/dlock"
 fi
+user=$(python3 -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).username or ""))' "$uri" 2>/dev/null)
 leaks() {  # leaks FILE: does FILE hold any piece of the password?
   local p
   for p in "${pieces[@]}"; do grep -qF -- "$p" "$1" && return 0; done
@@ -82,12 +83,22 @@ for m in m1 m2 m3 m4; do leaks "$WORK/$m" && fail "a message shows the password:
 grep -q . "$WORK/m1" || fail "no message for an unreachable store"
 echo "ok: no message shows the password"
 
+# A wrong password: refused by the store, exit 77 on every store, and the
+# wrong password is not printed either.
+case "$uri" in
+  redis://*) wrong="redis://:Wr0ng/pw@${uri##*@}" ;;
+  *) wrong="${uri%%:*}://${user:-dlock}:Wr0ng/pw@${uri##*@}" ;;
+esac
+"$DLOCK" status --backend "$wrong" >"$WORK/m5" 2>&1
+rc=$?
+[ "$rc" = 77 ] || fail "a wrong password exited $rc, want 77: $(cat "$WORK/m5")"
+grep -qF "Wr0ng" "$WORK/m5" && fail "the wrong password was printed: $(cat "$WORK/m5")"
+
 # The same store, the password from a file or a variable instead.
 printf '%s\n' "$password" >"$WORK/pw"
 chmod 600 "$WORK/pw"
 bare="${uri%%://*}://${uri##*@}"
 case "$bare" in *\?*) sep='&' ;; *) sep='?' ;; esac
-user=$(python3 -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).username or ""))' "$uri")
 [ -n "$user" ] && bare="${bare%%://*}://$user@${bare#*://}"
 expect_exit 0 "" -- "$DLOCK" exec f --backend "$bare${sep}password_file=$WORK/pw" -- true
 export DLOCK_TEST_PW="$password"
@@ -100,4 +111,25 @@ expect_exit 64 "password_env 'DLOCK_TEST_PW' names a variable that is not set" -
 "$DLOCK" exec argv --backend "$uri" -- sh -c 'tr "\0" " " </proc/$PPID/cmdline >"$0/own-argv"' "$WORK"
 leaks "$WORK/own-argv" && fail "dlock's argv still shows the password: $(cat "$WORK/own-argv")"
 echo "ok: dlock's own argv is scrubbed"
+
+# A chaos run hands the store to its workers in the environment: while it
+# runs, no process's argv shows the password.
+"$DLOCK" chaos --backend "$uri" --faults pause --duration 3s --ttl 1s --dir "$WORK" \
+  >"$WORK/chaos.out" 2>&1 &
+chaos=$!
+saw_worker=0
+while kill -0 "$chaos" 2>/dev/null; do
+  for f in /proc/[0-9]*/cmdline; do
+    tr '\0' ' ' <"$f" 2>/dev/null >"$WORK/argv" || continue
+    grep -q "chaos-worker" "$WORK/argv" && saw_worker=1
+    leaks "$WORK/argv" && { fail "a chaos process shows the password: $(cat "$WORK/argv")"; break 2; }
+  done
+  sleep 0.1
+done
+wait "$chaos"
+rc=$?
+[ "$rc" = 0 ] || fail "the chaos run exited $rc: $(tail -3 "$WORK/chaos.out")"
+[ "$saw_worker" = 1 ] || fail "no chaos worker was seen running"
+leaks "$WORK/chaos.out" && fail "the chaos run printed the password"
+echo "ok: chaos workers get the store without the password in argv"
 finish
