@@ -322,17 +322,23 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     // Make the parents and the session first, so the create is what is cut.
     ASSERT_TRUE(pc.backend->TryAcquire({key, OwnerId(1, 1), seconds(10)})->granted);
     ASSERT_TRUE(pc.backend->Release(key, OwnerId(1, 1)).ok());
-    // Every byte takes 700 ms through the proxy: the create reaches the
+    // Every chunk takes 1.5 s through the proxy: the create reaches the
     // member and is applied, and the connection drops (a reset) while the
     // reply still waits in the proxy, so the client never learns the outcome.
-    pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(700));
+    // The watch below has those 1.5 s to see the node, however slow the
+    // machine is before the create arrives.
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(1500));
     std::this_thread::sleep_for(milliseconds(100));  // the proxy has switched
     std::unique_ptr<Acquisition> acquisition =
         pc.backend->Begin({key, owner, seconds(10), seconds(3)});
     std::optional<Result<Attempt>> r;
-    std::thread attempt([&] { r.emplace(acquisition->Try()); });
+    std::atomic<bool> returned{false};
+    std::thread attempt([&] {
+      r.emplace(acquisition->Try());
+      returned = true;
+    });
     bool applied = false;
-    for (int i = 0; i < 300 && !applied; ++i) {
+    while (!applied && !returned) {
       applied = !zk.Contenders(key).empty();
       if (!applied) std::this_thread::sleep_for(milliseconds(5));
     }
