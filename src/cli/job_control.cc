@@ -29,17 +29,20 @@ bool IsJobStop(int signal) {
 }
 
 void StopSelf(int signal, bool whole_group) {
+  if (!whole_group) {
+    // SIGSTOP, not `signal`: in a process group no parent outside it can
+    // continue (an orphaned group: a script under cron or a service
+    // manager), the kernel discards SIGTSTP, SIGTTIN and SIGTTOU, and dlock
+    // would run on while its command stays stopped. Returns on SIGCONT.
+    ::raise(SIGSTOP);
+    return;
+  }
   sigset_t just_this;
   sigemptyset(&just_this);
   sigaddset(&just_this, signal);
   // Its disposition is the default (stop): dlock only ever blocks it.
   ::pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
-  // Returns once SIGCONT has continued us.
-  if (whole_group) {
-    ::killpg(0, signal);
-  } else {
-    ::raise(signal);
-  }
+  ::killpg(0, signal);  // returns once SIGCONT has continued us
   ::pthread_sigmask(SIG_BLOCK, &just_this, nullptr);
 }
 

@@ -93,9 +93,11 @@ wait_for 30 test -s "$W/d.rc" || fail "D: the command did not read the terminal 
 section_ok "$before" "a background read stops the job; fg hands the terminal over"
 
 # --- E: no terminal: kill -TSTP of dlock (the reproduction in issue 17).
-# Only dlock and its command stop, not this script in dlock's group.
+# Only dlock and its command stop, not this script in dlock's group. dlock
+# runs in a session of its own, so its process group is orphaned, as a
+# script's under cron is: there the kernel discards SIGTSTP.
 before=$failures
-"$DLOCK" exec k5 --ttl 1s -- sh -c "echo \$\$ >$W/e.pid; while :; do echo tick >>$W/e; sleep 0.1; done" \
+setsid "$DLOCK" exec k5 --ttl 1s -- sh -c "echo \$\$ >$W/e.pid; while :; do echo tick >>$W/e; sleep 0.1; done" \
   </dev/null 2>"$W/e.err" &
 dl=$!
 wait_for 30 test -s "$W/e" || fail "E: the command never ran"
@@ -106,6 +108,7 @@ wait_for 30 is_stopped "$dl" || fail "E: dlock did not stop with its command"
 wait_for 30 "$DLOCK" exec k5 --no-wait -- true 2>/dev/null || fail "E: nobody got the key"
 ticks=$(wc -l <"$W/e")
 kill -CONT "$dl"
+wait_for 30 is_gone "$dl" || { fail "E: dlock still runs after SIGCONT"; kill -KILL "$dl"; }
 wait "$dl"
 rc=$?
 [ "$rc" = 79 ] || fail "E: dlock exited $rc after SIGCONT with a lapsed lease, want 79"
