@@ -91,8 +91,9 @@ case $verb in
       --auth-local=trust --auth-host=scram-sha-256 --no-instructions >"$dir/initdb.log" 2>&1 ||
       { cat "$dir/initdb.log" >&2; exit 1; }
     server_start || { cat "$root/log" >&2; exit 1; }
+    # CREATEROLE: tests log in as roles with fewer rights than dlock's.
     "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$root" -p "$port" -U postgres -d postgres \
-      -c "CREATE ROLE dlock LOGIN PASSWORD '$password'" \
+      -c "CREATE ROLE dlock LOGIN CREATEROLE PASSWORD '$password'" \
       -c "CREATE DATABASE dlock OWNER dlock" >/dev/null
     uri="postgres://dlock:$password@127.0.0.1:$port/dlock"
     echo "$uri" >"$dir/uri"

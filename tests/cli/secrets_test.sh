@@ -114,7 +114,7 @@ echo "ok: dlock's own argv is scrubbed"
 
 # A chaos run hands the store to its workers in the environment: while it
 # runs, no process's argv shows the password.
-"$DLOCK" chaos --backend "$uri" --faults pause --duration 3s --ttl 1s --dir "$WORK" \
+"$DLOCK" chaos --backend "$uri" --faults pause --duration 3s --ttl 500ms --dir "$WORK" \
   >"$WORK/chaos.out" 2>&1 &
 chaos=$!
 saw_worker=0

@@ -2,6 +2,7 @@
 // the server restarts cleanly or after a crash, or it is away longer than a
 // lease. These drive the fixture server through $DLOCK_TEST_SERVER_SCRIPT
 // (scripts/servers/postgres.sh restart|crash|down|up $DLOCK_TEST_SERVER_DIR).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -65,14 +66,25 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
   auto client = NewClient(WithParam(ServerUri(), "application_name=" + app));
   auto waiter = NewClient(WithParam(ServerUri(), "application_name=" + app));
   const std::string key = Unique("kill");
-  auto lease = client->TryAcquire(key, Opts(milliseconds(600)));
+  // The lease must outlive a reconnection on this machine, loaded or not:
+  // its TTL is ten times what a new session and a grant take here now.
+  const auto started = std::chrono::steady_clock::now();
+  {
+    auto probe = NewClient(ServerUri());
+    ASSERT_NE(probe, nullptr);
+    ASSERT_TRUE(probe->TryAcquire(Unique("probe"), Opts(milliseconds(600))).ok());
+  }
+  const milliseconds ttl = std::max(
+      milliseconds(600), 10 * std::chrono::duration_cast<milliseconds>(
+                                  std::chrono::steady_clock::now() - started));
+  auto lease = client->TryAcquire(key, Opts(ttl));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   // A waiter on the key keeps a LISTEN session open, so both kinds of
   // session are killed below.
   std::optional<Result<Lease>> waited;
   std::atomic<bool> waited_done{false};
   std::thread t([&] {
-    waited.emplace(waiter->Acquire(key, Opts(milliseconds(600), milliseconds(10'000))));
+    waited.emplace(waiter->Acquire(key, Opts(ttl, 20 * ttl)));
     waited_done = true;
   });
   std::this_thread::sleep_for(milliseconds(150));
@@ -84,7 +96,7 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
   EXPECT_GE(std::stoi(killed), 3) << "holder, waiter and the waiter's LISTEN sessions";
 
   // Several TTLs later the lease is still held: renewals reconnected.
-  std::this_thread::sleep_for(milliseconds(1800));
+  std::this_thread::sleep_for(3 * ttl);
   EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
   EXPECT_FALSE(waited_done.load()) << "the waiter got a held key";
   const FencingToken token = lease->token();
