@@ -70,232 +70,321 @@ std::string Fixed(double v, int digits = 1) {
 
 }  // namespace
 
+namespace {
+
+// What one run measured, figure by figure.
+struct BenchFigures {
+  bool have_floor = false;  // the store has Ping
+  Summary floor, cycle, handoff;
+  int retried = 0;  // requests not answered in time, tried again
+  std::vector<int> per_contender;
+  double hot_ops = 0, ideal_ops = 0;
+  double many_ops = 0, many_floor_ops = 0;
+  std::int64_t bytes_per_lease = 0;
+};
+
+// One bench run: each figure is one method, run in the order of the list at
+// the top of this file.
+class Bench {
+ public:
+  Bench(const BenchFlags& flags, const Store& store, milliseconds hold, milliseconds duration)
+      : f_(flags), store_(store), client_(*store.client), hold_(hold), duration_(duration) {
+    opts_.ttl = std::chrono::seconds(30);
+    opts_.wait = std::chrono::seconds(30);
+  }
+
+  Status Floor();
+  Status Cycle();
+  Status HotKey();
+  void ManyKeys();
+  Status Memory();
+  const BenchFigures& figures() const { return out_; }
+
+ private:
+  // A store that does not answer one request in time (a loaded ZooKeeper
+  // fsyncing its log, a fresh one preallocating it) costs that sample, not
+  // the run: up to three tries per request, counted as `retried`.
+  Status WithRetries(const std::function<Status()>& op);
+  // `op` timed f_.iterations times after a tenth as many untimed.
+  Result<Summary> Sample(const std::function<Status()>& op);
+  std::unique_ptr<Client> OpenClient() const;
+  // One contender of the hot-key run, until `stop_`.
+  void Contend(std::size_t index);
+  // Operations per second of f_.clients clients, one key each: lock
+  // cycles, or (without `locks`) two pings.
+  double RunClients(bool locks);
+
+  const BenchFlags& f_;
+  const Store& store_;
+  Client& client_;
+  const milliseconds hold_, duration_;
+  const std::string prefix_ =
+      "bench/" + std::to_string(DefaultRandom()->Next() % 1'000'000'000) + "/";
+  AcquireOptions opts_;
+  BenchFigures out_;
+  // The hot-key run.
+  std::atomic<std::int64_t> release_invoked_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> errors_{0};
+  std::mutex mu_;
+  std::vector<std::int64_t> handoffs_;  // under mu_
+  std::string first_error_;             // under mu_
+};
+
+Status Bench::WithRetries(const std::function<Status()>& op) {
+  Status s;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    s = op();
+    if (s.code() != StatusCode::kUnavailable) return s;
+    ++out_.retried;
+  }
+  return s;
+}
+
+Result<Summary> Bench::Sample(const std::function<Status()>& op) {
+  std::vector<std::int64_t> samples;
+  for (int i = 0; i < f_.iterations + f_.iterations / 10; ++i) {
+    const auto t0 = NowNs();
+    DLOCK_RETURN_IF_ERROR(WithRetries(op));
+    if (i >= f_.iterations / 10) samples.push_back(NowNs() - t0);
+  }
+  return Summarise(samples);
+}
+
+std::unique_ptr<Client> Bench::OpenClient() const {
+  auto c = Client::Connect(store_.uri);
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+Status Bench::Floor() {
+  Status ping = WithRetries([&] { return client_.Ping(); });
+  out_.have_floor = ping.ok();
+  if (!out_.have_floor) {
+    // kFailedPrecondition: this store has no Ping; no floor, no ratios.
+    return ping.code() == StatusCode::kFailedPrecondition ? Status::Ok() : ping;
+  }
+  DLOCK_ASSIGN_OR_RETURN(out_.floor, Sample([&] { return client_.Ping(); }));
+  return Status::Ok();
+}
+
+Status Bench::Cycle() {
+  DLOCK_ASSIGN_OR_RETURN(out_.cycle, Sample([&]() -> Status {
+                           auto lease = client_.TryAcquire(prefix_ + "cycle", opts_);
+                           if (!lease.ok()) return lease.status();
+                           return lease->Release();
+                         }));
+  return Status::Ok();
+}
+
+void Bench::Contend(std::size_t index) {
+  auto me = OpenClient();
+  if (!me) {
+    ++errors_;
+    return;
+  }
+  while (!stop_) {
+    const std::int64_t asked = NowNs();
+    auto lease = me->Acquire(prefix_ + "hot", opts_);
+    const std::int64_t granted = NowNs();
+    if (!lease.ok()) {
+      std::lock_guard l(mu_);
+      if (errors_++ == 0) first_error_ = lease.status().ToString();
+      continue;
+    }
+    const std::int64_t released = release_invoked_.load();
+    {
+      std::lock_guard l(mu_);
+      ++out_.per_contender[index];
+      // A hand-off: we were waiting when the previous holder let go.
+      if (released > asked) handoffs_.push_back(granted - released);
+    }
+    std::this_thread::sleep_for(hold_);
+    release_invoked_ = NowNs();
+    (void)lease->Release();
+  }
+}
+
+Status Bench::HotKey() {
+  out_.per_contender.assign(static_cast<std::size_t>(f_.contenders), 0);
+  const std::int64_t start = NowNs();
+  std::vector<std::thread> threads;
+  for (std::size_t c = 0; c < out_.per_contender.size(); ++c) {
+    threads.emplace_back([this, c] { Contend(c); });
+  }
+  std::this_thread::sleep_for(duration_);
+  stop_ = true;
+  for (auto& t : threads) t.join();
+  const double seconds = static_cast<double>(NowNs() - start) / 1e9;
+  if (errors_ > 0) {
+    return UnavailableError("contended run: " + std::to_string(errors_.load()) +
+                            " errors, first: " + first_error_);
+  }
+  out_.handoff = Summarise(handoffs_);
+  int grants = 0;
+  for (int n : out_.per_contender) grants += n;
+  out_.hot_ops = grants / seconds;
+  out_.ideal_ops = 1.0 / std::chrono::duration<double>(hold_).count();
+  return Status::Ok();
+}
+
+double Bench::RunClients(bool locks) {
+  std::atomic<std::int64_t> count{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < f_.clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto me = OpenClient();
+      if (!me) return;
+      const std::string key = prefix_ + "many/" + std::to_string(c);
+      while (!done) {
+        if (locks) {
+          auto lease = me->TryAcquire(key, opts_);
+          if (lease.ok()) (void)lease->Release();
+        } else {
+          (void)me->Ping();
+          (void)me->Ping();
+        }
+        ++count;
+      }
+    });
+  }
+  const auto t0 = NowNs();
+  std::this_thread::sleep_for(duration_ / 2);
+  done = true;
+  for (auto& t : threads) t.join();
+  return static_cast<double>(count.load()) / (static_cast<double>(NowNs() - t0) / 1e9);
+}
+
+void Bench::ManyKeys() {
+  out_.many_ops = RunClients(true);
+  out_.many_floor_ops = out_.have_floor ? RunClients(false) : 0;
+}
+
+Status Bench::Memory() {
+  std::vector<Lease> held;
+  held.reserve(static_cast<std::size_t>(f_.leases));
+  const std::int64_t before = RssBytes();
+  AcquireOptions long_opts = opts_;
+  long_opts.ttl = std::chrono::minutes(10);
+  for (int i = 0; i < f_.leases; ++i) {
+    Result<Lease> lease = UnavailableError("not tried");
+    DLOCK_RETURN_IF_ERROR(WithRetries([&] {
+      lease = client_.TryAcquire(prefix_ + "mem/" + std::to_string(i), long_opts);
+      return lease.status();
+    }));
+    held.push_back(std::move(*lease));
+  }
+  out_.bytes_per_lease = (RssBytes() - before) / f_.leases;
+  for (auto& l : held) (void)l.Release();
+  return Status::Ok();
+}
+
+void PrintLatencies(const BenchFlags& f, const BenchFigures& b) {
+  auto line = [](const std::string& what, const Summary& s) {
+    std::cout << "  " << std::left << std::setw(34) << what << std::right << std::setw(10)
+              << s.p50_us << std::setw(10) << s.p99_us << "   (n=" << s.n << ")\n";
+  };
+  std::cout << std::fixed << std::setprecision(1)
+            << "                                         p50 us    p99 us\n";
+  if (b.have_floor) line("floor: one round trip (Ping)", b.floor);
+  line("cycle: TryAcquire + Release", b.cycle);
+  line("hand-off, " + std::to_string(f.contenders) + " contenders", b.handoff);
+  if (b.retried > 0) {
+    std::cout << "  (" << b.retried << " request(s) not answered in time were retried)\n";
+  }
+  if (b.have_floor) {
+    std::cout << "  cycle / two round trips           "
+              << Fixed(Ratio(b.cycle.p50_us, 2 * b.floor.p50_us), 2) << "\n"
+              << "  hand-off / one round trip         "
+              << Fixed(Ratio(b.handoff.p50_us, b.floor.p50_us), 2) << "\n";
+  } else {
+    std::cout << "  (this store has no Ping: no floor, no ratios)\n";
+  }
+}
+
+void PrintThroughput(const BenchFlags& f, const BenchFigures& b) {
+  const auto [fewest, most] = std::minmax_element(b.per_contender.begin(), b.per_contender.end());
+  std::cout << "  hot key: " << Fixed(b.hot_ops) << " grants/s with a " << f.hold
+            << " hold; ideal 1/hold = " << Fixed(b.ideal_ops) << "/s ("
+            << Fixed(100 * Ratio(b.hot_ops, b.ideal_ops)) << "%); per contender " << *fewest
+            << ".." << *most << "\n"
+            << "  many keys: " << Fixed(b.many_ops) << " cycles/s with " << f.clients
+            << " clients";
+  if (b.have_floor) {
+    std::cout << "; floor " << Fixed(b.many_floor_ops) << " (two pings)/s ("
+              << Fixed(100 * Ratio(b.many_ops, b.many_floor_ops)) << "%)";
+  }
+  std::cout << "\n  memory: " << b.bytes_per_lease << " bytes of client memory per held lease ("
+            << f.leases << " leases)\n";
+}
+
+json FiguresJson(const BenchFlags& f, const BenchFigures& b, milliseconds hold,
+                 const std::string& backend) {
+  const json none = nullptr;
+  return {{"backend", backend},
+          {"floor_rtt_us", b.have_floor ? json(b.floor.p50_us) : none},
+          {"floor", b.have_floor ? ToJson(b.floor) : none},
+          {"cycle", ToJson(b.cycle)},
+          {"cycle_ratio_to_floor",
+           b.have_floor ? json(Ratio(b.cycle.p50_us, 2 * b.floor.p50_us)) : none},
+          // No hand-off seen (the releaser always took the key back): null,
+          // not a zero latency.
+          {"handoff", b.handoff.n ? ToJson(b.handoff) : none},
+          {"handoff_ratio_to_floor", b.have_floor && b.handoff.n
+                                         ? json(Ratio(b.handoff.p50_us, b.floor.p50_us))
+                                         : none},
+          {"contenders", f.contenders},
+          {"hot_key", {{"hold_ms", std::chrono::duration<double, std::milli>(hold).count()},
+                       {"ops_per_s", b.hot_ops},
+                       {"ideal_ops_per_s", b.ideal_ops},
+                       {"ratio_to_ideal", Ratio(b.hot_ops, b.ideal_ops)},
+                       {"per_contender", b.per_contender}}},
+          {"many_keys",
+           {{"clients", f.clients},
+            {"ops_per_s", b.many_ops},
+            {"floor_ops_per_s", b.have_floor ? json(b.many_floor_ops) : none},
+            {"ratio_to_floor", b.have_floor ? json(Ratio(b.many_ops, b.many_floor_ops)) : none}}},
+          {"memory", {{"leases", f.leases}, {"bytes_per_lease", b.bytes_per_lease}}},
+          {"retried", b.retried}};
+}
+
+Status CheckBenchFlags(const BenchFlags& f, milliseconds duration) {
+  auto range = [](const char* flag, int value, int low, int high) {
+    if (value >= low && value <= high) return Status::Ok();
+    return InvalidArgumentError(std::string(flag) + " must be " + std::to_string(low) + " to " +
+                                std::to_string(high));
+  };
+  if (duration <= milliseconds(0)) return InvalidArgumentError("--duration must be positive");
+  DLOCK_RETURN_IF_ERROR(range("--iterations", f.iterations, 10, 1'000'000));
+  DLOCK_RETURN_IF_ERROR(range("--contenders", f.contenders, 2, 64));
+  DLOCK_RETURN_IF_ERROR(range("--clients", f.clients, 1, 64));
+  return range("--leases", f.leases, 1, 1'000'000);
+}
+
+}  // namespace
+
 int RunBench(const BenchFlags& f) {
   auto hold = internal::ParseDuration(f.hold);
   if (!hold.ok()) return Fail(hold.status().WithContext("--hold"));
   auto duration = internal::ParseDuration(f.duration);
   if (!duration.ok()) return Fail(duration.status().WithContext("--duration"));
-  if (*duration <= milliseconds(0)) return Fail(kExitUsage, "--duration must be positive");
-  if (f.iterations < 10 || f.iterations > 1'000'000) return Fail(kExitUsage, "--iterations must be 10 to 1000000");
-  if (f.contenders < 2 || f.contenders > 64) return Fail(kExitUsage, "--contenders must be 2 to 64");
-  if (f.clients < 1 || f.clients > 64) return Fail(kExitUsage, "--clients must be 1 to 64");
-  if (f.leases < 1 || f.leases > 1'000'000) return Fail(kExitUsage, "--leases must be 1 to 1000000");
+  if (Status s = CheckBenchFlags(f, *duration); !s.ok()) return Fail(kExitUsage, s.message());
 
   auto store = OpenStore(f.backend);
   if (!store.ok()) return Fail(store.status());
-  Client& client = *store->client;
-  const std::string prefix = "bench/" + std::to_string(DefaultRandom()->Next() % 1'000'000'000) + "/";
-  AcquireOptions opts;
-  opts.ttl = std::chrono::seconds(30);
-  opts.wait = std::chrono::seconds(30);
-  auto open_client = [&]() -> std::unique_ptr<Client> {
-    auto c = Client::Connect(store->uri);
-    return c.ok() ? std::move(*c) : nullptr;
-  };
-  std::cout << "dlock bench on " << client.Describe() << std::endl;
-
-  // (a) floor
-  std::vector<std::int64_t> samples;
-  // A store that does not answer one request in time (a loaded ZooKeeper
-  // fsyncing its log, a fresh one preallocating it) costs that sample, not
-  // the run: up to three tries per request, counted and reported as
-  // `retried`.
-  int retried = 0;
-  auto with_retries = [&](const std::function<Status()>& op) {
-    Status s;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      s = op();
-      if (s.code() != StatusCode::kUnavailable) return s;
-      ++retried;
-    }
-    return s;
-  };
-  Status ping = with_retries([&] { return client.Ping(); });
-  const bool have_floor = ping.ok();
-  if (!have_floor && ping.code() != StatusCode::kFailedPrecondition) return Fail(ping);
-  if (have_floor) {
-    for (int i = 0; i < f.iterations + f.iterations / 10; ++i) {
-      const auto t0 = NowNs();
-      if (Status s = with_retries([&] { return client.Ping(); }); !s.ok()) return Fail(s);
-      if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
-    }
+  std::cout << "dlock bench on " << store->client->Describe() << std::endl;
+  Bench bench(f, *store, *hold, *duration);
+  for (const auto& step : {&Bench::Floor, &Bench::Cycle, &Bench::HotKey}) {
+    if (Status s = (bench.*step)(); !s.ok()) return Fail(s);
   }
-  const Summary floor = Summarise(samples);
+  bench.ManyKeys();
+  if (Status s = bench.Memory(); !s.ok()) return Fail(s);
 
-  // (b) uncontended cycle
-  samples.clear();
-  for (int i = 0; i < f.iterations + f.iterations / 10; ++i) {
-    const auto t0 = NowNs();
-    Status s = with_retries([&]() -> Status {
-      auto lease = client.TryAcquire(prefix + "cycle", opts);
-      if (!lease.ok()) return lease.status();
-      return lease->Release();
-    });
-    if (!s.ok()) return Fail(s);
-    if (i >= f.iterations / 10) samples.push_back(NowNs() - t0);
-  }
-  const Summary cycle = Summarise(samples);
-
-  // (c) hand-off and (d) hot key: contenders on one key.
-  std::atomic<std::int64_t> release_invoked{0};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::vector<std::int64_t> handoffs;
-  std::vector<int> per_contender(static_cast<std::size_t>(f.contenders), 0);
-  std::atomic<int> errors{0};
-  std::string first_error;
-  const std::int64_t hot_start = NowNs();
-  {
-    std::vector<std::thread> threads;
-    for (int c = 0; c < f.contenders; ++c) {
-      threads.emplace_back([&, c] {
-        auto me = open_client();
-        if (!me) {
-          ++errors;
-          return;
-        }
-        while (!stop) {
-          const std::int64_t asked = NowNs();
-          auto lease = me->Acquire(prefix + "hot", opts);
-          const std::int64_t granted = NowNs();
-          if (!lease.ok()) {
-            if (errors++ == 0) {
-              std::lock_guard l(mu);
-              first_error = lease.status().ToString();
-            }
-            continue;
-          }
-          const std::int64_t released = release_invoked.load();
-          {
-            std::lock_guard l(mu);
-            ++per_contender[static_cast<std::size_t>(c)];
-            // A hand-off: we were waiting when the previous holder let go.
-            if (released > asked) handoffs.push_back(granted - released);
-          }
-          std::this_thread::sleep_for(*hold);
-          release_invoked = NowNs();
-          (void)lease->Release();
-        }
-      });
-    }
-    std::this_thread::sleep_for(*duration);
-    stop = true;
-    for (auto& t : threads) t.join();
-  }
-  const double hot_seconds = static_cast<double>(NowNs() - hot_start) / 1e9;
-  if (errors > 0) return Fail(kExitUnavailable, "contended run: " + std::to_string(errors.load()) + " errors, first: " + first_error);
-  const Summary handoff = Summarise(handoffs);
-  int grants = 0;
-  for (int n : per_contender) grants += n;
-  const double hot_ops = grants / hot_seconds;
-  const double ideal_ops = 1.0 / std::chrono::duration<double>(*hold).count();
-  const auto [min_it, max_it] = std::minmax_element(per_contender.begin(), per_contender.end());
-
-  // (e) many keys, against the same clients pinging.
-  auto run_clients = [&](bool locks) {
-    std::atomic<std::int64_t> count{0};
-    std::atomic<bool> done{false};
-    std::vector<std::thread> threads;
-    for (int c = 0; c < f.clients; ++c) {
-      threads.emplace_back([&, c] {
-        auto me = open_client();
-        if (!me) return;
-        const std::string key = prefix + "many/" + std::to_string(c);
-        while (!done) {
-          if (locks) {
-            auto lease = me->TryAcquire(key, opts);
-            if (lease.ok()) (void)lease->Release();
-          } else {
-            (void)me->Ping();
-            (void)me->Ping();
-          }
-          ++count;
-        }
-      });
-    }
-    const auto t0 = NowNs();
-    std::this_thread::sleep_for(*duration / 2);
-    done = true;
-    for (auto& t : threads) t.join();
-    return static_cast<double>(count.load()) / (static_cast<double>(NowNs() - t0) / 1e9);
-  };
-  const double many_ops = run_clients(true);
-  const double many_floor_ops = have_floor ? run_clients(false) : 0;
-
-  // (f) memory per held lease.
-  std::int64_t bytes_per_lease = 0;
-  {
-    std::vector<Lease> held;
-    held.reserve(static_cast<std::size_t>(f.leases));
-    const std::int64_t before = RssBytes();
-    AcquireOptions long_opts = opts;
-    long_opts.ttl = std::chrono::minutes(10);
-    for (int i = 0; i < f.leases; ++i) {
-      Result<Lease> lease = UnavailableError("not tried");
-      Status s = with_retries([&] {
-        lease = client.TryAcquire(prefix + "mem/" + std::to_string(i), long_opts);
-        return lease.status();
-      });
-      if (!s.ok()) return Fail(s);
-      held.push_back(std::move(*lease));
-    }
-    bytes_per_lease = (RssBytes() - before) / f.leases;
-    for (auto& l : held) (void)l.Release();
-  }
-
-  const double cycle_ratio = Ratio(cycle.p50_us, 2 * floor.p50_us);
-  const double handoff_ratio = Ratio(handoff.p50_us, floor.p50_us);
-  std::cout << std::fixed << std::setprecision(1);
-  auto line = [](const std::string& what, const Summary& s) {
-    std::cout << "  " << std::left << std::setw(34) << what << std::right << std::setw(10)
-              << s.p50_us << std::setw(10) << s.p99_us << "   (n=" << s.n << ")\n";
-  };
-  std::cout << "                                         p50 us    p99 us\n";
-  if (have_floor) line("floor: one round trip (Ping)", floor);
-  line("cycle: TryAcquire + Release", cycle);
-  line("hand-off, " + std::to_string(f.contenders) + " contenders", handoff);
-  if (retried > 0) {
-    std::cout << "  (" << retried << " request(s) not answered in time were retried)\n";
-  }
-  if (have_floor) {
-    std::cout << "  cycle / two round trips           " << Fixed(cycle_ratio, 2) << "\n"
-              << "  hand-off / one round trip         " << Fixed(handoff_ratio, 2) << "\n";
-  } else {
-    std::cout << "  (this store has no Ping: no floor, no ratios)\n";
-  }
-  std::cout << "  hot key: " << Fixed(hot_ops) << " grants/s with a " << f.hold << " hold; ideal 1/hold = "
-            << Fixed(ideal_ops) << "/s (" << Fixed(100 * Ratio(hot_ops, ideal_ops)) << "%); per contender "
-            << *min_it << ".." << *max_it << "\n"
-            << "  many keys: " << Fixed(many_ops) << " cycles/s with " << f.clients << " clients";
-  if (have_floor) std::cout << "; floor " << Fixed(many_floor_ops) << " (two pings)/s (" << Fixed(100 * Ratio(many_ops, many_floor_ops)) << "%)";
-  std::cout << "\n  memory: " << bytes_per_lease << " bytes of client memory per held lease ("
-            << f.leases << " leases)\n";
-
+  PrintLatencies(f, bench.figures());
+  PrintThroughput(f, bench.figures());
   if (!f.json.empty()) {
-    json out = {{"backend", client.Describe()},
-                {"floor_rtt_us", have_floor ? json(floor.p50_us) : json(nullptr)},
-                {"floor", have_floor ? ToJson(floor) : json(nullptr)},
-                {"cycle", ToJson(cycle)},
-                {"cycle_ratio_to_floor", have_floor ? json(cycle_ratio) : json(nullptr)},
-                // No hand-off seen (the releaser always took the key back):
-                // null, not a zero latency.
-                {"handoff", handoff.n ? ToJson(handoff) : json(nullptr)},
-                {"handoff_ratio_to_floor",
-                 have_floor && handoff.n ? json(handoff_ratio) : json(nullptr)},
-                {"contenders", f.contenders},
-                {"hot_key", {{"hold_ms", std::chrono::duration<double, std::milli>(*hold).count()},
-                             {"ops_per_s", hot_ops},
-                             {"ideal_ops_per_s", ideal_ops},
-                             {"ratio_to_ideal", Ratio(hot_ops, ideal_ops)},
-                             {"per_contender", per_contender}}},
-                {"many_keys", {{"clients", f.clients},
-                               {"ops_per_s", many_ops},
-                               {"floor_ops_per_s", have_floor ? json(many_floor_ops) : json(nullptr)},
-                               {"ratio_to_floor", have_floor ? json(Ratio(many_ops, many_floor_ops)) : json(nullptr)}}},
-                {"memory", {{"leases", f.leases}, {"bytes_per_lease", bytes_per_lease}}},
-                {"retried", retried}};
     std::ofstream file(f.json, std::ios::trunc);
-    file << out.dump(2) << '\n';
+    file << FiguresJson(f, bench.figures(), *hold, store->client->Describe()).dump(2) << '\n';
     if (!file) return Fail(kExitCantCreate, "cannot write " + f.json);
   }
   return kExitOk;
