@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -100,34 +101,146 @@ int RunChaosWorker(const ChaosWorkerFlags& f) {
   return harness::RunWorker(o);
 }
 
-int RunChaos(const ChaosFlags& f) {
+namespace {
+
+// The options every run of this invocation shares (each run adds its seed,
+// directory and key), or why the flags are refused (exit 64).
+Result<harness::RunOptions> SharedRunOptions(const ChaosFlags& f) {
   if (f.workload != "fenced" && f.workload != "unfenced") {
-    return Fail(kExitUsage, "--workload '" + f.workload + "': accepted: fenced, unfenced");
+    return InvalidArgumentError("--workload '" + f.workload + "': accepted: fenced, unfenced");
   }
-  auto faults = ParseFaults(f.faults);
-  if (!faults.ok()) return Fail(faults.status());
+  harness::RunOptions o;
+  DLOCK_ASSIGN_OR_RETURN(o.faults, ParseFaults(f.faults));
   auto duration = internal::ParseDuration(f.duration);
-  if (!duration.ok()) return Fail(duration.status().WithContext("--duration"));
+  if (!duration.ok()) return duration.status().WithContext("--duration");
   auto ttl = internal::ParseDuration(f.ttl);
-  if (!ttl.ok()) return Fail(ttl.status().WithContext("--ttl"));
-  if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
+  if (!ttl.ok()) return ttl.status().WithContext("--ttl");
+  if (Status s = ValidateTtl(*ttl); !s.ok()) return s.WithContext("--ttl");
   if (*duration < *ttl * 4) {
-    return Fail(kExitUsage, "--duration " + f.duration + " is too short for a ttl of " + f.ttl +
-                                ": give at least 4 ttls");
+    return InvalidArgumentError("--duration " + f.duration + " is too short for a ttl of " +
+                                f.ttl + ": give at least 4 ttls");
   }
-  if (f.runs < 1 || f.runs > 10'000) return Fail(kExitUsage, "--runs must be 1 to 10000");
-  if (f.workers < 2 || f.workers > 64) return Fail(kExitUsage, "--workers must be 2 to 64");
-  std::uint64_t seed = 0;
-  if (f.seed.empty()) {
-    seed = DefaultRandom()->Next() % 1'000'000'000;
-  } else {
-    char* end = nullptr;
-    errno = 0;
-    seed = std::strtoull(f.seed.c_str(), &end, 10);
-    if (errno || end == f.seed.c_str() || *end || f.seed[0] == '-') {
-      return Fail(kExitUsage, "--seed '" + f.seed + "' is not a non-negative integer");
+  if (f.runs < 1 || f.runs > 10'000) return InvalidArgumentError("--runs must be 1 to 10000");
+  if (f.workers < 2 || f.workers > 64) return InvalidArgumentError("--workers must be 2 to 64");
+  o.backend = f.backend;
+  o.fenced = f.workload == "fenced";
+  o.duration = *duration;
+  o.ttl = *ttl;
+  o.workers = f.workers;
+  o.server_script = f.server_script;
+  o.server_dir = f.server_dir;
+  return o;
+}
+
+Result<std::uint64_t> ChaosSeed(const std::string& text) {
+  if (text.empty()) return DefaultRandom()->Next() % 1'000'000'000;
+  char* end = nullptr;
+  errno = 0;
+  const std::uint64_t seed = std::strtoull(text.c_str(), &end, 10);
+  if (errno || end == text.c_str() || *end || text[0] == '-') {
+    return InvalidArgumentError("--seed '" + text + "' is not a non-negative integer");
+  }
+  return seed;
+}
+
+// What the runs of one invocation add up to.
+struct ChaosTotals {
+  int operations = 0, faults = 0, stale = 0, violations = 0, recovery = 0;
+  std::map<std::string, int> by_kind;
+  json runs = json::array();
+  std::optional<harness::RunResult> for_report;  // the last failing run, else the last
+
+  void Add(const harness::RunResult& r) {
+    operations += r.counts.operations;
+    faults += r.counts.faults;
+    stale += r.counts.stale_writes_rejected;
+    violations += r.violations;
+    recovery += r.recovery_failures;
+    for (const auto& [k, n] : r.counts.faults_by_kind) by_kind[k] += n;
+  }
+};
+
+void PrintRun(const ChaosFlags& f, int i, std::uint64_t seed, const harness::RunResult& r,
+              const std::string& kept_dir) {
+  std::cout << "run " << i + 1 << "/" << f.runs << " seed " << seed << ": "
+            << r.counts.operations << " operations, " << r.counts.faults << " faults, "
+            << r.counts.stale_writes_rejected << " stale writes rejected, " << r.violations
+            << " violations"
+            << (r.recovery_failures ? ", " + std::to_string(r.recovery_failures) +
+                                          " recovery failures"
+                                    : "")
+            << (kept_dir.empty() ? "" : "  (kept: " + kept_dir + ")") << '\n';
+}
+
+// Run `i` of the invocation, in a directory of its own under `base`;
+// returns an exit code, kExitOk to go on.
+int OneRun(const ChaosFlags& f, harness::RunOptions o, const std::filesystem::path& base,
+           std::uint64_t seed, int i, ChaosTotals& totals) {
+  std::string dir = (base / ("dlock-chaos-" + std::to_string(seed) + ".XXXXXX")).string();
+  if (!::mkdtemp(dir.data())) {
+    return Fail(kExitCantCreate, "cannot create a run directory in " + base.string());
+  }
+  o.seed = seed;
+  o.dir = dir;
+  o.key = "chaos/" + std::to_string(seed) + "/counter";
+  auto result = harness::RunOnce(o);
+  if (!result.ok()) return Fail(result.status().WithContext("chaos run " + std::to_string(i + 1)));
+  const bool failed = result->violations > 0 || result->recovery_failures > 0;
+  // A failing fenced run is a finding: keep everything. The unfenced
+  // control is expected to fail; keep it only on request.
+  const bool keep = f.keep || (failed && o.fenced);
+  std::error_code ec;
+  if (!keep) std::filesystem::remove_all(dir, ec);
+  totals.Add(*result);
+  totals.runs.push_back(RunJson(*result, seed, keep));
+  if (!f.json) {
+    PrintRun(f, i, seed, *result, keep ? dir : "");
+    if (failed || f.runs == 1) PrintChecks(*result);
+  }
+  if (!f.report.empty() && (!totals.for_report || failed)) totals.for_report = std::move(*result);
+  return kExitOk;
+}
+
+// The report, the totals (JSON or text) and the exit code.
+int Finish(const ChaosFlags& f, std::uint64_t seed, const ChaosTotals& t) {
+  if (!f.report.empty() && t.for_report) {
+    harness::ReportContext ctx;
+    ctx.title = "dlock chaos: " + Redact(f.backend) + ", " + f.workload + ", seed " +
+                std::to_string(seed);
+    ctx.backend = Redact(f.backend);
+    ctx.seed = seed;
+    if (Status s = harness::WriteReport(f.report, *t.for_report, ctx); !s.ok()) {
+      return Fail(kExitCantCreate, s.message());
     }
   }
+  if (f.json) {
+    json by_kind = json::object();
+    for (const auto& [k, n] : t.by_kind) by_kind[k] = n;
+    json out = {{"seed", seed},           {"backend", Redact(f.backend)},
+                {"workload", f.workload}, {"runs", f.runs},
+                {"operations", t.operations}, {"faults_injected", t.faults},
+                {"faults_by_kind", by_kind},  {"stale_writes_rejected", t.stale},
+                {"violations", t.violations}, {"recovery_failures", t.recovery},
+                {"run_results", t.runs}};
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::cout << "total: " << f.runs << " runs, " << t.operations << " operations, " << t.faults
+              << " faults, " << t.stale << " stale writes rejected, " << t.violations
+              << " violations, " << t.recovery << " recovery failures (seed " << seed
+              << "; replay with --seed " << seed << ")\n";
+  }
+  if (t.violations > 0) return kExitViolations;
+  if (t.recovery > 0) return kExitRecoveryOnly;
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunChaos(const ChaosFlags& f) {
+  auto options = SharedRunOptions(f);
+  if (!options.ok()) return Fail(options.status());
+  auto seed = ChaosSeed(f.seed);
+  if (!seed.ok()) return Fail(seed.status());
   if (!f.backend.empty()) {
     // Fail early, with the usual message, if the store cannot be opened.
     auto store = OpenStore(f.backend);
@@ -139,95 +252,18 @@ int RunChaos(const ChaosFlags& f) {
   if (ec || !std::filesystem::is_directory(base)) {
     return Fail(kExitCantCreate, "--dir " + base.string() + " is not a directory");
   }
-
-  const bool fenced = f.workload == "fenced";
   if (!f.json) {
     std::cout << "dlock chaos: " << Redact(f.backend) << ", " << f.workload << " workload, faults "
-              << (faults->empty() ? "none" : f.faults) << ", " << f.workers << " workers, ttl "
-              << f.ttl << ", " << f.runs << " run(s) of " << f.duration << ", seed " << seed
-              << std::endl;
+              << (options->faults.empty() ? "none" : f.faults) << ", " << f.workers
+              << " workers, ttl " << f.ttl << ", " << f.runs << " run(s) of " << f.duration
+              << ", seed " << *seed << std::endl;
   }
-  json runs = json::array();
-  int total_ops = 0, total_faults = 0, total_stale = 0, total_violations = 0, total_recovery = 0;
-  std::map<std::string, int> by_kind;
-  std::optional<harness::RunResult> last_for_report;
+  ChaosTotals totals;
   for (int i = 0; i < f.runs; ++i) {
-    const std::uint64_t run_seed = seed + static_cast<std::uint64_t>(i);
-    std::string dir = (base / ("dlock-chaos-" + std::to_string(run_seed) + ".XXXXXX")).string();
-    if (!::mkdtemp(dir.data())) return Fail(kExitCantCreate, "cannot create a run directory in " + base.string());
-    harness::RunOptions o;
-    o.backend = f.backend;
-    o.fenced = fenced;
-    o.faults = *faults;
-    o.duration = *duration;
-    o.ttl = *ttl;
-    o.seed = run_seed;
-    o.workers = f.workers;
-    o.dir = dir;
-    o.key = "chaos/" + std::to_string(run_seed) + "/counter";
-    o.server_script = f.server_script;
-    o.server_dir = f.server_dir;
-    auto result = harness::RunOnce(o);
-    if (!result.ok()) return Fail(result.status().WithContext("chaos run " + std::to_string(i + 1)));
-    const bool failed = result->violations > 0 || result->recovery_failures > 0;
-    // A failing fenced run is a finding: keep everything. The unfenced
-    // control is expected to fail; keep it only on request.
-    const bool keep = f.keep || (failed && fenced);
-    if (!keep) std::filesystem::remove_all(dir, ec);
-    total_ops += result->counts.operations;
-    total_faults += result->counts.faults;
-    total_stale += result->counts.stale_writes_rejected;
-    total_violations += result->violations;
-    total_recovery += result->recovery_failures;
-    for (const auto& [k, n] : result->counts.faults_by_kind) by_kind[k] += n;
-    runs.push_back(RunJson(*result, run_seed, keep));
-    if (!f.json) {
-      std::cout << "run " << i + 1 << "/" << f.runs << " seed " << run_seed << ": "
-                << result->counts.operations << " operations, " << result->counts.faults
-                << " faults, " << result->counts.stale_writes_rejected
-                << " stale writes rejected, " << result->violations << " violations"
-                << (result->recovery_failures ? ", " + std::to_string(result->recovery_failures) +
-                                                    " recovery failures"
-                                              : "")
-                << (keep ? "  (kept: " + dir + ")" : "") << '\n';
-      if (failed || f.runs == 1) PrintChecks(*result);
-    }
-    if (!f.report.empty() && (!last_for_report || failed)) last_for_report = std::move(*result);
+    const int rc = OneRun(f, *options, base, *seed + static_cast<std::uint64_t>(i), i, totals);
+    if (rc != kExitOk) return rc;
   }
-  if (!f.report.empty() && last_for_report) {
-    harness::ReportContext ctx;
-    ctx.title = "dlock chaos: " + Redact(f.backend) + ", " + f.workload + ", seed " +
-                std::to_string(seed);
-    ctx.backend = Redact(f.backend);
-    ctx.seed = seed;
-    if (Status s = harness::WriteReport(f.report, *last_for_report, ctx); !s.ok()) {
-      return Fail(kExitCantCreate, s.message());
-    }
-  }
-  json faults_json = json::object();
-  for (const auto& [k, n] : by_kind) faults_json[k] = n;
-  if (f.json) {
-    json out = {{"seed", seed},
-                {"backend", Redact(f.backend)},
-                {"workload", f.workload},
-                {"runs", f.runs},
-                {"operations", total_ops},
-                {"faults_injected", total_faults},
-                {"faults_by_kind", faults_json},
-                {"stale_writes_rejected", total_stale},
-                {"violations", total_violations},
-                {"recovery_failures", total_recovery},
-                {"run_results", runs}};
-    std::cout << out.dump(2) << '\n';
-  } else {
-    std::cout << "total: " << f.runs << " runs, " << total_ops << " operations, " << total_faults
-              << " faults, " << total_stale << " stale writes rejected, " << total_violations
-              << " violations, " << total_recovery << " recovery failures (seed " << seed
-              << "; replay with --seed " << seed << ")\n";
-  }
-  if (total_violations > 0) return kExitViolations;
-  if (total_recovery > 0) return kExitRecoveryOnly;
-  return kExitOk;
+  return Finish(f, *seed, totals);
 }
 
 void AddChaosCommands(CLI::App& app, Commands& commands) {
