@@ -229,137 +229,183 @@ int RunDemoWorker(const DemoWorkerFlags& f) {
   return kExitOk;
 }
 
-int RunDemo(const DemoFlags& flags) {
-  auto ttl = internal::ParseDuration(flags.ttl);
-  if (!ttl.ok()) return Fail(ttl.status().WithContext("--ttl"));
-  if (Status s = ValidateTtl(*ttl); !s.ok()) return Fail(s.WithContext("--ttl"));
-  if (*ttl > std::chrono::minutes(1)) {
-    return Fail(kExitUsage, "--ttl " + flags.ttl + " is too long for a demo: use 100ms to 1m");
-  }
-  if (Status s = ValidateKey(flags.key); !s.ok()) return Fail(s.WithContext("--key"));
-  auto store = OpenStore(flags.backend);
-  if (!store.ok()) return Fail(store.status());
-  const bool fenced = !flags.no_fence;
+namespace {
 
-  std::error_code tmp_error;
-  std::string tmpl = (std::filesystem::temp_directory_path(tmp_error) / "dlock-demo.XXXXXX").string();
-  if (tmp_error || !::mkdtemp(tmpl.data())) {
-    return Fail(kExitCantCreate, "cannot create a temporary directory (check TMPDIR)");
-  }
-  const std::string dir = tmpl;
-  struct RemoveDir {
-    std::string dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove_dir{dir};
-  std::ofstream(dir + "/" + kLedger) << "balance=100\n";
-
-  const std::string describe = store->client->Describe();
-  if (!flags.json) {
-    std::cout << "dlock demo: a paused lock holder writes after its lease expired\n"
-              << "store " << describe << ", key " << flags.key << ", lease "
-              << internal::FormatDuration(*ttl) << ", "
-              << (fenced ? "writes go through a fence" : "NO fence (--no-fence)") << "\n"
-              << "the resource: " << dir << "/" << kLedger << ", balance=100\n\n";
-  }
+// One demo: worker A is frozen holding the lock, B is granted it after A's
+// lease expires, then A wakes and writes.
+struct DemoRun {
+  const DemoFlags& flags;
+  const Store& store;
+  milliseconds ttl;
+  bool fenced;
+  std::string dir;  // the ledger's
   Timeline timeline;
-  timeline.set_quiet(flags.json);
+  Worker a, b;
+  FencingToken token_a = 0, token_b = 0;
+  bool a_rejected = false;  // A's late write was refused by the fence
 
-  auto worker_args = [&](const std::string& name, int add, const std::string& work,
-                         const std::string& wait) {
-    std::vector<std::string> a = {"dlock",  "demo-worker", "--name", name,
-                                  "--key",  flags.key,     "--ttl",  flags.ttl,
-                                  "--wait", wait,          "--dir",  dir,
-                                  "--add",  std::to_string(add),
-                                  "--work", work};
-    if (!fenced) a.push_back("--no-fence");
-    return a;
-  };
-  auto fail = [&](const std::string& why) { return Fail(kExitSoftware, "demo: " + why); };
+  std::vector<std::string> WorkerArgs(const std::string& name, int add, const std::string& work,
+                                      const std::string& wait) const {
+    std::vector<std::string> args = {"dlock", "demo-worker", "--name", name,
+                                     "--key", flags.key,     "--ttl",  flags.ttl,
+                                     "--wait", wait,         "--dir",  dir,
+                                     "--add", std::to_string(add), "--work", work};
+    if (!fenced) args.push_back("--no-fence");
+    return args;
+  }
+};
 
-  // A: acquire, read, and get frozen in the middle of its work.
-  Worker a;
-  if (Status s = Spawn(a, worker_args("A", 10, "300ms", "30s"), store->uri); !s.ok()) return Fail(s);
-  FencingToken token_a = 0;
-  for (json e = a.Next(); !e.is_null(); e = a.Next()) {
-    if (e["event"] == "error") return fail("worker A: " + e.value("detail", std::string()));
-    if (e["event"] == "acquired") token_a = e.value("token", 0ULL);
-    timeline.Add("A", e, Describe(e, flags.key, fenced));
+Status DemoError(const std::string& why) { return InternalError("demo: " + why); }
+
+// A acquires, reads, and is frozen in the middle of its work.
+Status StartAndFreezeA(DemoRun& run) {
+  DLOCK_RETURN_IF_ERROR(Spawn(run.a, run.WorkerArgs("A", 10, "300ms", "30s"), run.store.uri));
+  for (json e = run.a.Next(); !e.is_null(); e = run.a.Next()) {
+    if (e["event"] == "error") return DemoError("worker A: " + e.value("detail", std::string()));
+    if (e["event"] == "acquired") run.token_a = e.value("token", 0ULL);
+    run.timeline.Add("A", e, Describe(e, run.flags.key, run.fenced));
     if (e["event"] == "read") break;
   }
-  if (token_a == 0) return fail("worker A did not acquire the lock");
-  ::kill(a.pid, SIGSTOP);
-  timeline.Add("--", {{"event", "pause"}},
-               "A is frozen (SIGSTOP), as by a long GC pause, in the middle of its work");
+  if (run.token_a == 0) return DemoError("worker A did not acquire the lock");
+  ::kill(run.a.pid, SIGSTOP);
+  run.timeline.Add("--", {{"event", "pause"}},
+                   "A is frozen (SIGSTOP), as by a long GC pause, in the middle of its work");
+  return Status::Ok();
+}
 
-  // B: waits until the store expires A's lease, then does its update.
-  Worker b;
-  if (Status s = Spawn(b, worker_args("B", 20, "0ms", internal::FormatDuration(*ttl * 10)), store->uri);
-      !s.ok()) {
-    return Fail(s);
-  }
-  FencingToken token_b = 0;
-  for (json e = b.Next(); !e.is_null(); e = b.Next()) {
-    if (e["event"] == "error") return fail("worker B: " + e.value("detail", std::string()));
-    std::string text = Describe(e, flags.key, fenced);
+// B waits until the store expires A's lease, then does its update.
+Status RunB(DemoRun& run) {
+  DLOCK_RETURN_IF_ERROR(Spawn(run.b,
+                              run.WorkerArgs("B", 20, "0ms", internal::FormatDuration(run.ttl * 10)),
+                              run.store.uri));
+  for (json e = run.b.Next(); !e.is_null(); e = run.b.Next()) {
+    if (e["event"] == "error") return DemoError("worker B: " + e.value("detail", std::string()));
+    std::string text = Describe(e, run.flags.key, run.fenced);
     if (e["event"] == "acquired") {
-      token_b = e.value("token", 0ULL);
+      run.token_b = e.value("token", 0ULL);
       text += " (the store expired A's lease)";
     }
     if (e["event"] == "lease_check") continue;
-    timeline.Add("B", e, text);
+    run.timeline.Add("B", e, text);
   }
-  if (b.Wait() != 0 || token_b <= token_a) return fail("worker B did not complete its update");
-
-  ::kill(a.pid, SIGCONT);
-  timeline.Add("--", {{"event", "resume"}},
-               "A resumes (SIGCONT); from inside, the pause is invisible");
-  bool a_rejected = false;
-  for (json e = a.Next(); !e.is_null(); e = a.Next()) {
-    if (e["event"] == "write") a_rejected = !e.value("accepted", false);
-    timeline.Add("A", e, Describe(e, flags.key, fenced));
+  if (run.b.Wait() != 0 || run.token_b <= run.token_a) {
+    return DemoError("worker B did not complete its update");
   }
-  a.Wait();
+  return Status::Ok();
+}
 
-  const int final_balance = ReadBalance(dir);
-  const bool lost_update = final_balance != 120;
-  std::ostringstream outcome;
-  outcome << "A was frozen longer than its " << internal::FormatDuration(*ttl)
-          << " lease, so the store gave the lock to B with token " << token_b
-          << ". A woke up still believing it held the lock and wrote with token " << token_a
-          << ". ";
-  if (fenced) {
-    outcome << "The fence had already accepted token " << token_b << " for " << flags.key
-            << " and rejected the stale write: final balance=" << final_balance
-            << ", B's update survived. The lease could not prevent two holders; the fencing "
-               "token stopped the damage.";
+void ResumeA(DemoRun& run) {
+  ::kill(run.a.pid, SIGCONT);
+  run.timeline.Add("--", {{"event", "resume"}},
+                   "A resumes (SIGCONT); from inside, the pause is invisible");
+  for (json e = run.a.Next(); !e.is_null(); e = run.a.Next()) {
+    if (e["event"] == "write") run.a_rejected = !e.value("accepted", false);
+    run.timeline.Add("A", e, Describe(e, run.flags.key, run.fenced));
+  }
+  run.a.Wait();
+}
+
+std::string Outcome(const DemoRun& run, int final_balance) {
+  std::ostringstream out;
+  out << "A was frozen longer than its " << internal::FormatDuration(run.ttl)
+      << " lease, so the store gave the lock to B with token " << run.token_b
+      << ". A woke up still believing it held the lock and wrote with token " << run.token_a
+      << ". ";
+  if (run.fenced) {
+    out << "The fence had already accepted token " << run.token_b << " for " << run.flags.key
+        << " and rejected the stale write: final balance=" << final_balance
+        << ", B's update survived. The lease could not prevent two holders; the fencing "
+           "token stopped the damage.";
   } else {
-    outcome << "Nothing checked the token, so A's write landed on top of B's: final balance="
-            << final_balance << ", B's +20 is lost. Run 'dlock demo' without --no-fence to see "
-               "the fence reject the stale write.";
+    out << "Nothing checked the token, so A's write landed on top of B's: final balance="
+        << final_balance << ", B's +20 is lost. Run 'dlock demo' without --no-fence to see "
+           "the fence reject the stale write.";
   }
-  const bool as_designed = fenced ? (a_rejected && !lost_update) : lost_update;
+  return out.str();
+}
 
-  if (flags.json) {
-    json out = {{"store", describe},
-                {"key", flags.key},
-                {"ttl_ms", ttl->count()},
-                {"fenced", fenced},
-                {"token_a", token_a},
-                {"token_b", token_b},
-                {"stale_write_rejected", a_rejected},
+int Conclude(const DemoRun& run) {
+  const int final_balance = ReadBalance(run.dir);
+  const bool lost_update = final_balance != 120;
+  const std::string outcome = Outcome(run, final_balance);
+  if (run.flags.json) {
+    json out = {{"store", run.store.client->Describe()},
+                {"key", run.flags.key},
+                {"ttl_ms", run.ttl.count()},
+                {"fenced", run.fenced},
+                {"token_a", run.token_a},
+                {"token_b", run.token_b},
+                {"stale_write_rejected", run.a_rejected},
                 {"lost_update", lost_update},
                 {"final_balance", final_balance},
-                {"events", timeline.events()},
-                {"outcome", outcome.str()}};
+                {"events", run.timeline.events()},
+                {"outcome", outcome}};
     std::cout << out.dump(2) << '\n';
   } else {
-    std::cout << "\n" << outcome.str() << "\n";
+    std::cout << "\n" << outcome << "\n";
   }
-  if (!as_designed) return fail("the story did not play out as expected (see the timeline)");
+  const bool as_designed = run.fenced ? (run.a_rejected && !lost_update) : lost_update;
+  if (!as_designed) return Fail(DemoError("the story did not play out as expected (see the timeline)"));
   return kExitOk;
+}
+
+// A private directory for the ledger, removed when the demo ends.
+class LedgerDir {
+ public:
+  Status Create() {
+    std::error_code ec;
+    path_ = (std::filesystem::temp_directory_path(ec) / "dlock-demo.XXXXXX").string();
+    if (ec || !::mkdtemp(path_.data())) {
+      path_.clear();
+      return PermissionDeniedError("cannot create a temporary directory (check TMPDIR)");
+    }
+    std::ofstream(path_ + "/" + kLedger) << "balance=100\n";
+    return Status::Ok();
+  }
+  ~LedgerDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+Result<milliseconds> DemoTtl(const DemoFlags& flags) {
+  auto ttl = internal::ParseDuration(flags.ttl);
+  if (!ttl.ok()) return ttl.status().WithContext("--ttl");
+  if (Status s = ValidateTtl(*ttl); !s.ok()) return s.WithContext("--ttl");
+  if (*ttl > std::chrono::minutes(1)) {
+    return InvalidArgumentError("--ttl " + flags.ttl + " is too long for a demo: use 100ms to 1m");
+  }
+  return *ttl;
+}
+
+}  // namespace
+
+int RunDemo(const DemoFlags& flags) {
+  auto ttl = DemoTtl(flags);
+  if (!ttl.ok()) return Fail(ttl.status());
+  if (Status s = ValidateKey(flags.key); !s.ok()) return Fail(s.WithContext("--key"));
+  auto store = OpenStore(flags.backend);
+  if (!store.ok()) return Fail(store.status());
+  LedgerDir ledger;
+  if (Status s = ledger.Create(); !s.ok()) return Fail(kExitCantCreate, s.message());
+
+  DemoRun run{flags, *store, *ttl, !flags.no_fence, ledger.path()};
+  if (!flags.json) {
+    std::cout << "dlock demo: a paused lock holder writes after its lease expired\n"
+              << "store " << store->client->Describe() << ", key " << flags.key << ", lease "
+              << internal::FormatDuration(*ttl) << ", "
+              << (run.fenced ? "writes go through a fence" : "NO fence (--no-fence)") << "\n"
+              << "the resource: " << run.dir << "/" << kLedger << ", balance=100\n\n";
+  }
+  run.timeline.set_quiet(flags.json);
+  if (Status s = StartAndFreezeA(run); !s.ok()) return Fail(s);
+  if (Status s = RunB(run); !s.ok()) return Fail(s);
+  ResumeA(run);
+  return Conclude(run);
 }
 
 void AddDemoCommands(CLI::App& app, Commands& commands) {
