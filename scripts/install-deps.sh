@@ -29,8 +29,9 @@ packages=(
   # API), and the server and etcdctl its tests start and interoperate with
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   etcd-server etcd-client
-  # tests and benchmarks (tmux: a terminal for the job-control tests)
-  tmux
+  # tests and benchmarks (tmux: a terminal for the job-control tests;
+  # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
+  tmux clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # chaos harness: wall-clock steps for one process (libfaketime)
   faketime

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is needed, builds, and runs the whole test suite: plainly and
+# Installs what is needed, builds, checks the code with clang-tidy
+# (scripts/tidy.sh), and runs the whole test suite: plainly and
 # under AddressSanitizer + UndefinedBehaviorSanitizer (every test, servers
 # included), then the threaded code under ThreadSanitizer. This is the
 # README's second command and what CI runs.
@@ -33,6 +34,9 @@ for preset in "${presets[@]}"; do
   echo "=== build and test: $preset"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
+  # Once, on the plain build: functions of at most 80 lines and the bugprone
+  # checks of .clang-tidy.
+  if [ "$preset" = default ]; then scripts/tidy.sh build; fi
   if [ "$preset" = tsan ]; then
     # One test lives on a 200 ms ZooKeeper session (the ensemble's minimum)
     # and must heartbeat within it; under TSan's slowdown, with a second test

@@ -151,6 +151,7 @@ end
 // ahead are dropped. A wake-up (PUBLISH on the channel) names the waiter it
 // is for: after dead waiters or holdings were dropped, or a shared grant,
 // each waiter the rule now admits.
+// NOLINTNEXTLINE(readability-function-size): the body is a Lua program.
 inline const Script& Acquire() {
   static const Script s(std::string(R"lua(
 local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
