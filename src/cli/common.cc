@@ -39,14 +39,11 @@ Result<Store> OpenStore(const std::string& backend_flag) {
   if (!backend_flag.empty()) {
     store.uri = backend_flag;
   } else {
-    auto resolved = ResolveDefaultBackend();
-    if (!resolved.ok()) return resolved.status();
-    store.uri = resolved->uri;
+    DLOCK_ASSIGN_OR_RETURN(auto resolved, ResolveDefaultBackend());
+    store.uri = resolved.uri;
     // Let Connect apply the default's rules (creating its directory) and
     // name DLOCK_BACKEND in errors.
-    auto client = Client::Connect("");
-    if (!client.ok()) return client.status();
-    store.client = std::move(*client);
+    DLOCK_ASSIGN_OR_RETURN(store.client, Client::Connect(""));
     return store;
   }
   auto client = Client::Connect(store.uri);

@@ -71,17 +71,14 @@ Result<std::unique_ptr<Client>> Client::Connect(std::string_view uri, ClientOpti
   bool is_default = false;
   std::string source;
   if (chosen.empty()) {
-    auto resolved = ResolveDefaultBackend();
-    if (!resolved.ok()) return resolved.status();
-    chosen = resolved->uri;
-    source = resolved->source;
+    DLOCK_ASSIGN_OR_RETURN(auto resolved, ResolveDefaultBackend());
+    chosen = resolved.uri;
+    source = resolved.source;
     is_default = source == "default";
   }
   if (!options.session) {
     if (const char* env = std::getenv("DLOCK_SESSION"); env && *env) {
-      auto session = ParseSession(env);
-      if (!session.ok()) return session.status();
-      options.session = *session;
+      DLOCK_ASSIGN_OR_RETURN(options.session, ParseSession(env));
     }
   }
   internal::BackendParams params;
