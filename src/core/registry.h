@@ -1,4 +1,5 @@
-// The URI registry: the one place that names the concrete backends.
+// The URI registry: opens a store from its URI, through the table of schemes
+// generated from the stores' declarations (core/store_table.h).
 #ifndef DLOCK_SRC_CORE_REGISTRY_H_
 #define DLOCK_SRC_CORE_REGISTRY_H_
 
@@ -24,8 +25,8 @@ struct BackendParams {
 Result<std::unique_ptr<Backend>> OpenBackend(std::string_view uri,
                                              const BackendParams& params);
 
-// True in the `dlock` command for the schemes it hands to `dlock-full`
-// (see registry.cc); false in the library.
+// True in the `dlock` command for the schemes it hands to `dlock-full` (the
+// FULL_ONLY stores, docs/stores.md); false in the library.
 bool ServedByFullBinary(std::string_view scheme);
 
 // "sqlite:///path/locks.db, ..." for help texts and errors.

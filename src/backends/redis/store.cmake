@@ -1,0 +1,17 @@
+# The Redis store (one server, Sentinel, Redlock), on hiredis.
+option(DLOCK_WITH_REDIS "Build the Redis backend if hiredis is found" ON)
+if(DLOCK_WITH_REDIS)
+  pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
+endif()
+dlock_store(redis
+  TITLE Redis
+  FOUND HIREDIS_FOUND
+  MISSING "hiredis not found (apt-get install libhiredis-dev)"
+  LIBS PkgConfig::HIREDIS
+  HEADER backends/redis/redis_backend.h
+  SERVER
+  SCHEME redis "redis://host:6379/0" dlock::redis::Open
+  SCHEME redis+sentinel "redis+sentinel://h1:26379,h2:26379/master" dlock::redis::OpenSentinel
+  REFUSED rediss "rediss://host:6380/0"
+          "TLS is not supported: Debian 12's hiredis 0.14 has no TLS; use redis:// through a TLS tunnel"
+  SCHEME redlock "redlock://h1:6379,h2:6379,h3:6379" dlock::redis::OpenRedlock)

@@ -1,0 +1,7 @@
+# The SQLite store, the default: always built (the top-level CMakeLists.txt
+# finds SQLite itself, which libdlock needs for its fences too).
+dlock_store(sqlite
+  TITLE SQLite
+  LIBS dlock_sqlite3
+  HEADER backends/sqlite/sqlite_open.h
+  SCHEME sqlite "sqlite:///path/locks.db" dlock::sqlite::Open)
