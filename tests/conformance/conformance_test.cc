@@ -8,6 +8,7 @@
 // only on the order of events that the contract fixes.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -155,11 +156,24 @@ TEST_F(ConformanceTest, RenewBatchReportsEachLease) {
 
 TEST_F(ConformanceTest, RenewedLeaseOutlivesManyTtls) {
   auto client = NewClient();
-  auto lease = client->TryAcquire(UniqueKey("outlive"), Opts(milliseconds(300)));
+  // Each renewal must have time to get through on this machine, loaded or
+  // not: the TTL is at least 300 ms, and 20 times what a grant and a
+  // release take here now.
+  const auto started = std::chrono::steady_clock::now();
+  {
+    auto probe = client->TryAcquire(UniqueKey("probe"), Opts(milliseconds(5000)));
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    ASSERT_TRUE(probe->Release().ok());
+  }
+  const milliseconds ttl =
+      std::max(milliseconds(300), 20 * std::chrono::duration_cast<milliseconds>(
+                                           std::chrono::steady_clock::now() - started));
+  auto lease = client->TryAcquire(UniqueKey("outlive"), Opts(ttl));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
-  std::this_thread::sleep_for(milliseconds(1500));  // five TTLs
-  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
-  auto other = NewClient()->TryAcquire(lease->key(), Opts(milliseconds(300)));
+  std::this_thread::sleep_for(5 * ttl);
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString() << " (ttl " << ttl.count()
+                                   << " ms)";
+  auto other = NewClient()->TryAcquire(lease->key(), Opts(ttl));
   EXPECT_EQ(other.status().code(), StatusCode::kLockHeld);
   EXPECT_TRUE(lease->Release().ok());
 }
