@@ -19,6 +19,7 @@
 
 #include "core/uri.h"
 #include "dlock/clock.h"
+#include "harness/child_process.h"
 #include "harness/proxy.h"
 #include "harness/resource.h"
 
@@ -35,10 +36,8 @@ std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); 
 
 // Runs `argv` (no shell: a path may hold any byte) with its output appended
 // to `log_path`, and waits for it.
-Status RunToLog(const std::vector<std::string>& argv, const std::string& log_path) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+Status RunToLog(std::vector<std::string> argv, const std::string& log_path) {
+  std::vector<char*> args = NullEnded(argv);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
@@ -176,10 +175,8 @@ Status Run::Spawn(WorkerProc& w) {
   if (!o_.fenced) args.push_back("--unfenced");
   // The store, password included, goes in the environment: argv is
   // readable by every user of the machine.
-  std::vector<std::string> env = {"DLOCK_BACKEND=" + (w.backend.empty() ? backend_ : w.backend)};
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("DLOCK_BACKEND=")) env.emplace_back(*e);
-  }
+  std::vector<std::string> env =
+      EnvironmentWithStore(w.backend.empty() ? backend_ : w.backend);
   if (!w.faketime_file.empty()) {
     // Only CLOCK_REALTIME is faked; dlock never reads it, which is the point.
     env.push_back(std::string("LD_PRELOAD=") + kFaketimeLib);
@@ -187,11 +184,7 @@ Status Run::Spawn(WorkerProc& w) {
     env.push_back("FAKETIME_NO_CACHE=1");
     env.push_back("FAKETIME_DONT_FAKE_MONOTONIC=1");
   }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<char*> argv = NullEnded(args), envp = NullEnded(env);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);

@@ -31,6 +31,7 @@
 
 #include "cli/common.h"
 #include "core/duration.h"
+#include "harness/child_process.h"
 #include "dlock/fence.h"
 
 extern char** environ;
@@ -114,16 +115,9 @@ Status Spawn(Worker& w, std::vector<std::string> args, const std::string& store_
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  std::vector<std::string> env = {"DLOCK_BACKEND=" + store_uri};
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("DLOCK_BACKEND=")) env.emplace_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  for (auto& e : env) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-  int rc = ::posix_spawn(&w.pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  std::vector<std::string> env = harness::EnvironmentWithStore(store_uri);
+  int rc = ::posix_spawn(&w.pid, "/proc/self/exe", &actions, nullptr,
+                         harness::NullEnded(args).data(), harness::NullEnded(env).data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {

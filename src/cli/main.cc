@@ -21,6 +21,7 @@
 #include "cli/hide_secrets.h"
 #include "core/registry.h"
 #include "core/uri.h"
+#include "harness/child_process.h"
 
 extern char** environ;
 
@@ -64,16 +65,8 @@ int RunInFullBinary(SplitCommandLine split, const std::string& scheme) {
     args.push_back("--");
     args.insert(args.end(), split.command->begin(), split.command->end());
   }
-  std::vector<std::string> env = {"DLOCK_BACKEND=" + store};
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("DLOCK_BACKEND=")) env.emplace_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  for (auto& e : env) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-  ::execve(path.c_str(), argv.data(), envp.data());
+  std::vector<std::string> env = harness::EnvironmentWithStore(store);
+  ::execve(path.c_str(), harness::NullEnded(args).data(), harness::NullEnded(env).data());
   return Fail(kExitUnavailable, "the " + scheme + " store is served by " + path +
                                     ", which cannot be run: " + std::strerror(errno));
 }
