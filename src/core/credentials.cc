@@ -1,15 +1,10 @@
 #include "core/credentials.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 
-#include "core/fd.h"
+#include "core/read_file.h"
 
 namespace dlock::internal {
 namespace {
@@ -30,23 +25,8 @@ Result<std::string> OneLine(std::string text, const std::string& what) {
 
 Result<std::string> ReadPasswordFile(const std::string& path) {
   const std::string what = "password_file '" + path + "'";
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return InvalidArgumentError(what + " cannot be read: " + std::strerror(errno));
-  }
-  std::string text(kMaxPasswordBytes + 1, '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return InvalidArgumentError(what + " cannot be read: " + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  if (got > kMaxPasswordBytes) {
-    return InvalidArgumentError(what + " is larger than 4 KiB: not a password file");
-  }
-  text.resize(got);
+  DLOCK_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxPasswordBytes, what,
+                                                         "is larger than 4 KiB: not a password file"));
   return OneLine(std::move(text), what);
 }
 
