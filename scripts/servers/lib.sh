@@ -34,3 +34,55 @@ kill_pidfile() {
   for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
   kill -KILL "$pid" 2>/dev/null || true
 }
+
+# make_certs DIR [CLIENT_CN]: test certificates under DIR (keys mode 0600),
+# as an operator's private CA would issue them (EC P-256, openssl):
+#
+#   ca.pem                 the CA every server and client trusts
+#   server.pem/.key        the server's certificate, for the name "localhost"
+#                          only (so a URI naming 127.0.0.1 fails the name check)
+#   client.pem/.key        a client certificate, CN=CLIENT_CN (default dlock)
+#   expired-client.pem/.key  the same CN, signed by the CA, expired in 2020
+#   other-ca.pem           an unrelated CA (a wrong cacert= for clients)
+#   other-client.pem/.key  a client certificate signed by other-ca
+make_certs() {
+  local dir=$1 cn=${2:-dlock}
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    umask 077
+    new_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null; }
+    new_ca() {
+      new_key "$1.key"
+      openssl req -x509 -new -key "$1.key" -sha256 -days 3650 -subj "/CN=$2" \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+        -out "$1.pem" 2>/dev/null
+    }
+    # sign NAME CA CN EXTENSIONS [faketime args...]
+    sign() {
+      local name=$1 ca=$2 subject=$3 ext=$4
+      shift 4
+      new_key "$name.key"
+      openssl req -new -key "$name.key" -subj "/CN=$subject" -out "$name.csr" 2>/dev/null
+      printf '%s\n' "$ext" >"$name.ext"
+      "$@" openssl x509 -req -in "$name.csr" -CA "$ca.pem" -CAkey "$ca.key" -CAcreateserial \
+        -sha256 -days "${DAYS:-3650}" -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+      rm -f "$name.csr" "$name.ext"
+    }
+    local client_ext='basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth'
+    new_ca ca "dlock test CA"
+    new_ca other-ca "unrelated test CA"
+    # serverAuth and clientAuth: etcd also presents it on its peer links.
+    sign server ca localhost 'basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth,clientAuth
+subjectAltName=DNS:localhost'
+    sign client ca "$cn" "$client_ext"
+    DAYS=1 sign expired-client ca "$cn" "$client_ext" faketime '2020-01-01 00:00:00'
+    sign other-client other-ca "$cn" "$client_ext"
+    rm -f ./*.srl
+    chmod 0644 ./*.pem
+  )
+}
