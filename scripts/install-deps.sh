@@ -29,6 +29,9 @@ packages=(
   # API), and the server and etcdctl its tests start and interoperate with
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   etcd-server etcd-client
+  # TLS: OpenSSL for the Redis store's TLS transport, and the openssl tool
+  # the secured test servers' certificates are made with
+  libssl-dev openssl
   # tests and benchmarks (tmux: a terminal for the job-control tests;
   # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
   tmux clang-tidy
