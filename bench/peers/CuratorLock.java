@@ -13,10 +13,14 @@
 //                                                N raw ephemeral create+delete; prints
 //                                                "cycle_us FLOAT floor_us FLOAT" (means)
 //
-// ZK_URI is dlock's zk://h1:p1,h2:p2/chroot; the chroot becomes Curator's
-// namespace, so PATH is the same path a dlock key names.
+// ZK_URI is dlock's zk://[user[:password]@]h1:p1,h2:p2/chroot[?password_file=F];
+// the chroot becomes Curator's namespace, so PATH is the same path a dlock
+// key names, and the credentials become Curator's digest authorization.
 import java.io.FileWriter;
 import java.io.PrintWriter;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -29,6 +33,24 @@ import org.apache.zookeeper.CreateMode;
 public final class CuratorLock {
   private static CuratorFramework connect(String uri) throws Exception {
     String rest = uri.startsWith("zk://") ? uri.substring(5) : uri;
+    String query = "";
+    int question = rest.indexOf('?');
+    if (question >= 0) {
+      query = rest.substring(question + 1);
+      rest = rest.substring(0, question);
+    }
+    String userInfo = "";
+    int at = rest.lastIndexOf('@');
+    if (at >= 0) {
+      userInfo = rest.substring(0, at);
+      rest = rest.substring(at + 1);
+    }
+    for (String param : query.split("&")) {
+      if (param.startsWith("password_file=")) {
+        String file = param.substring("password_file=".length());
+        userInfo += ":" + Files.readAllLines(Paths.get(file)).get(0);
+      }
+    }
     int slash = rest.indexOf('/');
     String hosts = slash < 0 ? rest : rest.substring(0, slash);
     String chroot = slash < 0 ? "" : rest.substring(slash + 1);
@@ -36,6 +58,7 @@ public final class CuratorLock {
         .connectString(hosts).sessionTimeoutMs(10000).connectionTimeoutMs(10000)
         .retryPolicy(new RetryNTimes(100, 50));
     if (!chroot.isEmpty()) b = b.namespace(chroot);
+    if (!userInfo.isEmpty()) b = b.authorization("digest", userInfo.getBytes(StandardCharsets.UTF_8));
     CuratorFramework client = b.build();
     client.start();
     if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) throw new IllegalStateException("no connection");

@@ -3,6 +3,12 @@
 #
 #   zookeeper.sh start DIR          start members 1..3 (state in DIR/N), wait for a
 #                                   leader and two followers; write DIR/uri
+#   zookeeper.sh start-secure DIR   the same with digest credentials: user dlock
+#                                   (password in DIR/dlock.password, mode 0600),
+#                                   user ops named as acl_admin, a superDigest
+#                                   "super" for operators; DIR/uri names them
+#                                   (no password in it). No TLS: Debian's C
+#                                   client has none.
 #   zookeeper.sh stop DIR           stop every member and remove DIR
 #   zookeeper.sh kill DIR N         SIGKILL member N (a crash)
 #   zookeeper.sh pause DIR N        SIGSTOP member N;  resume DIR N: SIGCONT
@@ -51,11 +57,12 @@ member_mode() {  # member_mode DIR N
 }
 
 launch() {  # launch DIR N
-  local dir=$1 n=$2
+  local dir=$1 n=$2 extra=""
+  [ -f "$dir/jvm_extra" ] && extra=$(cat "$dir/jvm_extra")
   (
     cd "$dir/$n"
     # The JVM is this subshell's child only in name: exec keeps the pid.
-    exec setsid java $JVM_OPTS -Dzookeeper.log.dir="$dir/$n" -Dzookeeper.4lw.commands.whitelist='*' \
+    exec setsid java $JVM_OPTS $extra -Dzookeeper.log.dir="$dir/$n" -Dzookeeper.4lw.commands.whitelist='*' \
       -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/$n/zoo.cfg" \
       >"$dir/$n/out.log" 2>&1 </dev/null
   ) &
@@ -79,10 +86,38 @@ wait_serving() {
   return 1
 }
 
+# digest_id NAME PASSWORD: the id ZooKeeper's digest scheme gives NAME.
+digest_id() {
+  printf '%s:%s' "$1" "$(printf '%s:%s' "$1" "$2" | openssl dgst -binary -sha1 | base64)"
+}
+
+# new_password FILE: a random password, kept in FILE (mode 0600).
+new_password() {
+  (umask 077; openssl rand -hex 16 >"$1")
+  cat "$1"
+}
+
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,15p' "$0" >&2; exit 64; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,21p' "$0" >&2; exit 64; }
 case $cmd in
+  start-secure)
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    new_password "$dir/dlock.password" >/dev/null
+    ops_pw=$(new_password "$dir/ops.password")
+    super_pw=$(new_password "$dir/super.password")
+    # The JVM's arguments are readable by every local user (ps), so only a
+    # digest of the super password goes there, as ZooKeeper's docs advise.
+    echo "-Dzookeeper.DigestAuthenticationProvider.superDigest=$(digest_id super "$super_pw")" \
+      >"$dir/jvm_extra"
+    DLOCK_ZK_CHROOT=${DLOCK_ZK_CHROOT-/dlock} bash "$0" start "$dir" >/dev/null
+    uri=$(cat "$dir/uri")
+    hosts=${uri#zk://}
+    echo "zk://dlock@$hosts?password_file=$dir/dlock.password&acl_admin=$(digest_id ops "$ops_pw")" \
+      >"$dir/uri"
+    cat "$dir/uri"
+    ;;
   start)
     need_zookeeper
     mkdir -p "$dir"
@@ -157,5 +192,5 @@ EOF
     ;;
   mode) member_mode "$dir" "${3:?member}" ;;
   port) cat "$dir/${3:?member}/client_port" ;;
-  *) sed -n '2,15p' "$0" >&2; exit 64 ;;
+  *) sed -n '2,21p' "$0" >&2; exit 64 ;;
 esac

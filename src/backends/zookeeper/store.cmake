@@ -19,4 +19,6 @@ dlock_store(zookeeper
   LIBS dlock_zookeeper_mt
   HEADER backends/zookeeper/zookeeper_backend.h
   SERVER
-  SCHEME zk "zk://h1:2181,h2:2181/chroot" dlock::zookeeper::Open)
+  SCHEME zk "zk://h1:2181,h2:2181/chroot" dlock::zookeeper::Open
+  REFUSED zks "zks://h1:2281/chroot"
+          "TLS is not supported: Debian's ZooKeeper C client (3.8) has no TLS; see docs/backend-zookeeper.md, Secured")

@@ -188,20 +188,47 @@ void Op::Finish(Reply reply) {
 }
 
 Session::Session(std::string hosts, std::chrono::milliseconds timeout,
-                 std::shared_ptr<Clock> clock, StateHandler on_state, NodeHandler on_node)
+                 std::shared_ptr<Clock> clock, StateHandler on_state, NodeHandler on_node,
+                 const Identity& identity)
     : hosts_(std::move(hosts)),
       clock_(std::move(clock)),
       on_state_(std::move(on_state)),
       on_node_(std::move(on_node)),
-      timeout_ms_(timeout.count()) {}
+      timeout_ms_(timeout.count()) {
+  if (identity.user.empty()) {
+    acl_ = ZOO_OPEN_ACL_UNSAFE;
+    return;
+  }
+  // "auth" stands for the identities this session authenticated as.
+  acl_ids_.emplace_back("auth", "");
+  for (const std::string& admin : identity.admins) acl_ids_.emplace_back("digest", admin);
+  for (auto& [scheme, id] : acl_ids_) {
+    acl_entries_.push_back(ACL{ZOO_PERM_ALL, Id{scheme.data(), id.data()}});
+  }
+  acl_.count = static_cast<std::int32_t>(acl_entries_.size());
+  acl_.data = acl_entries_.data();
+}
+
+Status Session::Authenticate(const Identity& identity) {
+  if (identity.user.empty()) return Status::Ok();
+  const std::string cert = identity.user + ":" + identity.password;
+  // The outcome arrives as a session event (ZOO_AUTH_FAILED_STATE) if the
+  // ensemble refuses; the digest scheme accepts any well-formed pair and
+  // a wrong password is found when the ACLs refuse it (ZNOAUTH).
+  const int rc = zoo_add_auth(zh_, "digest", cert.data(), static_cast<int>(cert.size()), nullptr,
+                              nullptr);
+  if (rc != ZOK) return ZkError(rc, "sending the credentials of user '" + identity.user + "'");
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
                                                 std::chrono::milliseconds timeout,
                                                 std::shared_ptr<Clock> clock,
-                                                StateHandler on_state, NodeHandler on_node) {
+                                                StateHandler on_state, NodeHandler on_node,
+                                                const Identity& identity) {
   SetLogLevelOnce();
-  std::unique_ptr<Session> s(
-      new Session(hosts, timeout, std::move(clock), std::move(on_state), std::move(on_node)));
+  std::unique_ptr<Session> s(new Session(hosts, timeout, std::move(clock), std::move(on_state),
+                                         std::move(on_node), identity));
   errno = 0;
   // The watcher may run before zookeeper_init2 returns; it only uses the
   // handle it is given, never zh_.
@@ -221,6 +248,7 @@ Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
   // to follow a DNS change; a lost connection still resolves at once.
   (void)zoo_set_servers_resolution_delay(zh, kResolveEveryMs);
   s->zh_ = zh;
+  DLOCK_RETURN_IF_ERROR(s->Authenticate(identity));
   return s;
 }
 
@@ -300,7 +328,7 @@ std::shared_ptr<Op> Session::Create(const std::string& path, std::string_view da
                                     DoneHandler on_done) {
   return Start(std::move(on_done), [&](const void* ctx) {
     return zoo_acreate2(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
-                        &ZOO_OPEN_ACL_UNSAFE, flags, &Completions::StringStat, ctx);
+                        &acl_, flags, &Completions::StringStat, ctx);
   });
 }
 
@@ -369,7 +397,7 @@ std::shared_ptr<Op> Session::Multi(std::vector<MultiOp> ops, DoneHandler on_done
     } else {
       b->path_bufs[i].assign(o.path.size() + 16, '\0');  // room for a sequence suffix
       zoo_create_op_init(&b->zops[i], o.path.c_str(), o.data.data(),
-                         static_cast<int>(o.data.size()), &ZOO_OPEN_ACL_UNSAFE, o.flags,
+                         static_cast<int>(o.data.size()), &acl_, o.flags,
                          b->path_bufs[i].data(), static_cast<int>(b->path_bufs[i].size()));
     }
   }
@@ -395,7 +423,8 @@ bool OutcomeUnknown(int rc) {
 Status ZkError(int rc, std::string_view what) {
   const std::string m = std::string(what) + ": " + zerror(rc);
   if (rc == ZNOAUTH || rc == ZAUTHFAILED) {
-    return PermissionDeniedError(m + " (the znode's ACL does not allow it)");
+    return PermissionDeniedError(m + " (the znode's ACL does not allow it: wrong or missing "
+                                     "credentials in the URI, or nodes made by another user)");
   }
   if (rc == ZBADARGUMENTS || rc == ZINVALIDACL || rc == ZNOCHILDRENFOREPHEMERALS) {
     return InvalidArgumentError(m);

@@ -74,6 +74,18 @@ struct MultiOp {
 };
 struct MultiBuffers;  // what zoo_amulti writes into until it completes
 
+// Who a session is (ZooKeeper's digest scheme) and who may touch the nodes
+// it creates. Without a user the session is anonymous and its nodes are
+// open to everyone (ZooKeeper's default, and Curator's); with one, every
+// node it creates is readable and writable by that identity only, plus
+// each admin: digest ids "name:base64(sha1(name:password))", as
+// DigestAuthenticationProvider writes them.
+struct Identity {
+  std::string user;      // empty: anonymous
+  std::string password;  // never printed
+  std::vector<std::string> admins;
+};
+
 class Session;
 struct Completions;
 
@@ -113,7 +125,8 @@ class Session {
   static Result<std::unique_ptr<Session>> Start(const std::string& hosts,
                                                 std::chrono::milliseconds timeout,
                                                 std::shared_ptr<Clock> clock,
-                                                StateHandler on_state, NodeHandler on_node);
+                                                StateHandler on_state, NodeHandler on_node,
+                                                const Identity& identity = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -153,7 +166,10 @@ class Session {
  private:
   friend class Op;
   Session(std::string hosts, std::chrono::milliseconds timeout, std::shared_ptr<Clock> clock,
-          StateHandler on_state, NodeHandler on_node);
+          StateHandler on_state, NodeHandler on_node, const Identity& identity);
+  // Sends the digest credentials; the client sends them again on every
+  // reconnect, ahead of any request.
+  Status Authenticate(const Identity& identity);
   static void OnWatch(zhandle_t* zh, int type, int state, const char* path, void* ctx);
   void HandleWatch(zhandle_t* zh, int type, int state, const char* path);
   void NoteHeard(TimePoint sent);
@@ -165,6 +181,11 @@ class Session {
   const StateHandler on_state_;
   const NodeHandler on_node_;
   zhandle_t* zh_ = nullptr;
+  // The ACL of every node this session creates (see Identity); acl_ points
+  // into acl_entries_, whose ids point into acl_ids_.
+  std::vector<std::pair<std::string, std::string>> acl_ids_;  // scheme, id
+  std::vector<ACL> acl_entries_;
+  ACL_vector acl_{};
 
   std::atomic<State> state_{State::kConnecting};
   std::atomic<std::int64_t> timeout_ms_;

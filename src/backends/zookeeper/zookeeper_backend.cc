@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cstdio>
 #include <optional>
@@ -114,7 +115,8 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
           session, Session::Start(
                        options.hosts, timeout, clock,
                        [this, g](Session::State st) { OnSessionState(g, st); },
-                       [this, g](int type, const std::string& path) { OnNodeEvent(g, type, path); }));
+                       [this, g](int type, const std::string& path) { OnNodeEvent(g, type, path); },
+                       options.identity));
       gen = g;
       // Leases of an expired session are gone with it.
       std::erase_if(holdings, [&](const auto& kv) { return kv.second->gen != g; });
@@ -126,7 +128,8 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
   const Session::State st = live.session->WaitConnected(attempt_timeout);
   if (st == Session::State::kConnected) return live;
   if (st == Session::State::kAuthFailed) {
-    return FailedPreconditionError("ZooKeeper at " + options.hosts + " refused authentication");
+    return PermissionDeniedError("ZooKeeper at " + options.hosts + " refused the credentials of user '" +
+                                 options.identity.user + "'");
   }
   if (st == Session::State::kExpired) {
     return UnavailableError("the ZooKeeper session at " + options.hosts +
@@ -666,9 +669,9 @@ std::int64_t ZooKeeperBackend::SessionId() const {
 // ---------------------------------------------------------------------------
 // Construction
 
-Result<ZkOptions> OptionsFromUri(const internal::Uri& uri) {
-  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"session_timeout"}));
-  ZkOptions o;
+namespace {
+
+Status CheckHosts(const internal::Uri& uri) {
   if (uri.hosts.empty()) {
     return InvalidArgumentError("zk:// URI " + uri.Redacted() +
                                 " names no server: want zk://host:2181[,host:2181...][/chroot]");
@@ -689,6 +692,64 @@ Result<ZkOptions> OptionsFromUri(const internal::Uri& uri) {
     }
     start = end + 1;
   }
+  return Status::Ok();
+}
+
+// A digest id as ZooKeeper keeps it: "name:" and the base64 of a SHA-1
+// (28 characters ending in '=').
+bool IsDigestId(std::string_view id) {
+  const auto colon = id.find(':');
+  if (colon == 0 || colon == std::string_view::npos) return false;
+  const std::string_view hash = id.substr(colon + 1);
+  return hash.size() == 28 && hash.back() == '=' &&
+         std::all_of(hash.begin(), hash.end() - 1, [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/';
+         });
+}
+
+Result<Identity> IdentityFromUri(const internal::Uri& uri) {
+  Identity identity;
+  if (!uri.user.empty() || uri.has_password) {
+    if (uri.user.empty() || !uri.has_password) {
+      return InvalidArgumentError("zk:// URI " + uri.Redacted() +
+                                  " gives a user without a password or the other way round: "
+                                  "digest authentication needs both (zk://user:password@...)");
+    }
+    identity.user = uri.user;
+    identity.password = uri.password;
+  }
+  if (const std::string* admins = uri.Param("acl_admin")) {
+    if (identity.user.empty()) {
+      return InvalidArgumentError("acl_admin= needs credentials in the URI: an anonymous session's "
+                                  "nodes are open to everyone");
+    }
+    for (std::size_t start = 0; start <= admins->size();) {
+      const std::size_t end = std::min(admins->find(',', start), admins->size());
+      const std::string id = admins->substr(start, end - start);
+      if (!IsDigestId(id)) {
+        return InvalidArgumentError("acl_admin '" + id + "' is not a digest id name:BASE64SHA1 "
+                                    "(echo -n name:password | openssl dgst -binary -sha1 | base64)");
+      }
+      identity.admins.push_back(id);
+      start = end + 1;
+    }
+  }
+  return identity;
+}
+
+}  // namespace
+
+Result<ZkOptions> OptionsFromUri(const internal::Uri& uri) {
+  for (const char* tls : {"cacert", "cert", "key"}) {
+    if (uri.Param(tls) != nullptr) {
+      return InvalidArgumentError(std::string(tls) + "= asks for TLS, which the ZooKeeper store "
+                                  "cannot do: Debian's ZooKeeper C client has no TLS "
+                                  "(docs/backend-zookeeper.md, Secured)");
+    }
+  }
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"session_timeout", "acl_admin"}));
+  DLOCK_RETURN_IF_ERROR(CheckHosts(uri));
+  ZkOptions o;
   o.hosts = uri.hosts;
   DLOCK_ASSIGN_OR_RETURN(o.chroot, NormalizeChroot(uri.path));
   if (const std::string* t = uri.Param("session_timeout")) {
@@ -699,6 +760,7 @@ Result<ZkOptions> OptionsFromUri(const internal::Uri& uri) {
     }
     o.session_timeout = *d;
   }
+  DLOCK_ASSIGN_OR_RETURN(o.identity, IdentityFromUri(uri));
   return o;
 }
 

@@ -23,7 +23,8 @@
 // loses them all. A node whose lease is not renewed for its ttl while the
 // session lives on (a stuck renewal loop) is deleted by the backend itself.
 //
-// URI: zk://host:port[,host:port...][/chroot][?session_timeout=10s]
+// URI: zk://[user:password@]host:port[,host:port...][/chroot]
+//          [?session_timeout=10s&acl_admin=name:digest]
 // docs/backend-zookeeper.md has the details and what survives what.
 //
 // Waiting goes through Begin: each acquisition owns its node and what it
@@ -42,6 +43,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/zookeeper/zk_session.h"
 #include "core/registry.h"
 #include "core/uri.h"
 #include "dlock/backend.h"
@@ -56,6 +58,9 @@ struct ZkOptions {
   // Bounds one attempt's wait for the ensemble (connecting, one reply).
   std::chrono::milliseconds connect_timeout{5000};
   std::shared_ptr<Clock> clock;  // null: the real clock
+  // From the URI's user:password and ?acl_admin=: who the session is and
+  // who may touch its nodes.
+  Identity identity;
 };
 
 // From a zk:// URI. kInvalidArgument for a missing or malformed host list, a
