@@ -55,6 +55,13 @@ std::string UniqueKey(std::string_view name) {
 
 class ConformanceTest : public ::testing::Test {
  protected:
+  // Tests use what RawBackend returns without checking it: a store that
+  // does not open stops each test here rather than crashing the binary.
+  void SetUp() override {
+    static const bool opens = RawBackend() != nullptr;
+    ASSERT_TRUE(opens) << "the store " << StoreUri() << " does not open";
+  }
+
   std::unique_ptr<Backend> RawBackend() {
     internal::BackendParams params;
     params.clock = DefaultClock();
