@@ -45,6 +45,13 @@ kill_pidfile() {
 #   expired-client.pem/.key  the same CN, signed by the CA, expired in 2020
 #   other-ca.pem           an unrelated CA (a wrong cacert= for clients)
 #   other-client.pem/.key  a client certificate signed by other-ca
+#
+# make_client_cert DIR NAME CN: one more client certificate, NAME.pem/.key,
+# CN=CN, from the CA make_certs made in DIR.
+make_client_cert() {
+  DLOCK_CERT_ONLY="$2:$3" make_certs "$1"
+}
+
 make_certs() {
   local dir=$1 cn=${2:-dlock}
   mkdir -p "$dir"
@@ -72,6 +79,12 @@ make_certs() {
     local client_ext='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth'
+    if [ -n "${DLOCK_CERT_ONLY:-}" ]; then
+      sign "${DLOCK_CERT_ONLY%%:*}" ca "${DLOCK_CERT_ONLY#*:}" "$client_ext"
+      rm -f ./*.srl
+      chmod 0644 ./*.pem
+      exit 0
+    fi
     new_ca ca "dlock test CA"
     new_ca other-ca "unrelated test CA"
     # serverAuth and clientAuth: etcd also presents it on its peer links.
