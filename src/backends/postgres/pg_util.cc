@@ -48,8 +48,35 @@ bool IsLoginRefused(std::string_view text) {
        {"password authentication failed", "no pg_hba.conf entry",
         "no password supplied", "password is required", "SASL authentication failed",
         "certificate authentication failed", "permission denied for database",
-        "not permitted to log in"}) {
+        "not permitted to log in", "pg_hba.conf rejects connection",
+        "connection requires a valid client certificate"}) {
     if (text.find(refusal) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Whether libpq's text says the TLS handshake failed on a certificate, in
+// either direction (libpq's own texts, and OpenSSL's reasons after "SSL
+// error:"), or that TLS was required and the server offers none. A broken
+// connection during the handshake ("SSL SYSCALL error") is not one.
+bool IsTlsRefused(std::string_view text) {
+  for (std::string_view refusal :
+       {"SSL error:", "does not match host name", "server does not support SSL",
+        "server certificate for"}) {
+    if (text.find(refusal) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Whether libpq could not use a TLS file the URI names (cacert=/sslrootcert=,
+// cert=/sslcert=, key=/sslkey=): the input is wrong, retrying cannot help.
+bool IsTlsFileProblem(std::string_view text) {
+  for (std::string_view problem :
+       {"root certificate file", "could not open certificate file",
+        "could not read certificate file", "could not load private key file",
+        "certificate present, but not private key file", "has group or world access",
+        "could not read root certificate file", "could not load SSL"}) {
+    if (text.find(problem) != std::string_view::npos) return true;
   }
   return false;
 }
@@ -69,7 +96,10 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
     if (result != nullptr) text = PQresultErrorMessage(result);
     if (text.empty() && conn != nullptr) text = PQerrorMessage(conn);
     if (text.empty()) text = "libpq reported an error without a message";
-    if (IsLoginRefused(text)) return PermissionDeniedError(prefix + OneLine(text));
+    if (IsTlsFileProblem(text)) return InvalidArgumentError(prefix + OneLine(text));
+    if (IsLoginRefused(text) || IsTlsRefused(text)) {
+      return PermissionDeniedError(prefix + OneLine(text));
+    }
     return UnavailableError(prefix + OneLine(text));
   }
   const std::string code = state;

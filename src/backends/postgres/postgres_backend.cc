@@ -13,6 +13,7 @@
 #include "backends/postgres/pg_util.h"
 #include "backends/postgres/postgres_sql.h"
 #include "core/duration.h"
+#include "core/tls_files.h"
 
 namespace dlock::postgres {
 namespace {
@@ -769,13 +770,47 @@ Status AddHosts(const internal::Uri& uri, ConnInfo* info) {
   return Status::Ok();
 }
 
+// dlock's TLS file names (every store's: cacert=, cert=, key=) and libpq's
+// own for the same files; libpq reads them at each connect, so a rotated
+// certificate is used from the next connection on.
+constexpr std::pair<const char*, const char*> kTlsNames[] = {
+    {"cacert", "sslrootcert"}, {"cert", "sslcert"}, {"key", "sslkey"}};
+
+// cacert=, cert=, key= as libpq's keywords. Naming a CA asks for the
+// server's certificate and name to be checked: sslmode=verify-full unless
+// the URI says otherwise.
+Status AddTlsFiles(const internal::Uri& uri, ConnInfo* info) {
+  DLOCK_ASSIGN_OR_RETURN(internal::TlsFiles files, internal::TlsFilesFromUri(uri, true, "postgres"));
+  for (const auto& [ours, libpq] : kTlsNames) {
+    if (uri.Param(ours) != nullptr && uri.Param(libpq) != nullptr) {
+      return BadUri(uri, std::string(ours) + "= and " + libpq + "= name the same file: give one");
+    }
+  }
+  if (!files.ca_file.empty()) info->emplace_back("sslrootcert", files.ca_file);
+  if (!files.cert_file.empty()) {
+    info->emplace_back("sslcert", files.cert_file);
+    info->emplace_back("sslkey", files.key_file);
+  }
+  if (!files.ca_file.empty() && uri.Param("sslmode") == nullptr) {
+    info->emplace_back("sslmode", "verify-full");
+  }
+  return Status::Ok();
+}
+
+bool IsTlsName(std::string_view k) {
+  return std::any_of(std::begin(kTlsNames), std::end(kTlsNames),
+                     [&](const auto& names) { return k == names.first; });
+}
+
 // The URI's parameters: `table`, dlock's, and libpq's keywords, passed
 // through, with dlock's defaults for those it left out.
 Status AddParameters(const internal::Uri& uri, PostgresOptions* options) {
   static const std::set<std::string> keywords = LibpqKeywords();
   ConnInfo& info = options->conninfo;
+  DLOCK_RETURN_IF_ERROR(AddTlsFiles(uri, &info));
   bool have_application_name = false, have_keepalives_idle = false;
   for (const auto& [k, v] : uri.query) {
+    if (IsTlsName(k)) continue;
     if (k == "table") {
       if (!IsTableName(v)) {
         return BadUri(uri, "table name '" + v +
@@ -788,8 +823,8 @@ Status AddParameters(const internal::Uri& uri, PostgresOptions* options) {
     }
     if (keywords.count(k) == 0 || k == "dbname" || k == "replication") {
       return BadUri(uri, "unknown parameter '" + k +
-                             "': accepted: table, and libpq's connection parameters (sslmode, "
-                             "application_name, options, target_session_attrs, ...)");
+                             "': accepted: table, cacert, cert, key, and libpq's connection "
+                             "parameters (sslmode, application_name, target_session_attrs, ...)");
     }
     have_application_name = have_application_name || k == "application_name";
     have_keepalives_idle = have_keepalives_idle || k == "keepalives_idle";
