@@ -338,7 +338,11 @@ Status Run::StartWorkers(const std::optional<ProxyTarget>& proxy_target) {
     w.id = i;
     if (proxy_target) {
       DLOCK_ASSIGN_OR_RETURN(w.proxy, FaultProxy::Start(proxy_target->host, proxy_target->port));
-      w.backend = proxy_target->uri_prefix + "127.0.0.1:" + std::to_string(w.proxy->port()) +
+      // A store named "localhost" keeps that name through its proxy (which
+      // listens on 127.0.0.1): a TLS certificate for it still matches.
+      const std::string proxy_host =
+          proxy_target->host == "localhost" ? "localhost" : "127.0.0.1";
+      w.backend = proxy_target->uri_prefix + proxy_host + ":" + std::to_string(w.proxy->port()) +
                   proxy_target->uri_suffix;
     }
     if (Wants("clock-step")) {

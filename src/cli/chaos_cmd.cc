@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -236,7 +237,14 @@ int Finish(const ChaosFlags& f, std::uint64_t seed, const ChaosTotals& t) {
 
 }  // namespace
 
-int RunChaos(const ChaosFlags& f) {
+int RunChaos(const ChaosFlags& flags) {
+  ChaosFlags f = flags;
+  // As on every command: --backend, else $DLOCK_BACKEND (which is also how
+  // dlock hands a postgres:// or etcd:// store to dlock-full); with
+  // neither, a fresh SQLite file in each run's directory.
+  if (const char* env = std::getenv("DLOCK_BACKEND"); f.backend.empty() && env != nullptr) {
+    f.backend = env;
+  }
   auto options = SharedRunOptions(f);
   if (!options.ok()) return Fail(options.status());
   auto seed = ChaosSeed(f.seed);
@@ -271,7 +279,8 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
   CLI::App* cmd = app.add_subcommand(
       "chaos", "Run workers against a store while injecting faults, and check the history");
   cmd->add_option("--backend", chaos->backend,
-                  "store URI (default: a fresh SQLite file in each run's directory)");
+                  "store URI (default: $DLOCK_BACKEND, else a fresh SQLite file in each run's "
+                  "directory)");
   cmd->add_option("--workload", chaos->workload,
                   "fenced (writes checked by a fence) or unfenced (the positive control)")
       ->capture_default_str();

@@ -8,8 +8,10 @@ source "$(dirname "$0")/lib.sh"
 TTL=${CHAOS_TTL:-200ms}
 DURATION=${CHAOS_DURATION:-4s}
 backend=()
+scheme=sqlite
 if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
   backend=(--backend "$(cat "$DLOCK_TEST_URI_FILE")")
+  scheme=$(sed 's|:.*||' "$DLOCK_TEST_URI_FILE")
 fi
 
 check() {  # check NAME JSON PYTHON-ASSERTIONS
@@ -18,6 +20,8 @@ import json, sys
 r = json.loads(sys.argv[1])
 for k in ("runs", "operations", "faults_injected", "stale_writes_rejected", "violations", "seed"):
     assert k in r, k
+# The runs went to the store under test (not a default SQLite file).
+assert r["backend"].startswith("$scheme"), r["backend"]
 $3
 PY
 }
