@@ -218,7 +218,7 @@ TEST_F(ConformanceTest, WaitingAcquireGetsTheKeyAfterRelease) {
   auto first = a->TryAcquire(key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(first.ok());
   std::optional<Result<Lease>> second;
-  std::thread waiter([&] { second.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)))); });
+  std::jthread waiter([&] { second.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)))); });
   std::this_thread::sleep_for(milliseconds(100));  // let it start waiting (not asserted)
   ASSERT_TRUE(first->Release().ok());
   waiter.join();
@@ -292,7 +292,7 @@ TEST_F(ConformanceTest, ConcurrentClientsNeverOverlap) {
       ASSERT_TRUE(lease->Release().ok());
     }
   };
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
   EXPECT_EQ(overlaps.load(), 0);
@@ -462,7 +462,7 @@ TEST_F(ConformanceTest, SemaphoreClientsNeverExceedThePermits) {
       ASSERT_TRUE(lease->Release().ok());
     }
   };
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
   EXPECT_LE(most.load(), 2);
@@ -595,9 +595,9 @@ TEST_F(ConformanceTest, ElectionTermsIncreaseAndObserversSeeTheLeader) {
   // A second candidate waits; the observer waits for a newer term.
   std::optional<Result<Lease>> term2;
   o.label = "10.0.0.2:8080";
-  std::thread candidate([&] { term2.emplace(b->Campaign(key, o)); });
+  std::jthread candidate([&] { term2.emplace(b->Campaign(key, o)); });
   std::optional<Result<std::optional<Leader>>> next;
-  std::thread watcher([&] {
+  std::jthread watcher([&] {
     next.emplace(observer->AwaitLeader(key, term1->token(), milliseconds(20'000)));
   });
   std::this_thread::sleep_for(milliseconds(200));  // not asserted

@@ -391,7 +391,7 @@ TEST_P(ClientTest, AcquireGivesUpAtItsDeadline) {
   auto waiter = NewClient();
   const TimePoint start = clock_->Now();
   std::optional<Result<Lease>> result;
-  std::thread t([&] {
+  std::jthread t([&] {
     AcquireOptions o = Ttl(seconds(30));
     o.wait = milliseconds(200);
     result.emplace(waiter->Acquire("k", o));
@@ -414,7 +414,7 @@ TEST_P(ClientTest, WaitingAcquireGetsTheKeyAfterRelease) {
   ASSERT_TRUE(holder.ok());
   auto waiter = NewClient();
   std::optional<Result<Lease>> result;
-  std::thread t([&] {
+  std::jthread t([&] {
     AcquireOptions o = Ttl(seconds(30));
     o.wait = seconds(10);
     result.emplace(waiter->Acquire("k", o));
@@ -435,7 +435,7 @@ TEST_P(ClientTest, WaitingAcquireCanBeCancelled) {
   auto waiter = NewClient();
   std::stop_source cancel;
   std::optional<Result<Lease>> result;
-  std::thread t([&] {
+  std::jthread t([&] {
     AcquireOptions o = Ttl(seconds(30));
     o.wait = seconds(10);
     o.cancel = cancel.get_token();
@@ -453,7 +453,7 @@ TEST_P(ClientTest, LostAcquireReplyIsReconciledByOwner) {
   AcquireOptions o = Ttl(seconds(30));
   o.wait = seconds(1);
   std::optional<Result<Lease>> result;
-  std::thread t([&] { result.emplace(client->Acquire("k", o)); });
+  std::jthread t([&] { result.emplace(client->Acquire("k", o)); });
   clock_->AwaitSleepers(1);
   clock_->Advance(milliseconds(5));
   t.join();

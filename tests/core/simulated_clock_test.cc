@@ -51,7 +51,7 @@ TEST(SimulatedClockTest, SleepersWakeAtTheirDeadlineNotBefore) {
   SimulatedClock clock;
   const TimePoint deadline = clock.Now() + milliseconds(100);
   std::atomic<bool> woke{false};
-  std::thread t([&] {
+  std::jthread t([&] {
     EXPECT_TRUE(clock.SleepUntil(deadline, {}));
     woke = true;
   });
@@ -67,7 +67,7 @@ TEST(SimulatedClockTest, SleepersWakeAtTheirDeadlineNotBefore) {
 TEST(SimulatedClockTest, StopEndsASleep) {
   SimulatedClock clock;
   std::stop_source stop;
-  std::thread t([&] { EXPECT_FALSE(clock.SleepUntil(clock.Now() + std::chrono::hours(1), stop.get_token())); });
+  std::jthread t([&] { EXPECT_FALSE(clock.SleepUntil(clock.Now() + std::chrono::hours(1), stop.get_token())); });
   clock.AwaitSleepers(1);
   stop.request_stop();
   t.join();

@@ -122,7 +122,7 @@ TEST(MemoryFenceTest, RacingThreadsNeverAdmitALowerToken) {
   std::vector<std::vector<Admitted>> admitted(kThreads);
   std::vector<int> ok_count(kThreads, 0);
   std::vector<int> stale_count(kThreads, 0);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(kSeed + static_cast<std::uint64_t>(t));
@@ -467,7 +467,7 @@ TEST_F(SqliteFenceTest, TwoConnectionsRacingNeverAdmitALowerToken) {
                   .ok());
 
   std::vector<int> ok_count(kConnections, 0), stale_count(kConnections, 0);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int c = 0; c < kConnections; ++c) {
     threads.emplace_back([&, c] {
       Db conn = Open(path_);
@@ -749,7 +749,7 @@ TEST_F(DirectoryFenceTest, ConcurrentWritersNeverTearOrGoBack) {
   std::atomic<int> errors{0};
   std::vector<std::string> bad_reads;
   std::vector<FencingToken> seen;
-  std::thread reader([&] {
+  std::jthread reader([&] {
     std::string content;
     while (!done.load()) {
       if (!ReadWholeFile(path, &content)) continue;  // not written yet
@@ -764,7 +764,7 @@ TEST_F(DirectoryFenceTest, ConcurrentWritersNeverTearOrGoBack) {
       if (seen.empty() || seen.back() != token) seen.push_back(token);
     }
   });
-  std::vector<std::thread> writers;
+  std::vector<std::jthread> writers;
   for (int w = 0; w < kThreads; ++w) {
     writers.emplace_back([&, w] {
       while (!start.load()) std::this_thread::yield();

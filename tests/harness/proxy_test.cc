@@ -33,11 +33,11 @@ class EchoServer {
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
+    thread_ = std::jthread([this] {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
-        std::thread([c] {
+        std::jthread([c] {
           char buf[256];
           ssize_t n;
           while ((n = ::read(c, buf, sizeof buf)) > 0) (void)!::write(c, buf, static_cast<size_t>(n));
@@ -56,7 +56,7 @@ class EchoServer {
  private:
   int fd_;
   int port_;
-  std::thread thread_;
+  std::jthread thread_;
 };
 
 int Connect(int port) {

@@ -149,7 +149,7 @@ class PostgresBackendTest : public ::testing::Test {
 TEST_F(PostgresBackendTest, ManyClientsCreateAFreshSchemaAtOnce) {
   const std::string table = Unique("fresh");
   const std::string uri = WithParam(ServerUri(), "table=" + table);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   std::atomic<int> opened{0};
   std::mutex mu;
   std::vector<std::string> errors;
@@ -458,7 +458,7 @@ TEST_F(PostgresBackendTest, AWaiterAcquiresWithin50msOfTheRelease) {
     ASSERT_TRUE(held.ok()) << held.status().ToString();
     std::optional<Result<Lease>> got;
     Steady::time_point granted_at;
-    std::thread waiter([&] {
+    std::jthread waiter([&] {
       got.emplace(waiter_client->Acquire(key, Opts(milliseconds(30'000), milliseconds(10'000))));
       granted_at = Steady::now();
     });
@@ -488,7 +488,7 @@ TEST_F(PostgresBackendTest, WaitersAreServedInArrivalOrder) {
   ASSERT_TRUE(held.ok());
   std::mutex mu;
   std::vector<int> order;
-  std::vector<std::thread> waiters;
+  std::vector<std::jthread> waiters;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(NewClient());
   for (int i = 0; i < 4; ++i) {
@@ -515,7 +515,7 @@ TEST_F(PostgresBackendTest, AReleaseAndReacquireLoopCannotStarveAWaiter) {
   auto patient = NewClient();
   std::atomic<bool> stop{false};
   std::atomic<int> greedy_grants{0};
-  std::thread loop([&] {
+  std::jthread loop([&] {
     while (!stop) {
       auto lease = greedy->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)));
       if (!lease.ok()) continue;
@@ -620,7 +620,7 @@ TEST_F(PostgresBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(30'000)})->granted);
   auto acquisition = b->Begin({key, waiter, milliseconds(30'000), milliseconds(3000)});
   auto on_a_thread = [](auto fn) {
-    std::thread t(fn);
+    std::jthread t(fn);
     t.join();
   };
   std::optional<Result<Attempt>> refused;
@@ -636,7 +636,7 @@ TEST_F(PostgresBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   ASSERT_TRUE(refused->ok() && !(*refused)->granted) << refused->status().ToString();
   bool woken = false;
   Steady::time_point woken_at;
-  std::thread wait([&] {
+  std::jthread wait([&] {
     woken = acquisition->Wait(DefaultClock()->Now() + milliseconds(5000), {});
     woken_at = Steady::now();
   });
@@ -669,7 +669,7 @@ TEST_F(PostgresBackendTest, TheNextInLineWakesWhenANewHoldersLeaseExpires) {
   auto second = NewClient();
   std::optional<Result<Lease>> got;
   Steady::time_point got_at;
-  std::thread t([&] {
+  std::jthread t([&] {
     got.emplace(second->Acquire(key, Opts(milliseconds(5000), milliseconds(5000))));
     got_at = Steady::now();
   });
@@ -698,7 +698,7 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   auto first = NewClient();
   std::optional<Result<Lease>> got;
   Steady::time_point got_at;
-  std::thread t([&] {
+  std::jthread t([&] {
     got.emplace(first->Acquire(key, Opts(milliseconds(5000), milliseconds(5000))));
     got_at = Steady::now();
   });
@@ -728,7 +728,7 @@ TEST_F(PostgresBackendTest, AWaitingAcquireIsCancelledPromptly) {
   AcquireOptions o = Opts(milliseconds(30'000), milliseconds(20'000));
   o.cancel = cancel.get_token();
   std::optional<Result<Lease>> got;
-  std::thread t([&] { got.emplace(waiter->Acquire(key, o)); });
+  std::jthread t([&] { got.emplace(waiter->Acquire(key, o)); });
   std::this_thread::sleep_for(milliseconds(150));
   const auto start = Steady::now();
   cancel.request_stop();

@@ -83,7 +83,7 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
   // session are killed below.
   std::optional<Result<Lease>> waited;
   std::atomic<bool> waited_done{false};
-  std::thread t([&] {
+  std::jthread t([&] {
     waited.emplace(waiter->Acquire(key, Opts(ttl, 20 * ttl)));
     waited_done = true;
   });

@@ -119,7 +119,7 @@ TEST_F(PostgresFenceTest, APausedStaleWriterCannotCommitAfterANewerOne) {
   ASSERT_TRUE(Postgres::Admit(old_conn.get(), key, 33).ok());
   ASSERT_TRUE(Insert(old_conn.get(), 4, "old").ok());
   Status newer;
-  std::thread t([&] {
+  std::jthread t([&] {
     newer = Postgres::Write(new_conn.get(), key, 34, [&] { return Insert(new_conn.get(), 4, "new"); });
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -142,7 +142,7 @@ TEST_F(PostgresSecureTest, TheMinimalRoleLocksWaitsAndFences) {
 
   // A waiter is woken by the release (LISTEN/NOTIFY need no grants).
   Result<Lease> second = Status(StatusCode::kInternal, "not run");
-  std::thread wait([&] { second = (*waiter)->Acquire(key, {.ttl = seconds(30), .wait = seconds(20)}); });
+  std::jthread wait([&] { second = (*waiter)->Acquire(key, {.ttl = seconds(30), .wait = seconds(20)}); });
   // Released once the waiter is in the queue, so that it is the release's
   // notification that wakes it.
   auto observer = Open(app);

@@ -716,7 +716,7 @@ void HammerOneKey(const std::string& db_path, bool shared) {
     ASSERT_NE(shared_backend, nullptr);
   }
 
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::unique_ptr<Backend> own = shared ? nullptr : open();
@@ -754,7 +754,7 @@ void HammerOneKey(const std::string& db_path, bool shared) {
       }
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::jthread& thread : threads) thread.join();
 
   ASSERT_EQ(errors.load(), 0);
   EXPECT_EQ(overlaps.load(), 0);
@@ -777,14 +777,14 @@ TEST_F(SqliteBackendTest, OneBackendSharedByThreadsNeverOverlaps) {
 TEST_F(SqliteBackendTest, ConcurrentOpensOfANewFileSucceed) {
   constexpr int kThreads = 8;
   std::vector<Status> results(kThreads);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       Result<std::unique_ptr<Backend>> backend = Open(Options());
       results[t] = backend.status();
     });
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::jthread& thread : threads) thread.join();
   for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 

@@ -65,7 +65,7 @@ TEST_F(SqliteWaitingTest, FiveWaitersAcquireInArrivalOrderAndHandOffFast) {
   std::vector<int> order;
   std::vector<std::int64_t> gaps_ns;
   std::atomic<std::int64_t> released_at{0};
-  std::vector<std::thread> waiters;
+  std::vector<std::jthread> waiters;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 5; ++i) clients.push_back(NewClient());
   for (int i = 0; i < 5; ++i) {
@@ -117,7 +117,7 @@ TEST_F(SqliteWaitingTest, AWaiterWakesWhenTheHoldingThatBlocksItLapses) {
   AcquireOptions opts;
   opts.ttl = milliseconds(5000);
   opts.wait = milliseconds(5000);
-  std::thread t([&] {
+  std::jthread t([&] {
     got.emplace(second->Acquire("k", opts));
     got_at = std::chrono::steady_clock::now();
   });

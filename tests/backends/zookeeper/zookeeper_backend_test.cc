@@ -180,7 +180,7 @@ TEST(ZooKeeperBackendTest, FifoOrderAndFastHandOffWithFiveQueuedWaiters) {
   std::vector<int> order;
   std::vector<TimePoint> granted(kWaiters), releasing(kWaiters);
   std::vector<FencingToken> tokens(kWaiters);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kWaiters; ++i) clients.push_back(NewClient());
   for (int i = 0; i < kWaiters; ++i) {
@@ -333,7 +333,7 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
         pc.backend->Begin({key, owner, seconds(10), seconds(3)});
     std::optional<Result<Attempt>> r;
     std::atomic<bool> returned{false};
-    std::thread attempt([&] {
+    std::jthread attempt([&] {
       r.emplace(acquisition->Try());
       returned = true;
     });
@@ -420,7 +420,7 @@ class NotZooKeeper {
     socklen_t len = sizeof a;
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
+    thread_ = std::jthread([this] {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
@@ -440,7 +440,7 @@ class NotZooKeeper {
  private:
   int fd_ = -1;
   int port_ = 0;
-  std::thread thread_;
+  std::jthread thread_;
 };
 
 int FreePort() {
@@ -604,7 +604,7 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   AcquireOptions read = Opts(seconds(5), seconds(20));
   read.shared = true;
   std::vector<std::unique_ptr<Client>> clients;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   std::vector<TimePoint> granted_at(2);
   std::vector<Lease> leases(2);
   for (int i = 0; i < 2; ++i) {
@@ -647,7 +647,7 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::optional<Result<Lease>> third;
   TimePoint third_at;
-  std::thread t3([&] {
+  std::jthread t3([&] {
     third.emplace(writer_client->Acquire(sem, permit));
     third_at = MonotonicClock::now();
   });
@@ -680,7 +680,7 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   quitting.queue_ttl = seconds(3);
   std::unique_ptr<Acquisition> w = backend->Begin(waiting);
   std::unique_ptr<Acquisition> q = backend->Begin(quitting);
-  auto on_a_thread = [](const std::function<void()>& fn) { std::thread(fn).join(); };
+  auto on_a_thread = [](const std::function<void()>& fn) { std::jthread(fn).join(); };
 
   std::optional<Result<Attempt>> first, other;
   on_a_thread([&] { first.emplace(w->Try()); });
@@ -691,7 +691,7 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
 
   bool woke = false;
   TimePoint woke_at;
-  std::thread wait([&] {
+  std::jthread wait([&] {
     woke = w->Wait(MonotonicClock::now() + seconds(10), {});
     woke_at = MonotonicClock::now();
   });
