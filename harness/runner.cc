@@ -137,6 +137,16 @@ class Run {
   std::map<int, std::int64_t> restart_at_;  // worker id -> ns
   std::map<int, std::int64_t> heal_at_;     // worker id -> ns (proxy back to pass)
   std::map<int, bool> go_on_heal_;          // partitioned inside its critical section
+  // A pause meant to outlive the lease (>= 1 ttl) lasts until another
+  // worker has written under a newer grant, and at most kOutliveTtls ttls:
+  // on a loaded machine the next holder can take longer than the pause,
+  // and the stale write the pause is there to provoke would not happen.
+  struct Outliving {
+    std::int64_t until_ns = 0;
+    bool overtaken = false;
+  };
+  static constexpr int kOutliveTtls = 10;
+  std::map<int, Outliving> outliving_;      // paused worker id ->
   std::vector<Event> events_;
   std::ofstream history_file_;
   std::ofstream faults_file_;
@@ -224,6 +234,9 @@ void Run::CloseWorker(WorkerProc& w) {
 
 void Run::OnEvent(WorkerProc& w, const Event& e) {
   Record(e);
+  if (e.op == "write" && e.type == EventType::kOk) {
+    for (auto& [id, outliving] : outliving_) outliving.overtaken |= id != e.worker;
+  }
   if (!(e.op == "read" && e.type == EventType::kOk)) return;
   // Inside the critical section, waiting for our go-ahead.
   // Clock steps come due on their own timer; pauses and kills wait for a
@@ -239,6 +252,9 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
       w.paused = true;
       Nemesis("pause", w.id, pause_ns);
       resume_at_[w.id] = NowNs() + pause_ns;
+      if (f.ttl_factor >= 1.0) {
+        outliving_[w.id] = {NowNs() + kOutliveTtls * std::chrono::nanoseconds(o_.ttl).count()};
+      }
       Go(w);  // read when it runs again
       return;
     }
@@ -397,6 +413,7 @@ void Run::BeginEnding() {
     }
   }
   resume_at_.clear();
+  outliving_.clear();
   restart_at_.clear();
   for (auto& [id, t] : heal_at_) {
     WorkerProc& w = workers_[static_cast<std::size_t>(id)];
@@ -409,7 +426,15 @@ void Run::BeginEnding() {
 
 Status Run::FireTimers(std::int64_t now) {
   for (auto it = resume_at_.begin(); it != resume_at_.end();) {
+    const auto outliving = outliving_.find(it->first);
+    if (it->second <= now && outliving != outliving_.end() && !outliving->second.overtaken &&
+        now < outliving->second.until_ns) {
+      it->second = now + std::chrono::nanoseconds(o_.ttl).count() / 10;  // look again
+      ++it;
+      continue;
+    }
     if (it->second <= now) {
+      if (outliving != outliving_.end()) outliving_.erase(outliving);
       WorkerProc& w = workers_[static_cast<std::size_t>(it->first)];
       ::kill(w.pid, SIGCONT);
       w.paused = false;
