@@ -34,7 +34,9 @@ check fenced "$out" '
 assert r["violations"] == 0, r["violations"]
 assert r["faults_by_kind"].get("pause", 0) >= 1, r["faults_by_kind"]
 assert r["stale_writes_rejected"] >= 1, "no pause produced a stale write"
-assert r["operations"] > 50, r["operations"]'
+# Work was done around every fault; how much is not under test here (a
+# sanitizer build on a loaded machine manages a few per second).
+assert r["operations"] >= 2 * r["faults_injected"] + 5, r["operations"]'
 
 out=$("$DLOCK" chaos "${backend[@]}" --workload unfenced --faults pause --duration "$DURATION" --ttl "$TTL" --seed 7 --json --dir "$WORK")
 rc=$?
