@@ -66,7 +66,10 @@ TEST(RedisUri, BadUrisAreRefusedBeforeConnecting) {
       {"redis+sentinel://127.0.0.1:26379/m?db=z", "bad database index"},
       {"redlock://127.0.0.1:1,127.0.0.1:2", "at least 3"},
       {"redlock://a:1,b:2,c:3?drift_factor=2", "drift_factor"},
-      {"rediss://127.0.0.1:6380/0", "TLS is not supported"},
+      {"redis://127.0.0.1:6379/0?cacert=/ca.pem", "use rediss://"},
+      {"rediss://127.0.0.1:6380/0?cert=/c.pem", "cert= and key= come together"},
+      {"rediss+sentinel://127.0.0.1:26379/m?sentinel_password_file=/nonexistent/x",
+       "sentinel password"},
   };
   for (const Case& c : cases) {
     Status error;
