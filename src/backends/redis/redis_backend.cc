@@ -308,6 +308,14 @@ class RedisAcquisition final : public Acquisition {
   bool abandoned_ = false;
 };
 
+// A sentinel's refusal, with where its password comes from when that is
+// what it refused.
+Status SentinelRefused(const Status& s) {
+  if (s.message().find("password") == std::string::npos) return s;
+  return Status(s.code(), s.message() + " (for a sentinel: its own password, from "
+                                        "sentinel_password_file= or sentinel_password_env=)");
+}
+
 Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string_view what) {
   const ConnectOptions& to_sentinel = options_.to_sentinel;
   std::string errors;
@@ -315,7 +323,7 @@ Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string
   for (const Endpoint& s : options_.endpoints) {
     auto sentinel = Connection::Open(s, to_sentinel, false, false, what);
     // The sentinels share a password and a CA: a refusal is the same on all.
-    if (!sentinel.ok() && IsFinal(sentinel.status())) return sentinel.status();
+    if (!sentinel.ok() && IsFinal(sentinel.status())) return SentinelRefused(sentinel.status());
     if (!sentinel.ok()) {
       errors += "; " + sentinel.status().message();
       continue;
@@ -329,7 +337,7 @@ Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string
     const redisReply* r = reply->get();
     if (r->type == REDIS_REPLY_ERROR) {
       Status refused = ReplyError(r, s.Text(), "ask sentinel");
-      if (refused.code() == StatusCode::kPermissionDenied) return refused;
+      if (refused.code() == StatusCode::kPermissionDenied) return SentinelRefused(refused);
       errors += "; " + refused.message();
       continue;
     }
