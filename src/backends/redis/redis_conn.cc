@@ -183,9 +183,9 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
                                      "supported (use one primary, with Sentinel for failover)");
   }
   if (StartsWithWord(e, "NOPERM")) {
-    return PermissionDeniedError(at + " refused a command this user may not run (dlock "
-                                      "needs EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, "
-                                      "ROLE): " + std::string(e));
+    return PermissionDeniedError(at + " refused a command or key this user may not use (the "
+                                      "ACL dlock needs is in docs/backend-redis.md, \"Secured\"): " +
+                                      std::string(e));
   }
   if (e.find("unknown command") != std::string_view::npos) {
     return UnavailableError(at + " lacks a command dlock needs (Redis 5 or later is "

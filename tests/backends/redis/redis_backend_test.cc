@@ -156,6 +156,31 @@ TEST(RedisOddServers, NonRedisServerIsNamedAsSuch) {
       << error.ToString();
 }
 
+// rediss:// to a server that answers the TLS hello in plaintext (a Redis
+// error reply), or not at all: kUnavailable, saying so, within the timeout.
+TEST(RedisOddServers, PlaintextServerOnRedissIsNamedAndNeverHangs) {
+  FakeServer plain([](int fd) {
+    FakeServer::ReadSome(fd);
+    FakeServer::Write(fd, "-ERR unknown command\r\n");
+  });
+  const std::string uri = "rediss" + plain.Uri().substr(5);
+  Status error;
+  EXPECT_EQ(OpenRaw(uri, &error, milliseconds(500)), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("did not speak TLS"), std::string::npos) << error.ToString();
+
+  FakeServer silent([](int fd) {
+    FakeServer::ReadSome(fd);
+    std::this_thread::sleep_for(milliseconds(600));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(OpenRaw("rediss" + silent.Uri().substr(5), &error, milliseconds(200)), nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(550));
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("TLS handshake within the connect timeout"), std::string::npos)
+      << error.ToString();
+}
+
 TEST(RedisOddServers, SilentServerTimesOut) {
   FakeServer silent([](int fd) {
     FakeServer::ReadSome(fd);
