@@ -47,7 +47,6 @@ struct Failure {
   bool partial_reply = false;  // the connection broke inside a reply
   bool tls_refused = false;    // a certificate was not accepted (either side)
   bool not_tls = false;        // rediss:// to a server that does not speak TLS
-  bool tls_expected = false;   // the server wants TLS; this was plaintext
   std::chrono::milliseconds timeout{0};  // the read timeout in force
 };
 
