@@ -11,6 +11,17 @@
 #                                     sentinels (s1..s3) monitoring it as
 #                                     "dlock-primary", ready to fail over;
 #                                     DIR/uri = redis+sentinel://.../dlock-primary
+#   redis.sh start-secure DIR         one server on TLS only (client certificates
+#                                     required) with ACL users: default off,
+#                                     "dlock" with the minimal ACL
+#                                     (docs/backend-redis.md), "admin", "nokeys"
+#                                     (dlock's commands, no keys); passwords in
+#                                     0600 files DIR/<user>.password;
+#                                     DIR/uri = rediss://dlock@localhost:P/0?...
+#   redis.sh start-secure-sentinel DIR  start-sentinel's topology on TLS (replication
+#                                     too) with those users, and sentinels with
+#                                     their own password (DIR/sentinel.password);
+#                                     DIR/uri = rediss+sentinel://...
 #   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
 #   redis.sh port DIR NAME            print a member's port
 #
@@ -112,9 +123,148 @@ EOF
   echo "redis+sentinel://$hosts/dlock-primary" >"$dir/uri"
 }
 
+# The commands dlock runs, directly and inside its Lua scripts (Redis
+# checks both against the user's ACL): docs/backend-redis.md, "Secured".
+DLOCK_COMMANDS="+ping +select +role +wait +scan +exists +get +evalsha +eval \
++subscribe +unsubscribe +publish +time +set +del +incr +pexpire +pexpireat +pttl \
++hset +hget +hmget +hdel +hexists +lindex +lpop +lrange +lrem +rpush \
++zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
+
+sha256() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+
+# secure_files DIR: certificates, passwords (0600 files) and the ACL file,
+# which holds password hashes only.
+secure_files() {
+  local dir=$1 u
+  make_certs "$dir"
+  (
+    umask 077
+    for u in dlock admin nokeys sentinel; do
+      openssl rand -hex 16 >"$dir/$u.password"
+    done
+    {
+      echo "user default off"
+      echo "user admin on #$(sha256 "$(cat "$dir/admin.password")") ~* &* +@all"
+      # The minimal ACL, plus app:* for the keys the tests' fenced writes touch.
+      echo "user dlock on #$(sha256 "$(cat "$dir/dlock.password")") resetkeys ~dlock:* ~app:*" \
+        "resetchannels &dlock:* -@all" $DLOCK_COMMANDS
+      echo "user nokeys on #$(sha256 "$(cat "$dir/nokeys.password")") resetkeys" \
+        "resetchannels &dlock:* -@all" $DLOCK_COMMANDS
+    } >"$dir/users.acl"
+  )
+}
+
+# tls_conf DIR PORT: the TLS settings of every member, server or sentinel.
+tls_conf() {
+  cat <<EOF
+port 0
+tls-port $2
+tls-cert-file $1/server.pem
+tls-key-file $1/server.key
+tls-ca-cert-file $1/ca.pem
+tls-auth-clients yes
+tls-replication yes
+EOF
+}
+
+# start_tls_member DIR NAME [redis-server args...]: a server on TLS only with
+# dlock's users; its config file (0600) holds what must not show in ps.
+start_tls_member() {
+  local dir=$1 name=$2 port i
+  shift 2
+  port=$(free_port)
+  mkdir -p "$dir/$name.data"
+  (
+    umask 077
+    {
+      tls_conf "$dir" "$port"
+      echo "aclfile $dir/users.acl"
+      echo "masteruser admin"
+      echo "masterauth $(cat "$dir/admin.password")"
+    } >"$dir/$name.conf"
+  )
+  redis-server "$dir/$name.conf" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$dir/$name.data" --daemonize yes --pidfile "$dir/$name.pid" \
+    --logfile "$dir/$name.log" --protected-mode no "$@" >/dev/null
+  wait_for_port "$port" 20
+  for ((i = 0; i < 100; i++)); do [ -s "$dir/$name.pid" ] && break; sleep 0.02; done
+  echo "$port" >"$dir/$name.port"
+}
+
+# tls_cli DIR PORT USER args...: redis-cli over TLS as USER ("" for the
+# default user, with DIR/sentinel.password).
+tls_cli() {
+  local dir=$1 port=$2 user=$3
+  shift 3
+  REDISCLI_AUTH=$(cat "$dir/${user:-sentinel}.password") redis-cli --tls \
+    --cacert "$dir/ca.pem" --cert "$dir/client.pem" --key "$dir/client.key" \
+    -h localhost -p "$port" ${user:+--user "$user"} --no-auth-warning "$@"
+}
+
+tls_params() {
+  echo "cacert=$1/ca.pem&cert=$1/client.pem&key=$1/client.key&password_file=$1/dlock.password"
+}
+
+# sentinel_conf DIR NAME PORT PRIMARY_PORT
+sentinel_conf() {
+  local dir=$1 s=$2
+  tls_conf "$dir" "$3"
+  cat <<EOF
+bind 127.0.0.1
+protected-mode no
+daemonize yes
+pidfile $dir/$s.pid
+logfile $dir/$s.log
+dir $dir
+requirepass $(cat "$dir/sentinel.password")
+sentinel sentinel-pass $(cat "$dir/sentinel.password")
+sentinel resolve-hostnames yes
+sentinel announce-hostnames yes
+sentinel announce-ip localhost
+sentinel monitor dlock-primary localhost $4 2
+sentinel auth-user dlock-primary admin
+sentinel auth-pass dlock-primary $(cat "$dir/admin.password")
+sentinel down-after-milliseconds dlock-primary 500
+sentinel failover-timeout dlock-primary 3000
+sentinel parallel-syncs dlock-primary 1
+EOF
+}
+
+start_secure_sentinel_topology() {
+  local dir=$1 p r s port hosts="" ok i info
+  secure_files "$dir"
+  start_tls_member "$dir" p --replica-announce-ip localhost \
+    --repl-diskless-sync yes --repl-diskless-sync-delay 0
+  p=$(cat "$dir/p.port")
+  start_tls_member "$dir" r --replicaof localhost "$p" --replica-announce-ip localhost \
+    --repl-diskless-load swapdb --replica-priority 100
+  r=$(cat "$dir/r.port")
+  for s in s1 s2 s3; do
+    port=$(free_port)
+    (umask 077; sentinel_conf "$dir" "$s" "$port" "$p" >"$dir/$s.conf")
+    redis-server "$dir/$s.conf" --sentinel >/dev/null
+    wait_for_port "$port" 20
+    echo "$port" >"$dir/$s.port"
+    hosts+="${hosts:+,}localhost:$port"
+  done
+  for ((i = 0; i < 300; i++)); do
+    ok=1
+    tls_cli "$dir" "$r" admin info replication | grep -q 'master_link_status:up' || ok=0
+    for s in s1 s2 s3; do
+      info=$(tls_cli "$dir" "$(cat "$dir/$s.port")" "" sentinel master dlock-primary 2>/dev/null | tr -d '\r')
+      echo "$info" | grep -A1 -x 'num-slaves' | tail -1 | grep -qx 1 || ok=0
+      echo "$info" | grep -A1 -x 'num-other-sentinels' | tail -1 | grep -qx 2 || ok=0
+    done
+    [ "$ok" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$ok" = 1 ] || { echo "redis.sh: secured sentinel topology in $dir did not become ready" >&2; exit 1; }
+  echo "rediss+sentinel://dlock@$hosts/dlock-primary?$(tls_params "$dir")&sentinel_password_file=$dir/sentinel.password" >"$dir/uri"
+}
+
 verb=${1:-}
 dir=${2:-}
-[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-nodes|start-sentinel|kill|pause|resume|port DIR [...]" >&2; exit 64; }
+[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|kill|pause|resume|port DIR [...]" >&2; exit 64; }
 
 case "$verb" in
   start)
@@ -142,6 +292,18 @@ case "$verb" in
       hosts+="${hosts:+,}127.0.0.1:$(cat "$dir/n$k.port")"
     done
     echo "redlock://$hosts" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  start-secure)
+    mkdir -p "$dir"
+    secure_files "$dir"
+    start_tls_member "$dir" main
+    echo "rediss://dlock@localhost:$(cat "$dir/main.port")/0?$(tls_params "$dir")" >"$dir/uri"
+    cat "$dir/uri"
+    ;;
+  start-secure-sentinel)
+    mkdir -p "$dir"
+    start_secure_sentinel_topology "$dir"
     cat "$dir/uri"
     ;;
   start-sentinel)

@@ -20,9 +20,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr const char* kRedisForm = "redis://[user:password@]host[:6379][/db]";
+constexpr const char* kRedisForm =
+    "redis[s]://[user:password@]host[:6379][/db][?cacert=&cert=&key=]";
 constexpr const char* kSentinelForm =
-    "redis+sentinel://[user:password@]host[:26379],host,.../master-name[?db=N]";
+    "redis[s]+sentinel://[user:password@]host[:26379],host,.../master-name[?db=N]";
 constexpr std::size_t kMaxIdleConnections = 8;
 constexpr std::size_t kListBatch = 256;
 // A waiter's place in the queue lasts at most kPlaceTtl after its last
@@ -35,6 +36,7 @@ constexpr milliseconds kPlaceRefresh{300};
 
 struct RedisOptions {
   ConnectOptions connect;
+  ConnectOptions to_sentinel;  // redis+sentinel://: TLS and the sentinels' password
   // The server for redis://; the sentinels for redis+sentinel://.
   std::vector<Endpoint> endpoints;
   bool sentinel = false;
@@ -67,7 +69,9 @@ Result<RedisOptions> RedisOptionsFromUri(const internal::Uri& uri,
                                          const internal::BackendParams& params) {
   RedisOptions o;
   o.connect = BaseConnectOptions(uri, params);
-  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout", "wait_replicas", "wait_timeout"}));
+  DLOCK_RETURN_IF_ERROR(
+      uri.CheckParams({"timeout", "wait_replicas", "wait_timeout", "cacert", "cert", "key"}));
+  DLOCK_RETURN_IF_ERROR(TlsFromUri(uri, &o.connect));
   if (uri.hosts.find(',') != std::string::npos) {
     return BadUri(uri, "redis:// takes one server; for several use redis+sentinel:// (one "
                        "primary found through Sentinel) or redlock:// (independent nodes)",
@@ -89,7 +93,13 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   RedisOptions o;
   o.sentinel = true;
   o.connect = BaseConnectOptions(uri, params);
-  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"db", "timeout", "wait_replicas", "wait_timeout"}));
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"db", "timeout", "wait_replicas", "wait_timeout",
+                                         "cacert", "cert", "key", "sentinel_password_file",
+                                         "sentinel_password_env"}));
+  DLOCK_RETURN_IF_ERROR(TlsFromUri(uri, &o.connect));
+  o.to_sentinel.connect_timeout = o.connect.connect_timeout;
+  o.to_sentinel.tls = o.connect.tls;
+  DLOCK_RETURN_IF_ERROR(SentinelPasswordFromUri(uri, &o.to_sentinel));
   DLOCK_ASSIGN_OR_RETURN(o.endpoints,
                          ParseEndpoints(uri.hosts, 26379, "redis+sentinel URI " + uri.Redacted()));
   std::string_view path = uri.path;
@@ -298,13 +308,22 @@ class RedisAcquisition final : public Acquisition {
   bool abandoned_ = false;
 };
 
+// A sentinel's refusal, with where its password comes from when that is
+// what it refused.
+Status SentinelRefused(const Status& s) {
+  if (s.message().find("password") == std::string::npos) return s;
+  return Status(s.code(), s.message() + " (for a sentinel: its own password, from "
+                                        "sentinel_password_file= or sentinel_password_env=)");
+}
+
 Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string_view what) {
-  ConnectOptions to_sentinel;
-  to_sentinel.connect_timeout = options_.connect.connect_timeout;
+  const ConnectOptions& to_sentinel = options_.to_sentinel;
   std::string errors;
   int unknown = 0, answered = 0;
   for (const Endpoint& s : options_.endpoints) {
     auto sentinel = Connection::Open(s, to_sentinel, false, false, what);
+    // The sentinels share a password and a CA: a refusal is the same on all.
+    if (!sentinel.ok() && IsFinal(sentinel.status())) return SentinelRefused(sentinel.status());
     if (!sentinel.ok()) {
       errors += "; " + sentinel.status().message();
       continue;
@@ -317,7 +336,9 @@ Result<std::unique_ptr<Connection>> RedisBackend::ConnectViaSentinel(std::string
     }
     const redisReply* r = reply->get();
     if (r->type == REDIS_REPLY_ERROR) {
-      errors += "; " + ReplyError(r, s.Text(), "ask sentinel").message();
+      Status refused = ReplyError(r, s.Text(), "ask sentinel");
+      if (refused.code() == StatusCode::kPermissionDenied) return SentinelRefused(refused);
+      errors += "; " + refused.message();
       continue;
     }
     ++answered;

@@ -183,9 +183,9 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
                                      "supported (use one primary, with Sentinel for failover)");
   }
   if (StartsWithWord(e, "NOPERM")) {
-    return PermissionDeniedError(at + " refused a command this user may not run (dlock "
-                                      "needs EVAL/EVALSHA, SCAN, PUBLISH/SUBSCRIBE, WAIT, PING, "
-                                      "ROLE): " + std::string(e));
+    return PermissionDeniedError(at + " refused a command or key this user may not use (the "
+                                      "ACL dlock needs is in docs/backend-redis.md, \"Secured\"): " +
+                                      std::string(e));
   }
   if (e.find("unknown command") != std::string_view::npos) {
     return UnavailableError(at + " lacks a command dlock needs (Redis 5 or later is "
@@ -197,6 +197,8 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
 
 // A failure hiredis reported on the connection (no reply, or a broken one).
 Status FromContextFailure(const Failure& f, const std::string& at) {
+  if (f.tls_refused) return PermissionDeniedError(at + ": TLS: " + f.text);
+  if (f.not_tls) return UnavailableError(at + " " + f.text);
   switch (f.context_err) {
     case REDIS_ERR_EOF:
       if (f.partial_reply) {
@@ -366,21 +368,11 @@ bool ReplyInt(const redisReply* r, long long* out) {
   return ec == std::errc() && p == r->str + r->len;
 }
 
-Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
-                                                     const ConnectOptions& options,
-                                                     bool require_primary, bool verify,
-                                                     std::string_view what) {
-  const std::string server = endpoint.Text();
-  errno = 0;
-  ContextPtr ctx(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
-                                         ToTimeval(options.connect_timeout)));
-  const int saved = errno;
-  if (ctx == nullptr || ctx->err != 0) {
-    return ContextError(ctx.get(), saved, options.connect_timeout, server, what);
-  }
-  redisEnableKeepAlive(ctx.get());
-  std::unique_ptr<Connection> conn(new Connection(std::move(ctx), server));
+namespace {
 
+// The commands that log in and check the server, sent with the connect.
+Result<std::vector<Command>> HelloCommands(const ConnectOptions& options, bool require_primary,
+                                           bool verify, std::string_view what) {
   std::vector<Command> hello;
   if (options.has_password) {
     if (options.user.empty()) {
@@ -394,10 +386,14 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
   }
   if (options.db != 0) hello.push_back({"SELECT", std::to_string(options.db)});
   if (require_primary) hello.push_back({"ROLE"});
-  if (hello.empty() && verify) hello.push_back({"PING"});
-  if (hello.empty()) return conn;
+  // Over TLS always one round trip: a TLS 1.3 server refuses a client
+  // certificate only after the handshake, and that must show now.
+  if (hello.empty() && (verify || options.tls.enabled)) hello.push_back({"PING"});
+  return hello;
+}
 
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(hello, options.connect_timeout, what));
+Status CheckHello(const std::vector<Command>& hello, const std::vector<ReplyPtr>& replies,
+                  const std::string& server, std::string_view what) {
   for (std::size_t i = 0; i < hello.size(); ++i) {
     const redisReply* r = replies[i].get();
     if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
@@ -415,28 +411,87 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
       return OddReply("PONG", server, what);
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
+                                                     const ConnectOptions& options,
+                                                     bool require_primary, bool verify,
+                                                     std::string_view what) {
+  const std::string server = endpoint.Text();
+  DLOCK_ASSIGN_OR_RETURN(std::vector<Command> hello,
+                         HelloCommands(options, require_primary, verify, what));
+  DLOCK_ASSIGN_OR_RETURN(auto transport,
+                         Transport::Open(endpoint, options.tls, options.connect_timeout, what));
+  std::unique_ptr<Connection> conn(new Connection(std::move(transport), server));
+  if (hello.empty()) return conn;
+  auto replies = conn->Pipeline(hello, options.connect_timeout, what);
+  if (!replies.ok()) {
+    // A TLS port closes on plaintext at once (or answers with a TLS alert).
+    const Failure& f = conn->transport_->failure();
+    if (!options.tls.enabled &&
+        (f.context_err == REDIS_ERR_EOF || f.context_err == REDIS_ERR_PROTOCOL ||
+         f.saved_errno == ECONNRESET)) {
+      return Status(replies.status().code(),
+                    replies.status().message() + " (a TLS port? then use rediss://)");
+    }
+    return replies.status();
+  }
+  DLOCK_RETURN_IF_ERROR(CheckHello(hello, *replies, server, what));
   return conn;
 }
 
-bool Connection::PeerClosed(milliseconds idle) const {
+bool Connection::PeerClosed(milliseconds idle) {
   if (std::chrono::steady_clock::now() - last_call_ < idle) return false;
-  pollfd p{ctx_->fd, POLLIN, 0};
-  return poll(&p, 1, 0) != 0;
+  return transport_->PeerClosed();
 }
 
 void Connection::SetTimeout(milliseconds timeout) {
   if (timeout == timeout_) return;
-  redisSetTimeout(ctx_.get(), ToTimeval(timeout));
+  transport_->SetTimeout(timeout);
   timeout_ = timeout;
+}
+
+Status Connection::Broken(std::string_view what) {
+  broken_ = true;
+  return FromRedis(transport_->failure(), server_, what);
+}
+
+Status Connection::Send(std::span<const Command> commands, milliseconds timeout,
+                        std::string_view what) {
+  if (broken_) {
+    return UnavailableError(std::string(what) + ": connection to " + server_ + " is broken");
+  }
+  SetTimeout(timeout);
+  for (const Command& command : commands) transport_->Append(command);
+  if (!transport_->Flush()) return Broken(what);
+  return Status::Ok();
+}
+
+Result<ReplyPtr> Connection::Receive(std::string_view what) {
+  ReplyPtr reply;
+  if (!transport_->Get(&reply)) return Broken(what);
+  last_call_ = std::chrono::steady_clock::now();
+  return reply;
+}
+
+Result<std::vector<ReplyPtr>> Connection::ReceiveAvailable(std::string_view what) {
+  std::vector<ReplyPtr> replies;
+  if (!transport_->ReadAvailable(&replies)) return Broken(what);
+  return replies;
 }
 
 Result<std::vector<ReplyPtr>> Connection::Pipeline(std::span<const Command> commands,
                                                    milliseconds timeout, std::string_view what) {
-  if (broken_) return UnavailableError(std::string(what) + ": connection to " + server_ + " is broken");
-  SetTimeout(timeout);
-  auto replies = PipelineOn(ctx_.get(), commands, timeout, server_, what);
-  if (!replies.ok()) broken_ = true;
-  last_call_ = std::chrono::steady_clock::now();
+  DLOCK_RETURN_IF_ERROR(Send(commands, timeout, what));
+  std::vector<ReplyPtr> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply, Receive(what));
+    replies.push_back(std::move(reply));
+  }
   return replies;
 }
 

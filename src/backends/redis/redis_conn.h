@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/redis/redis_transport.h"
 #include "dlock/status.h"
 
 namespace dlock::redis {
@@ -28,27 +29,6 @@ struct ContextFree {
   }
 };
 using ContextPtr = std::unique_ptr<redisContext, ContextFree>;
-
-struct ReplyFree {
-  void operator()(redisReply* r) const {
-    if (r != nullptr) freeReplyObject(r);
-  }
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
-
-// One command, one argument per element (binary safe).
-using Command = std::vector<std::string>;
-
-// What went wrong on one call, as hiredis or the server reported it.
-struct Failure {
-  int context_err = 0;         // redisContext::err; 0 for an error reply
-  int saved_errno = 0;         // errno right after the failing hiredis call
-  std::string text;            // errstr, the error reply, or what was odd
-  bool error_reply = false;    // the server answered with an error
-  bool odd_reply = false;      // the server answered, not what a script returns
-  bool partial_reply = false;  // the connection broke inside a reply
-  std::chrono::milliseconds timeout{0};  // the read timeout in force
-};
 
 // The one place where hiredis errors and Redis error replies become dlock
 // Statuses. `server` is "host:port" (never a password), `what` says what was
@@ -66,12 +46,6 @@ inline bool IsFinal(const Status& s) {
   return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPermissionDenied;
 }
 
-struct Endpoint {
-  std::string host;
-  int port = 6379;
-  std::string Text() const;  // host:port, [v6]:port
-};
-
 // "h1:6379,h2,[::1]:6380" -> endpoints (default_port where none is given).
 Result<std::vector<Endpoint>> ParseEndpoints(std::string_view hosts, int default_port,
                                              std::string_view what);
@@ -82,6 +56,7 @@ struct ConnectOptions {
   bool has_password = false;
   int db = 0;
   std::chrono::milliseconds connect_timeout{5000};
+  TlsOptions tls;  // rediss://
 };
 
 // A Lua script and its SHA-1, computed here so that calls go by EVALSHA.
@@ -126,15 +101,26 @@ class Connection {
   // spoken to) by the server; the caller should not send on it. Checked
   // only after `idle` without a call: a connection used a moment ago is
   // almost surely alive, and the check costs a system call.
-  bool PeerClosed(std::chrono::milliseconds idle) const;
+  bool PeerClosed(std::chrono::milliseconds idle);
   const std::string& server() const { return server_; }
-  redisContext* context() { return ctx_.get(); }
+
+  // The halves of Pipeline, for callers that overlap several connections
+  // (Redlock) or read as messages arrive (the subscriber). A failure
+  // breaks the connection, as in Pipeline.
+  Status Send(std::span<const Command> commands, std::chrono::milliseconds timeout,
+              std::string_view what);
+  Result<ReplyPtr> Receive(std::string_view what);
+  // Every whole reply that has arrived, without blocking.
+  Result<std::vector<ReplyPtr>> ReceiveAvailable(std::string_view what);
+  int fd() const { return transport_->fd(); }
 
  private:
-  Connection(ContextPtr ctx, std::string server) : ctx_(std::move(ctx)), server_(std::move(server)) {}
+  Connection(std::unique_ptr<Transport> transport, std::string server)
+      : transport_(std::move(transport)), server_(std::move(server)) {}
   void SetTimeout(std::chrono::milliseconds timeout);
+  Status Broken(std::string_view what);
 
-  ContextPtr ctx_;
+  std::unique_ptr<Transport> transport_;
   std::string server_;
   std::chrono::milliseconds timeout_{-1};
   bool broken_ = false;

@@ -2,10 +2,12 @@
 
 #include <cerrno>
 #include <charconv>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
 #include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_fence_conn.h"
 #include "backends/redis/redis_keys.h"
 #include "dlock/fence.h"
 #include "dlock/fence_redis.h"
@@ -89,21 +91,25 @@ std::string Server(redisContext* c) {
   return "(caller's connection)";
 }
 
+// Runs composed fence scripts on some connection: EVALSHA, EVAL on NOSCRIPT.
+using Evaluator = std::function<Result<std::vector<redis::ReplyPtr>>(
+    const Script&, std::span<const std::string>, std::span<const std::string>)>;
+
 // Runs a fence script; kStaleToken from the prelude's error.
-Result<redis::ReplyPtr> Run(redisContext* c, const Script& script, std::string_view lock_key,
-                            FencingToken token, std::span<const std::string> keys,
-                            std::span<const std::string> args, bool user_script) {
+Result<redis::ReplyPtr> RunWith(const Evaluator& eval, const std::string& server,
+                                const Script& script, std::string_view lock_key,
+                                FencingToken token, std::span<const std::string> keys,
+                                std::span<const std::string> args, bool user_script) {
   DLOCK_RETURN_IF_ERROR(CheckRedisToken(token));
   DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
   std::vector<std::string> all_keys{Redis::RecordKey(lock_key)};
   all_keys.insert(all_keys.end(), keys.begin(), keys.end());
   std::vector<std::string> all_args{std::to_string(token)};
   all_args.insert(all_args.end(), args.begin(), args.end());
-  const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
-  auto replies = redis::EvalOnContext(c, script, all_keys, all_args, what);
-  if (!replies.ok()) return replies.status();
-  redis::ReplyPtr reply = std::move((*replies)[0]);
+  DLOCK_ASSIGN_OR_RETURN(auto replies, eval(script, all_keys, all_args));
+  redis::ReplyPtr reply = std::move(replies[0]);
   if (reply->type == REDIS_REPLY_ERROR) {
+    const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
     const std::string text = redis::ReplyString(reply.get());
     if (text.starts_with(kStale)) {
       const std::string highest = text.substr(kStale.size());
@@ -114,9 +120,31 @@ Result<redis::ReplyPtr> Run(redisContext* c, const Script& script, std::string_v
     if (user_script && text.find("user_script") != std::string::npos) {
       return FailedPreconditionError(what + ": the caller's script failed: " + text);
     }
-    return redis::ReplyError(reply.get(), Server(c), what);
+    return redis::ReplyError(reply.get(), server, what);
   }
   return reply;
+}
+
+Result<redis::ReplyPtr> Run(redisContext* c, const Script& script, std::string_view lock_key,
+                            FencingToken token, std::span<const std::string> keys,
+                            std::span<const std::string> args, bool user_script) {
+  const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
+  return RunWith(
+      [&](const Script& s, std::span<const std::string> k, std::span<const std::string> a) {
+        return redis::EvalOnContext(c, s, k, a, what);
+      },
+      Server(c), script, lock_key, token, keys, args, user_script);
+}
+
+// The highest token from GET's reply.
+Result<FencingToken> HighestFrom(const redisReply* reply, const std::string& server) {
+  if (reply->type == REDIS_REPLY_NIL) return FencingToken{0};
+  long long v = 0;
+  if (!redis::ReplyInt(reply, &v) || v < 0) {
+    if (reply->type == REDIS_REPLY_ERROR) return redis::ReplyError(reply, server, "read fence");
+    return redis::OddReply("a token", server, "read fence");
+  }
+  return static_cast<FencingToken>(v);
 }
 
 }  // namespace
@@ -160,13 +188,33 @@ Result<FencingToken> Redis::Highest(redisContext* context, std::string_view lock
   if (context == nullptr) return InvalidArgumentError("fence: null redisContext");
   redis::ReplyPtr reply(static_cast<redisReply*>(redisCommandArgv(context, 2, argv, len)));
   if (!reply) return redis::ContextError(context, errno, std::chrono::milliseconds(0), Server(context), "read fence");
-  if (reply->type == REDIS_REPLY_NIL) return FencingToken{0};
-  long long v = 0;
-  if (!redis::ReplyInt(reply.get(), &v) || v < 0) {
-    if (reply->type == REDIS_REPLY_ERROR) return redis::ReplyError(reply.get(), Server(context), "read fence");
-    return redis::OddReply("a token", Server(context), "read fence");
-  }
-  return static_cast<FencingToken>(v);
+  return HighestFrom(reply.get(), Server(context));
+}
+
+}  // namespace dlock::fence
+
+namespace dlock::redis {
+
+Status FenceSet(Connection& c, std::string_view lock_key, FencingToken token,
+                std::string_view key, std::string_view value,
+                std::chrono::milliseconds timeout) {
+  const std::string keys[] = {std::string(key)};
+  const std::string args[] = {std::string(value)};
+  const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
+  return fence::RunWith(
+             [&](const Script& s, std::span<const std::string> k, std::span<const std::string> a) {
+               return c.Eval(s, k, a, {}, timeout, what);
+             },
+             c.server(), fence::SetScript(), lock_key, token, keys, args, false)
+      .status();
+}
+
+Result<FencingToken> FenceHighest(Connection& c, std::string_view lock_key,
+                                  std::chrono::milliseconds timeout) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
+  DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply,
+                         c.Call({"GET", fence::Redis::RecordKey(lock_key)}, timeout, "read fence"));
+  return fence::HighestFrom(reply.get(), c.server());
 }
 
 }  // namespace dlock::fence

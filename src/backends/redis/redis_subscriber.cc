@@ -17,26 +17,6 @@ constexpr milliseconds kPollInterval{1000};
 constexpr milliseconds kFirstRetry{50};
 constexpr milliseconds kMaxRetry{1000};
 
-bool SendAll(redisContext* c, const std::vector<Command>& commands) {
-  for (const Command& command : commands) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> len;
-    for (const std::string& a : command) {
-      argv.push_back(a.data());
-      len.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), len.data()) !=
-        REDIS_OK) {
-      return false;
-    }
-  }
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 Subscriber::Subscriber(Connect connect) : connect_(std::move(connect)) {
@@ -209,16 +189,17 @@ void Subscriber::ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, 
   std::vector<Command> commands;
   const auto now = std::chrono::steady_clock::now();
   PlanCommands(&commands, now);
-  redisContext* c = conn_->context();
+  Connection* c = conn_.get();
   lock.unlock();
 
-  bool lost = !commands.empty() && !SendAll(c, commands);
+  constexpr std::string_view kWhat = "subscribe for wake-ups";
+  bool lost = !commands.empty() && !c->Send(commands, kPollInterval, kWhat).ok();
   std::vector<ReplyPtr> replies;
   if (!lost) {
     const auto left = std::chrono::ceil<milliseconds>(until - now);
     const int timeout_ms =
         static_cast<int>(std::clamp(left, milliseconds(0), kPollInterval).count());
-    pollfd fds[2] = {{c->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{c->fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
     const int n = poll(fds, 2, timeout_ms);
     if (n < 0 && errno != EINTR) lost = true;
     if (n > 0 && (fds[1].revents & POLLIN)) {
@@ -226,18 +207,11 @@ void Subscriber::ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, 
       [[maybe_unused]] ssize_t r = read(event_fd_, &drained, sizeof drained);
     }
     if (n > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) {
-      if (redisBufferRead(c) != REDIS_OK) {
-        lost = true;
+      auto got = c->ReceiveAvailable(kWhat);
+      if (got.ok()) {
+        replies = std::move(*got);
       } else {
-        for (;;) {
-          void* raw = nullptr;
-          if (redisGetReplyFromReader(c, &raw) != REDIS_OK) {
-            lost = true;
-            break;
-          }
-          if (raw == nullptr) break;
-          replies.emplace_back(static_cast<redisReply*>(raw));
-        }
+        lost = true;
       }
     }
   }

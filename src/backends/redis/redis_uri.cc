@@ -2,7 +2,9 @@
 
 #include <charconv>
 
+#include "core/credentials.h"
 #include "core/duration.h"
+#include "core/tls_files.h"
 
 namespace dlock::redis {
 
@@ -47,6 +49,34 @@ ConnectOptions BaseConnectOptions(const internal::Uri& uri, const internal::Back
                           ? params.connect_timeout
                           : std::chrono::milliseconds(5000);
   return o;
+}
+
+Status TlsFromUri(const internal::Uri& uri, ConnectOptions* o) {
+  const bool tls = uri.scheme.starts_with("rediss");
+  DLOCK_ASSIGN_OR_RETURN(internal::TlsFiles files,
+                         internal::TlsFilesFromUri(uri, tls, tls ? uri.scheme : "rediss"));
+  o->tls.enabled = tls;
+  o->tls.ca_file = std::move(files.ca_file);
+  o->tls.cert_file = std::move(files.cert_file);
+  o->tls.key_file = std::move(files.key_file);
+  return Status::Ok();
+}
+
+Status SentinelPasswordFromUri(const internal::Uri& uri, ConnectOptions* to_sentinel) {
+  // The same rules as the data nodes' password_file= / password_env=.
+  internal::Uri sentinel;
+  sentinel.scheme = uri.scheme + " (sentinel)";
+  for (std::string_view name : {"password_file", "password_env"}) {
+    if (const std::string* v = uri.Param("sentinel_" + std::string(name))) {
+      sentinel.query.emplace_back(std::string(name), *v);
+    }
+  }
+  if (Status s = internal::ResolveCredentials(sentinel); !s.ok()) {
+    return s.WithContext("sentinel password");
+  }
+  to_sentinel->password = std::move(sentinel.password);
+  to_sentinel->has_password = sentinel.has_password;
+  return Status::Ok();
 }
 
 }  // namespace dlock::redis

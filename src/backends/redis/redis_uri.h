@@ -25,6 +25,14 @@ Result<std::chrono::milliseconds> DurationParam(const internal::Uri& uri, std::s
 // User, password and connect timeout from the URI and the params.
 ConnectOptions BaseConnectOptions(const internal::Uri& uri, const internal::BackendParams& params);
 
+// The cacert=, cert= and key= files into o->tls: for a TLS scheme
+// (rediss, rediss+sentinel) TLS is on, and a plaintext scheme refuses them.
+Status TlsFromUri(const internal::Uri& uri, ConnectOptions* o);
+
+// The sentinels' own password (Sentinel's requirepass), from
+// sentinel_password_file= or sentinel_password_env=; none if neither.
+Status SentinelPasswordFromUri(const internal::Uri& uri, ConnectOptions* to_sentinel);
+
 // kInvalidArgument "bad <scheme> URI '<redacted>': <why>; expected <form>".
 Status BadUri(const internal::Uri& uri, std::string_view why, std::string_view form);
 

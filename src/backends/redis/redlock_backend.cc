@@ -173,36 +173,21 @@ Status RedlockBackend::Send(Node& n, const Command& command, std::string_view wh
     }
     n.conn = std::move(*c);
   }
-  std::vector<const char*> argv;
-  std::vector<std::size_t> len;
-  for (const std::string& a : command) {
-    argv.push_back(a.data());
-    len.push_back(a.size());
-  }
-  redisContext* ctx = n.conn->context();
-  redisSetTimeout(ctx, ToTimeval(node_timeout_));
-  int done = 0;
-  bool ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) ==
-            REDIS_OK;
-  while (ok && !done) ok = redisBufferWrite(ctx, &done) == REDIS_OK;
-  if (ok) return Status::Ok();
-  Status error = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
-  n.conn.reset();
-  return error;
+  Status sent = n.conn->Send(std::span<const Command>(&command, 1), node_timeout_, what);
+  if (!sent.ok()) n.conn.reset();
+  return sent;
 }
 
 RedlockBackend::NodeResult RedlockBackend::Receive(Node& n, const Script& script,
                                                    const Command& command, std::string_view what) {
   NodeResult result;
-  redisContext* ctx = n.conn->context();
-  void* raw = nullptr;
-  errno = 0;
-  if (redisGetReply(ctx, &raw) != REDIS_OK || raw == nullptr) {
-    result.status = ContextError(ctx, errno, node_timeout_, n.endpoint.Text(), what);
+  auto received = n.conn->Receive(what);
+  if (!received.ok()) {
+    result.status = received.status();
     n.conn.reset();
     return result;
   }
-  ReplyPtr reply(static_cast<redisReply*>(raw));
+  ReplyPtr reply = std::move(*received);
   if (IsNoScript(reply.get())) {
     // Not cached on this node yet (restarted): once more with the text.
     Command eval = command;

@@ -12,6 +12,6 @@ dlock_store(redis
   SERVER
   SCHEME redis "redis://host:6379/0" dlock::redis::Open
   SCHEME redis+sentinel "redis+sentinel://h1:26379,h2:26379/master" dlock::redis::OpenSentinel
-  REFUSED rediss "rediss://host:6380/0"
-          "TLS is not supported: Debian 12's hiredis 0.14 has no TLS; use redis:// through a TLS tunnel"
+  SCHEME rediss "rediss://user@host:6380/0?cacert=ca.pem&cert=c.pem&key=c.key" dlock::redis::Open
+  SCHEME rediss+sentinel "rediss+sentinel://user@h1:26379,h2/master?cacert=ca.pem" dlock::redis::OpenSentinel
   SCHEME redlock "redlock://h1:6379,h2:6379,h3:6379" dlock::redis::OpenRedlock)

@@ -66,7 +66,10 @@ TEST(RedisUri, BadUrisAreRefusedBeforeConnecting) {
       {"redis+sentinel://127.0.0.1:26379/m?db=z", "bad database index"},
       {"redlock://127.0.0.1:1,127.0.0.1:2", "at least 3"},
       {"redlock://a:1,b:2,c:3?drift_factor=2", "drift_factor"},
-      {"rediss://127.0.0.1:6380/0", "TLS is not supported"},
+      {"redis://127.0.0.1:6379/0?cacert=/ca.pem", "use rediss://"},
+      {"rediss://127.0.0.1:6380/0?cert=/c.pem", "cert= and key= come together"},
+      {"rediss+sentinel://127.0.0.1:26379/m?sentinel_password_file=/nonexistent/x",
+       "sentinel password"},
   };
   for (const Case& c : cases) {
     Status error;
@@ -150,6 +153,34 @@ TEST(RedisOddServers, NonRedisServerIsNamedAsSuch) {
   EXPECT_EQ(OpenRaw(http.Uri(), &error), nullptr);
   EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
   EXPECT_NE(error.message().find("does not speak the Redis protocol"), std::string::npos)
+      << error.ToString();
+}
+
+// rediss:// to a server that answers the TLS hello in plaintext (a Redis
+// error reply), or not at all: kUnavailable, saying so, within the timeout.
+TEST(RedisOddServers, PlaintextServerOnRedissIsNamedAndNeverHangs) {
+  FakeServer plain([](int fd) {
+    FakeServer::ReadSome(fd);
+    FakeServer::Write(fd, "-ERR unknown command\r\n");
+  });
+  const std::string uri = "rediss" + plain.Uri().substr(5);
+  Status error;
+  EXPECT_EQ(OpenRaw(uri, &error, milliseconds(3000)), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("did not speak TLS"), std::string::npos) << error.ToString();
+
+  // Silent for longer than the bound below: only dlock's own timeout can
+  // end the handshake in time (OpenSSL's setup is slow under sanitizers,
+  // hence the margin).
+  FakeServer silent([](int fd) {
+    FakeServer::ReadSome(fd);
+    std::this_thread::sleep_for(milliseconds(2500));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(OpenRaw("rediss" + silent.Uri().substr(5), &error, milliseconds(200)), nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("TLS handshake within the connect timeout"), std::string::npos)
       << error.ToString();
 }
 

@@ -1,0 +1,201 @@
+// rediss:// against the secured fixture (scripts/servers/redis.sh
+// start-secure: TLS only, client certificates required, ACL users) and
+// rediss+sentinel:// against a secured Sentinel topology.
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "backends/redis/redis_fence_conn.h"
+#include "redis_test_util.h"
+
+namespace dlock::redis::testing {
+namespace {
+
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+
+std::string ServerDir() {
+  const char* d = std::getenv("DLOCK_TEST_SERVER_DIR");
+  return d != nullptr ? d : "";
+}
+
+class RedisSecure : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    uri_ = FixtureUri();
+    dir_ = ServerDir();
+    if (uri_.empty() || dir_.empty()) GTEST_SKIP() << "no secured Redis fixture (run through ctest)";
+    port_ = std::to_string(PortOf(uri_));
+  }
+  // The fixture's URI with its files and user replaced.
+  std::string Uri(const std::string& host, const std::string& query,
+                  const std::string& user = "dlock") const {
+    return "rediss://" + user + "@" + host + ":" + port_ + "/0?" + query;
+  }
+  std::string File(const std::string& name) const { return dir_ + "/" + name; }
+  std::string Files(const std::string& ca, const std::string& client) const {
+    std::string q = "cacert=" + File(ca);
+    if (!client.empty()) q += "&cert=" + File(client + ".pem") + "&key=" + File(client + ".key");
+    return q;
+  }
+  std::string Password(const std::string& user = "dlock") const {
+    return "&password_file=" + File(user + ".password");
+  }
+  std::string uri_, dir_, port_;
+};
+
+TEST_F(RedisSecure, MinimalAclUserLocksWaitsAndFences) {
+  auto a = NewClient(uri_);
+  auto b = NewClient(uri_);
+  ASSERT_TRUE(a && b) << "cannot open " << uri_;
+  const std::string key = UniqueKey("secure");
+  auto held = a->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  // A waiter woken by the release's message over the TLS subscriber: the
+  // lease (10 s) and the queue refresh are far longer than the bound.
+  std::atomic<std::int64_t> granted_ns{0};
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] {
+    waited.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000))));
+    granted_ns = NowNs();
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  const std::int64_t released_ns = NowNs();
+  EXPECT_TRUE(held->Release().ok());
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+  EXPECT_LT(static_cast<double>(granted_ns - released_ns) / 1e6, 250.0);
+
+  // The Redis fence over TLS, as the same user.
+  ConnectOptions o;
+  o.user = "dlock";
+  o.password = ReadFirstLine(File("dlock.password"));
+  o.has_password = true;
+  o.tls = {true, File("ca.pem"), File("client.pem"), File("client.key")};
+  auto conn = Connection::Open({"localhost", std::stoi(port_)}, o, false, true, "fence");
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  const FencingToken token = (*waited)->token();
+  EXPECT_TRUE(FenceSet(**conn, key, token, "app:" + key, "v1", milliseconds(2000)).ok());
+  Status stale = FenceSet(**conn, key, token - 1, "app:" + key, "v0", milliseconds(2000));
+  EXPECT_EQ(stale.code(), StatusCode::kStaleToken) << stale.ToString();
+  auto highest = FenceHighest(**conn, key, milliseconds(2000));
+  ASSERT_TRUE(highest.ok()) << highest.status().ToString();
+  EXPECT_EQ(*highest, token);
+  // Outside the user's keys: refused.
+  Status outside = FenceSet(**conn, key, token, "other:" + key, "v", milliseconds(2000));
+  EXPECT_EQ(outside.code(), StatusCode::kPermissionDenied) << outside.ToString();
+  EXPECT_TRUE((*waited)->Release().ok());
+}
+
+TEST_F(RedisSecure, EachRefusalHasItsCodeAndNamesItsCause) {
+  struct Case {
+    std::string name, uri;
+    StatusCode code;
+    std::string says;
+  };
+  const std::string ok_files = Files("ca.pem", "client");
+  const Case cases[] = {
+      {"wrong CA", Uri("localhost", Files("other-ca.pem", "client") + Password()),
+       StatusCode::kPermissionDenied, "certificate for localhost did not verify"},
+      {"wrong host", Uri("127.0.0.1", ok_files + Password()), StatusCode::kPermissionDenied,
+       "IP address mismatch"},
+      {"expired client certificate",
+       Uri("localhost", Files("ca.pem", "expired-client") + Password()),
+       StatusCode::kPermissionDenied, "certificate expired"},
+      {"client certificate of another CA",
+       Uri("localhost", Files("ca.pem", "other-client") + Password()),
+       StatusCode::kPermissionDenied, "unknown ca"},
+      {"no client certificate", Uri("localhost", Files("ca.pem", "") + Password()),
+       StatusCode::kPermissionDenied, "certificate required"},
+      {"wrong password", Uri("localhost", ok_files, "dlock:wrong-pw-789"),
+       StatusCode::kPermissionDenied, "wrong user name or password"},
+      {"plaintext on the TLS port",
+       "redis://dlock@localhost:" + port_ + "/0?" + Password().substr(1),
+       StatusCode::kUnavailable, "a TLS port? then use rediss://"},
+      {"cacert= on redis://", "redis://localhost:" + port_ + "/0?cacert=" + File("ca.pem"),
+       StatusCode::kInvalidArgument, "use rediss://"},
+      {"not a PEM file", Uri("localhost", "cacert=" + File("dlock.password") + Password()),
+       StatusCode::kInvalidArgument, "cacert= file"},
+      {"key of another certificate",
+       Uri("localhost", "cacert=" + File("ca.pem") + "&cert=" + File("client.pem") +
+                            "&key=" + File("other-client.key") + Password()),
+       StatusCode::kInvalidArgument, "is not the key of cert="},
+  };
+  for (const Case& c : cases) {
+    Status error;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(OpenRaw(c.uri, &error), nullptr) << c.name;
+    // Never a hang: well within the connect timeout (2 s) plus a margin.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(4000)) << c.name;
+    EXPECT_EQ(error.code(), c.code) << c.name << ": " << error.ToString();
+    EXPECT_NE(error.message().find(c.says), std::string::npos) << c.name << ": " << error.ToString();
+    EXPECT_EQ(error.message().find('\n'), std::string::npos) << c.name << ": " << error.ToString();
+    EXPECT_EQ(error.message().find("wrong-pw-789"), std::string::npos) << error.ToString();
+  }
+}
+
+TEST_F(RedisSecure, AUserWithoutKeyRightsIsRefused) {
+  Status error;
+  auto backend = OpenRaw(Uri("localhost", Files("ca.pem", "client") + Password("nokeys"), "nokeys"),
+                         &error);
+  ASSERT_NE(backend, nullptr) << error.ToString();  // it may log in
+  auto a = backend->TryAcquire({UniqueKey("nokeys"), OwnerId(1, 1), milliseconds(1000)});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kPermissionDenied) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("NOPERM"), std::string::npos) << a.status().ToString();
+}
+
+// The certificate files are read at each connect: an open backend keeps
+// working on its connection while the file is replaced; a new connect sees
+// the new file; the old file back, connects work again.
+TEST_F(RedisSecure, CertificateFilesAreReadAtEachConnect) {
+  const fs::path tmp = fs::path(dir_) / "rotating";
+  fs::create_directories(tmp);
+  fs::copy_file(File("client.pem"), tmp / "client.pem", fs::copy_options::overwrite_existing);
+  fs::copy_file(File("client.key"), tmp / "client.key", fs::copy_options::overwrite_existing);
+  const std::string uri = Uri("localhost", "cacert=" + File("ca.pem") + "&cert=" +
+                                               (tmp / "client.pem").string() + "&key=" +
+                                               (tmp / "client.key").string() + Password());
+  Status error;
+  auto open = OpenRaw(uri, &error);
+  ASSERT_NE(open, nullptr) << error.ToString();
+  // Rotated to a certificate the server does not trust (another CA).
+  fs::copy_file(File("other-client.pem"), tmp / "client.pem", fs::copy_options::overwrite_existing);
+  fs::copy_file(File("other-client.key"), tmp / "client.key", fs::copy_options::overwrite_existing);
+  EXPECT_EQ(OpenRaw(uri, &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kPermissionDenied) << error.ToString();
+  auto a = open->TryAcquire({UniqueKey("rotate"), OwnerId(1, 1), milliseconds(1000)});
+  EXPECT_TRUE(a.ok() && a->granted) << a.status().ToString();
+  // Rotated back to a good one: the next connect uses it.
+  fs::copy_file(File("client.pem"), tmp / "client.pem", fs::copy_options::overwrite_existing);
+  fs::copy_file(File("client.key"), tmp / "client.key", fs::copy_options::overwrite_existing);
+  EXPECT_NE(OpenRaw(uri, &error), nullptr) << error.ToString();
+  fs::remove_all(tmp);
+}
+
+// ------------------------------------------------------------ Sentinel
+
+TEST(RedisSecureSentinel, LocksThroughSentinelsWithTheirOwnPassword) {
+  Topology t("start-secure-sentinel");
+  ASSERT_TRUE(t.ok()) << "could not start the secured sentinel topology";
+  auto client = NewClient(t.uri());
+  ASSERT_TRUE(client) << "cannot open " << t.uri();
+  auto held = client->TryAcquire(UniqueKey("sentinel"), Opts(milliseconds(5000)));
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_GT(held->token(), 0u);
+  EXPECT_TRUE(held->Release().ok());
+
+  // Without the sentinels' password: refused, and told where it goes.
+  const std::string without =
+      std::regex_replace(t.uri(), std::regex("&sentinel_password_file=[^&]*"), "");
+  Status error;
+  EXPECT_EQ(OpenRaw(without, &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kPermissionDenied) << error.ToString();
+  EXPECT_NE(error.message().find("sentinel_password_file="), std::string::npos)
+      << error.ToString();
+}
+
+}  // namespace
+}  // namespace dlock::redis::testing
