@@ -118,7 +118,8 @@ class EtcdBackendImpl final : public EtcdBackend {
   // Reads a key under the root (the one Ping writes): a user whose role
   // grants the root alone may read it.
   Status Connect() {
-    return conn_.Start(options_.root + ".dlock-ping", MonotonicClock::now() + options_.connect_timeout);
+    return conn_.Start(options_.root + ".dlock-ping",
+                       MonotonicClock::now() + options_.connect_timeout);
   }
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;

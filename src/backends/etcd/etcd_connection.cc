@@ -34,7 +34,8 @@ bool Contains(const grpc::Status& s, std::string_view text) {
 
 // An expired (or, after an auth change, outdated) token: authenticate again.
 bool IsStaleToken(const grpc::Status& s) {
-  return (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && Contains(s, "invalid auth token")) ||
+  return (s.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+          Contains(s, "invalid auth token")) ||
          (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
           Contains(s, "revision of auth store is old"));
 }
@@ -44,17 +45,22 @@ constexpr std::string_view kClosedInHandshake = "connection closed while it was 
 // gRPC 1.51 reports a server that refuses this client's certificate (under
 // TLS 1.3 that comes after the client's side of the handshake is done) as a
 // failed read (or a reset) while connecting, and the server's reason ("bad
-// certificate") only in its log. Such a failure over TLS is marked for TlsFailure; the
-// same close on a plaintext channel is what a TLS-only server does.
+// certificate") only in its log. Such a failure over TLS is marked for
+// TlsFailure; the same close on a plaintext channel is what a TLS-only
+// server does.
 grpc::Status Annotated(const grpc::Status& s, bool tls) {
-  if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !Contains(s, "failed to connect")) return s;
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !Contains(s, "failed to connect")) {
+    return s;
+  }
   if (tls && (Contains(s, "Endpoint read failed") || Contains(s, "Connection reset by peer"))) {
     return grpc::Status(s.error_code(), std::string(kClosedInHandshake) + s.error_message());
   }
   if (Contains(s, "Socket closed")) {
-    return grpc::Status(s.error_code(),
-                        s.error_message() + " (the server closed the connection at once: if it " +
-                            (tls ? "serves plaintext, use etcd://)" : "serves TLS only, use etcds://)"));
+    const std::string hint =
+        tls ? "serves plaintext, use etcd://)" : "serves TLS only, use etcds://)";
+    return grpc::Status(s.error_code(), s.error_message() +
+                                            " (the server closed the connection at once: if it " +
+                                            hint);
   }
   return s;
 }
@@ -72,14 +78,14 @@ std::string TlsFailure(const grpc::Status& s) {
     return "the server's certificate is not trusted: not signed by the cacert= CA (or the "
            "system's), expired, or not for this host name";
   }
-  if (Contains(s, "Peer name") || Contains(s, "peer name") || Contains(s, "not in peer certificate")) {
+  if (Contains(s, "Peer name") || Contains(s, "not in peer certificate")) {
     return "the server's certificate is not for this host name";
   }
   if (Contains(s, "WRONG_VERSION_NUMBER") || Contains(s, "wrong version number")) {
     return "the server does not speak TLS (a plaintext etcd? use etcd://)";
   }
-  if (Contains(s, "Ssl handshake failed") || Contains(s, "SSL_ERROR") || Contains(s, "TLSV1_ALERT") ||
-      Contains(s, "SSLV3_ALERT") || Contains(s, "Handshake failed") || Contains(s, "handshake")) {
+  if (Contains(s, "Ssl handshake failed") || Contains(s, "SSL_ERROR") ||
+      Contains(s, "TLSV1_ALERT") || Contains(s, "SSLV3_ALERT")) {
     return "the TLS handshake failed: the server refused this client's certificate (expired, "
            "from another CA, or none given where --client-cert-auth demands one), or the "
            "server's could not be checked";

@@ -125,7 +125,8 @@ Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri) {
   EtcdOptions o;
   DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout", "cacert", "cert", "key"}));
   o.security.tls = uri.scheme == "etcds";
-  DLOCK_ASSIGN_OR_RETURN(o.security.tls_files, internal::TlsFilesFromUri(uri, o.security.tls, "etcds"));
+  DLOCK_ASSIGN_OR_RETURN(o.security.tls_files,
+                         internal::TlsFilesFromUri(uri, o.security.tls, "etcds"));
   if (uri.user.empty() && uri.has_password) {
     return InvalidArgumentError("etcd URI " + uri.Redacted() +
                                 " has a password but no user name: write etcds://USER@host");
