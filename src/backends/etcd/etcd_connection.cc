@@ -933,8 +933,8 @@ bool Connection::Watch(const std::string& key, const std::string& range_end,
 }  // namespace dlock::etcd
 
 #if defined(__SANITIZE_THREAD__)
-// Under ThreadSanitizer (-DDLOCK_SANITIZE=thread): gRPC, abseil and protobuf
-// come from Debian, built without TSan, so their own synchronization
+// Under ThreadSanitizer (-DDLOCK_SANITIZE=thread): gRPC, abseil, protobuf and
+// OpenSSL come from Debian, built without TSan, so their own synchronization
 // (absl::Mutex spinlocks, gpr atomics) is invisible to it, and it reports
 // their internals racing with themselves. Reports with a frame inside those
 // libraries are suppressed; dlock's own code stays checked
@@ -945,6 +945,9 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libgrpc*\n"
          "race:libgpr*\n"
          "race:libprotobuf*\n"
+         // OpenSSL (etcds://), used by gRPC with its own locking.
+         "race:libcrypto.so*\n"
+         "race:libssl.so*\n"
          // libfaketime (preloaded by `dlock chaos` for clock steps) races
          // with itself while reading its configuration.
          "race:libfaketime*\n"
