@@ -14,6 +14,20 @@
 #   etcd.sh endpoint DIR N   print member N's client address (127.0.0.1:PORT)
 #   etcd.sh health DIR       wait until every running member answers (30 s)
 #
+#   etcd.sh start-secure DIR  the same cluster secured as an operator would
+#                            run it: TLS on client and peer links with
+#                            certificates from make_certs (lib.sh; the client
+#                            certificate's CN is "dlock"), client
+#                            certificates required (--client-cert-auth),
+#                            authentication on with users root and dlock (role
+#                            dlock: readwrite on the prefix "dlock/" only)
+#                            and nobody (no role), passwords in 0600 files
+#                            DIR/<user>.password, and 2 s auth tokens
+#                            (--auth-token-ttl) so that token renewal is
+#                            exercised. The URI names localhost (the name the
+#                            server certificate holds). The other verbs work
+#                            on it too.
+#
 # Election timing: 50 ms heartbeats and a 500 ms election timeout (etcd's
 # defaults are 100 ms / 1 s), so failover tests take less time. etcd's
 # minimum lease TTL is 1.5 election timeouts rounded up to whole seconds:
@@ -21,7 +35,7 @@
 source "$(dirname "$0")/lib.sh"
 
 usage() {
-  echo "usage: etcd.sh start|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint DIR N" >&2
+  echo "usage: etcd.sh start|start-secure|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint DIR N" >&2
   exit 64
 }
 
@@ -35,13 +49,22 @@ member_dir() { echo "$dir/n$1"; }
 # start_member N: runs member N in the background, detached from this shell's
 # output so that CTest does not wait for it.
 start_member() {
-  local n=$1 m
+  local n=$1 m scheme=http tls=()
   m=$(member_dir "$n")
+  if secure; then
+    scheme=https
+    tls=(--cert-file "$dir/server.pem" --key-file "$dir/server.key"
+      --trusted-ca-file "$dir/ca.pem" --client-cert-auth
+      --peer-cert-file "$dir/server.pem" --peer-key-file "$dir/server.key"
+      --peer-trusted-ca-file "$dir/ca.pem" --peer-client-cert-auth
+      --auth-token simple --auth-token-ttl 2)
+  fi
   setsid etcd --name "n$n" --data-dir "$m/data" \
-    --listen-client-urls "http://127.0.0.1:$(cat "$m/client_port")" \
-    --advertise-client-urls "http://127.0.0.1:$(cat "$m/client_port")" \
-    --listen-peer-urls "http://127.0.0.1:$(cat "$m/peer_port")" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$(cat "$m/peer_port")" \
+    --listen-client-urls "$scheme://127.0.0.1:$(cat "$m/client_port")" \
+    --advertise-client-urls "$scheme://$(host):$(cat "$m/client_port")" \
+    --listen-peer-urls "$scheme://127.0.0.1:$(cat "$m/peer_port")" \
+    --initial-advertise-peer-urls "$scheme://$(host):$(cat "$m/peer_port")" \
+    "${tls[@]}" \
     --initial-cluster "$(cat "$dir/cluster")" \
     --initial-cluster-token "$(cat "$dir/token")" \
     --initial-cluster-state new \
@@ -53,9 +76,30 @@ start_member() {
 
 members() { cat "$dir/members"; }
 
+secure() { [ -f "$dir/secure" ]; }
+
+# The name clients use: the secured cluster's certificate holds "localhost".
+host() { if secure; then echo localhost; else echo 127.0.0.1; fi; }
+
+# etcdctl against member N (or the endpoint list with no N), as root on the
+# secured cluster.
+ctl() {
+  local n=$1 ep
+  shift
+  if [ -n "$n" ]; then ep="$(host):$(cat "$(member_dir "$n")/client_port")"; else ep=$(endpoints); fi
+  if secure; then
+    local user=()
+    [ -f "$dir/auth" ] && user=(--user "root:$(cat "$dir/root.password")")
+    ETCDCTL_API=3 etcdctl --endpoints "$ep" --cacert "$dir/ca.pem" --cert "$dir/client.pem" \
+      --key "$dir/client.key" "${user[@]}" "$@"
+  else
+    ETCDCTL_API=3 etcdctl --endpoints "$ep" "$@"
+  fi
+}
+
 endpoints() {
   local n eps=()
-  for ((n = 1; n <= $(members); n++)); do eps+=("127.0.0.1:$(cat "$(member_dir "$n")/client_port")"); done
+  for ((n = 1; n <= $(members); n++)); do eps+=("$(host):$(cat "$(member_dir "$n")/client_port")"); done
   local IFS=,
   echo "${eps[*]}"
 }
@@ -81,8 +125,7 @@ wait_healthy() {
     ok=1
     for ((n = 1; n <= $(members); n++)); do
       running "$n" || continue
-      ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$(cat "$(member_dir "$n")/client_port")" \
-        --command-timeout 1s endpoint health >/dev/null 2>&1 || { ok=0; break; }
+      ctl "$n" --command-timeout 1s endpoint health >/dev/null 2>&1 || { ok=0; break; }
     done
     [ "$ok" = 1 ] && return 0
     sleep 0.1
@@ -95,29 +138,63 @@ need_member() {
   [[ ${1:-} =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ] && [ "$1" -le "$(members)" ] || usage
 }
 
-case "$verb" in
-  start)
-    count=${DLOCK_ETCD_MEMBERS:-3}
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    echo "$count" >"$dir/members"
-    echo "dlock-test-$$-$RANDOM" >"$dir/token"
-    cluster=()
-    for ((n = 1; n <= count; n++)); do
-      m=$(member_dir "$n")
-      mkdir -p "$m/data"
-      chmod 700 "$m/data"
-      free_port >"$m/client_port"
-      free_port >"$m/peer_port"
-      cluster+=("n$n=http://127.0.0.1:$(cat "$m/peer_port")")
-    done
-    (IFS=,; echo "${cluster[*]}") >"$dir/cluster"
-    for ((n = 1; n <= count; n++)); do start_member "$n"; done
-    for ((n = 1; n <= count; n++)); do wait_for_port "$(cat "$(member_dir "$n")/client_port")"; done
-    wait_healthy
+# new_password USER: a random password in DIR/USER.password (mode 0600).
+new_password() {
+  (umask 077; head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$dir/$1.password")
+}
+
+# Users, a role limited to the prefix dlock/, and authentication on.
+secure_users() {
+  local u
+  for u in root dlock nobody; do
+    new_password "$u"
+    ctl "" user add "$u:$(cat "$dir/$u.password")" >/dev/null
+  done
+  ctl "" role add dlock >/dev/null
+  ctl "" role grant-permission dlock --prefix=true readwrite dlock/ >/dev/null
+  ctl "" user grant-role root root >/dev/null
+  ctl "" user grant-role dlock dlock >/dev/null
+  ctl "" auth enable >/dev/null
+  touch "$dir/auth"
+}
+
+# start_cluster [secure]: the start and start-secure verbs.
+start_cluster() {
+  count=${DLOCK_ETCD_MEMBERS:-3}
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  if [ "${1:-}" = secure ]; then
+    make_certs "$dir" dlock
+    touch "$dir/secure"
+  fi
+  echo "$count" >"$dir/members"
+  echo "dlock-test-$$-$RANDOM" >"$dir/token"
+  cluster=()
+  for ((n = 1; n <= count; n++)); do
+    m=$(member_dir "$n")
+    mkdir -p "$m/data"
+    chmod 700 "$m/data"
+    free_port >"$m/client_port"
+    free_port >"$m/peer_port"
+    if secure; then scheme=https; else scheme=http; fi
+    cluster+=("n$n=$scheme://$(host):$(cat "$m/peer_port")")
+  done
+  (IFS=,; echo "${cluster[*]}") >"$dir/cluster"
+  for ((n = 1; n <= count; n++)); do start_member "$n"; done
+  for ((n = 1; n <= count; n++)); do wait_for_port "$(cat "$(member_dir "$n")/client_port")"; done
+  wait_healthy
+  if secure; then
+    secure_users
+    echo "etcds://dlock@$(endpoints)/dlock?cacert=$dir/ca.pem&cert=$dir/client.pem&key=$dir/client.key&password_file=$dir/dlock.password" >"$dir/uri"
+  else
     echo "etcd://$(endpoints)" >"$dir/uri"
-    cat "$dir/uri"
-    ;;
+  fi
+  cat "$dir/uri"
+}
+
+case "$verb" in
+  start) start_cluster ;;
+  start-secure) start_cluster secure ;;
   stop)
     [ -f "$dir/members" ] || exit 0
     # SIGKILL: the data is thrown away, and a gracefully stopping member
@@ -153,7 +230,7 @@ case "$verb" in
     start_member "$3"
     wait_for_port "$(cat "$(member_dir "$3")/client_port")"
     ;;
-  endpoint) need_member "${3:-}"; echo "127.0.0.1:$(cat "$(member_dir "$3")/client_port")" ;;
+  endpoint) need_member "${3:-}"; echo "$(host):$(cat "$(member_dir "$3")/client_port")" ;;
   health) wait_healthy ;;
   leader)
     # Ask each running member whom it follows; print the member that says
@@ -161,8 +238,7 @@ case "$verb" in
     for ((i = 0; i < 100; i++)); do
       for ((n = 1; n <= $(members); n++)); do
         running "$n" || continue
-        out=$(ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$(cat "$(member_dir "$n")/client_port")" \
-          --command-timeout 1s endpoint status -w json 2>/dev/null) || continue
+        out=$(ctl "$n" --command-timeout 1s endpoint status -w json 2>/dev/null) || continue
         if python3 -c 'import json,sys; s=json.loads(sys.argv[1])[0]["Status"]; sys.exit(0 if s["header"]["member_id"]==s["leader"] else 1)' "$out"; then
           echo "$n"
           exit 0

@@ -123,7 +123,8 @@ pb::TxnRequest DeleteTxn(const PendingDelete& d) {
 // ---- The backend
 
 EtcdBackendImpl::EtcdBackendImpl(EtcdOptions options)
-    : options_(std::move(options)), conn_(options_.endpoints, options_.request_timeout) {}
+    : options_(std::move(options)),
+      conn_(options_.endpoints, options_.request_timeout, options_.security) {}
 
 EtcdBackendImpl::~EtcdBackendImpl() {
   // Whatever is still held or left here belongs to nobody now (every Lease
@@ -148,7 +149,9 @@ EtcdBackendImpl::~EtcdBackendImpl() {
 }
 
 std::string EtcdBackendImpl::Describe() const {
-  std::string s = "etcd://" + conn_.EndpointList();
+  std::string s = options_.security.tls ? "etcds://" : "etcd://";
+  if (!options_.security.user.empty()) s += options_.security.user + "@";
+  s += conn_.EndpointList();
   if (!options_.root.empty()) s += "/" + options_.root.substr(0, options_.root.size() - 1);
   return s;
 }
@@ -770,7 +773,8 @@ Result<std::unique_ptr<EtcdBackend>> OpenEtcd(EtcdOptions options) {
   if (!options.clock) options.clock = DefaultClock();
   auto backend = std::make_unique<EtcdBackendImpl>(std::move(options));
   if (Status s = backend->Connect(); !s.ok()) {
-    return UnavailableError("cannot connect to " + backend->Describe() + ": " + s.message());
+    // The code stays: a TLS or authentication failure is not a store down.
+    return Status(s.code(), "cannot connect to " + backend->Describe() + ": " + s.message());
   }
   return std::unique_ptr<EtcdBackend>(std::move(backend));
 }

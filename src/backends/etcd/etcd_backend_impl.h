@@ -115,7 +115,12 @@ class EtcdBackendImpl final : public EtcdBackend {
   explicit EtcdBackendImpl(EtcdOptions options);
   ~EtcdBackendImpl() override;
 
-  Status Connect() { return conn_.Probe(MonotonicClock::now() + options_.connect_timeout); }
+  // Reads a key under the root (the one Ping writes): a user whose role
+  // grants the root alone may read it.
+  Status Connect() {
+    return conn_.Start(options_.root + ".dlock-ping",
+                       MonotonicClock::now() + options_.connect_timeout);
+  }
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;

@@ -1,9 +1,11 @@
 #include "backends/etcd/etcd_connection.h"
 
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -12,6 +14,7 @@
 #include <utility>
 
 #include "core/duration.h"
+#include "core/tls_files.h"
 
 namespace dlock::etcd {
 namespace {
@@ -29,11 +32,73 @@ bool Contains(const grpc::Status& s, std::string_view text) {
   return s.error_message().find(text) != std::string::npos;
 }
 
+// An expired (or, after an auth change, outdated) token: authenticate again.
+bool IsStaleToken(const grpc::Status& s) {
+  return (s.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+          Contains(s, "invalid auth token")) ||
+         (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+          Contains(s, "revision of auth store is old"));
+}
+
+constexpr std::string_view kClosedInHandshake = "connection closed while it was set up: ";
+
+// gRPC 1.51 reports a server that refuses this client's certificate (under
+// TLS 1.3 that comes after the client's side of the handshake is done) as a
+// failed read (or a reset) while connecting, and the server's reason ("bad
+// certificate") only in its log. Such a failure over TLS is marked for
+// TlsFailure; the same close on a plaintext channel is what a TLS-only
+// server does.
+grpc::Status Annotated(const grpc::Status& s, bool tls) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !Contains(s, "failed to connect")) {
+    return s;
+  }
+  if (tls && (Contains(s, "Endpoint read failed") || Contains(s, "Connection reset by peer"))) {
+    return grpc::Status(s.error_code(), std::string(kClosedInHandshake) + s.error_message());
+  }
+  if (Contains(s, "Socket closed")) {
+    const std::string hint =
+        tls ? "serves plaintext, use etcd://)" : "serves TLS only, use etcds://)";
+    return grpc::Status(s.error_code(), s.error_message() +
+                                            " (the server closed the connection at once: if it " +
+                                            hint);
+  }
+  return s;
+}
+
+// What went wrong in a TLS handshake, from gRPC's UNAVAILABLE message; empty
+// when the failure was not TLS.
+std::string TlsFailure(const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  if (s.error_message().starts_with(kClosedInHandshake)) {
+    return "the server closed the connection during the TLS handshake: it most likely refused "
+           "this client's certificate (expired, from another CA, or none given where etcd runs "
+           "with --client-cert-auth); gRPC does not say why";
+  }
+  if (Contains(s, "CERTIFICATE_VERIFY_FAILED") || Contains(s, "certificate verify failed")) {
+    return "the server's certificate is not trusted: not signed by the cacert= CA (or the "
+           "system's), expired, or not for this host name";
+  }
+  if (Contains(s, "Peer name") || Contains(s, "not in peer certificate")) {
+    return "the server's certificate is not for this host name";
+  }
+  if (Contains(s, "WRONG_VERSION_NUMBER") || Contains(s, "wrong version number")) {
+    return "the server does not speak TLS (a plaintext etcd? use etcd://)";
+  }
+  if (Contains(s, "Ssl handshake failed") || Contains(s, "SSL_ERROR") ||
+      Contains(s, "TLSV1_ALERT") || Contains(s, "SSLV3_ALERT")) {
+    return "the TLS handshake failed: the server refused this client's certificate (expired, "
+           "from another CA, or none given where --client-cert-auth demands one), or the "
+           "server's could not be checked";
+  }
+  return "";
+}
+
 Retry Classify(const grpc::Status& s) {
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      // A member that speaks HTTP/1 will not learn HTTP/2 by being asked again.
-      return Contains(s, "http1") ? Retry::kOtherMember : Retry::kYes;
+      // A member that speaks HTTP/1 will not learn HTTP/2 by being asked
+      // again, nor will one whose certificates do not match.
+      return Contains(s, "http1") || !TlsFailure(s).empty() ? Retry::kOtherMember : Retry::kYes;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::CANCELLED:
       return Retry::kYes;
@@ -75,6 +140,10 @@ Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view e
                                 " is not an etcd v3 server: it answers HTTP/1, not gRPC (" + msg +
                                 ")");
       }
+      if (std::string tls = TlsFailure(s); !tls.empty()) {
+        return PermissionDeniedError("etcd at " + ep + ": " + doing + ": TLS: " + tls + " (" +
+                                     msg + ")");
+      }
       if (Contains(s, "request timed out") || Contains(s, "leader changed")) {
         return UnavailableError("etcd unavailable: " + doing + ": " + msg +
                                 " (the cluster may have lost its quorum)");
@@ -90,7 +159,18 @@ Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view e
                               " is not an etcd v3 server (it does not serve etcd's gRPC API: " +
                               msg + ")");
     case grpc::StatusCode::INVALID_ARGUMENT:
+      if (Contains(s, "authentication failed")) {
+        return PermissionDeniedError("etcd at " + ep + " refused the user name or password (" +
+                                     msg + ")");
+      }
       return InvalidArgumentError("etcd refused " + doing + ": " + msg);
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      if (Contains(s, "authentication is not enabled")) {
+        return InvalidArgumentError("etcd at " + ep +
+                                    " has authentication off, but the URI names a user: drop "
+                                    "the user, or enable etcd's authentication (" + msg + ")");
+      }
+      return UnavailableError("etcd at " + ep + ": " + doing + " failed: " + msg);
     case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED:
       return PermissionDeniedError("etcd at " + ep + " refused " + doing +
@@ -122,6 +202,7 @@ enum class WatchEnd {
   kGone,           // the key (or one of the range) was deleted
   kEnded,          // the watch ended first: `until`, a stop, a broken stream
   kMemberTrouble,  // the member could not answer the read that closes the gap
+  kRefused,        // etcd refused the watch: a stale token or no permission
 };
 
 pb::WatchRequest CreateWatch(const Deletion& d) {
@@ -141,7 +222,7 @@ pb::WatchRequest CreateWatch(const Deletion& d) {
 // cannot say. Asked of the watch's member, serializably: it has applied at
 // least up to the watch's start, so this read and the watch leave no gap.
 std::optional<bool> GoneBefore(pb::KV::Stub& kv, const Deletion& d, TimePoint until,
-                               Duration attempt_timeout) {
+                               Duration attempt_timeout, const std::string& token) {
   pb::RangeRequest check;
   check.set_key(d.key);
   check.set_serializable(true);
@@ -153,6 +234,7 @@ std::optional<bool> GoneBefore(pb::KV::Stub& kv, const Deletion& d, TimePoint un
   grpc::ClientContext context;
   context.set_deadline(WallDeadline(
       std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1), attempt_timeout)));
+  if (!token.empty()) context.AddMetadata("token", token);
   pb::RangeResponse found;
   if (!kv.Range(&context, check, &found).ok()) return std::nullopt;
   if (d.range()) return found.count() < d.expected;
@@ -168,16 +250,24 @@ bool IsDeletion(const mvccpb::Event& event, const Deletion& d) {
 // Reads a watch's answers until `d` happens or the watch ends.
 WatchEnd ReadWatch(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>& stream,
                    pb::KV::Stub& kv, const Deletion& d, std::int64_t seen_at, TimePoint until,
-                   Duration attempt_timeout) {
+                   Duration attempt_timeout, const std::string& token) {
   pb::WatchResponse response;
   while (stream.Read(&response)) {
-    if (response.canceled()) break;
+    if (response.canceled()) {
+      // etcd 3.4 says "permission denied" for an expired token too.
+      const std::string& why = response.cancel_reason();
+      if (why.find("permission denied") != std::string::npos ||
+          why.find("auth token") != std::string::npos) {
+        return WatchEnd::kRefused;
+      }
+      break;
+    }
     if (response.created()) {
       // The watch sees every change after the member's revision now. If
       // that is no later than the caller's read, nothing can have slipped
       // in between; otherwise, ask.
       if (seen_at > 0 && response.header().revision() <= seen_at) continue;
-      const std::optional<bool> gone = GoneBefore(kv, d, until, attempt_timeout);
+      const std::optional<bool> gone = GoneBefore(kv, d, until, attempt_timeout, token);
       if (!gone) return WatchEnd::kMemberTrouble;
       if (*gone) return WatchEnd::kGone;
       continue;
@@ -187,6 +277,31 @@ WatchEnd ReadWatch(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
     }
   }
   return WatchEnd::kEnded;
+}
+
+// One watch on one member, until `d` happens or the watch ends.
+WatchEnd WatchOnce(pb::Watch::Stub& watch, pb::KV::Stub& kv, const Deletion& d,
+                   std::int64_t seen_at, TimePoint until, const std::stop_token& stop,
+                   const std::string& token, Duration attempt_timeout) {
+  const Duration budget = until - MonotonicClock::now();
+  if (budget <= Duration::zero() || stop.stop_requested()) return WatchEnd::kEnded;
+  grpc::ClientContext context;
+  context.set_deadline(WallDeadline(budget));
+  context.AddMetadata("hasleader", "true");
+  if (!token.empty()) context.AddMetadata("token", token);
+  std::stop_callback cancel(stop, [&context] { context.TryCancel(); });
+  auto stream = watch.Watch(&context);
+  WatchEnd end = WatchEnd::kEnded;
+  if (stream->Write(CreateWatch(d))) {
+    end = ReadWatch(*stream, kv, d, seen_at, until, attempt_timeout, token);
+  }
+  context.TryCancel();
+  const grpc::Status status = stream->Finish();
+  if (end == WatchEnd::kEnded && !stop.stop_requested() && MonotonicClock::now() < until &&
+      !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+    return WatchEnd::kMemberTrouble;
+  }
+  return end;
 }
 
 }  // namespace
@@ -208,9 +323,12 @@ class KeepAliveStream final
     std::int64_t ttl = 0;
   };
 
-  static std::shared_ptr<KeepAliveStream> Start(pb::Lease::Stub* stub, std::string address) {
+  static std::shared_ptr<KeepAliveStream> Start(pb::Lease::Stub* stub, std::string address,
+                                                const std::string& token) {
     std::shared_ptr<KeepAliveStream> s(new KeepAliveStream(std::move(address)));
     s->context_.AddMetadata("hasleader", "true");
+    if (!token.empty()) s->context_.AddMetadata("token", token);
+    s->token_ = token;
     {
       // Publishes the fields above to gRPC's threads, which take mu_ first.
       std::lock_guard l(s->mu_);
@@ -224,6 +342,13 @@ class KeepAliveStream final
   }
 
   const std::string& address() const { return address_; }
+  const std::string& token() const { return token_; }
+
+  // Whether the stream ended because etcd no longer took its token.
+  bool stale_token() {
+    std::lock_guard l(mu_);
+    return stale_token_;
+  }
 
   // Queues one keep-alive; nullptr if the stream is broken.
   std::shared_ptr<Ticket> Send(std::int64_t lease) {
@@ -350,6 +475,7 @@ class KeepAliveStream final
       broken_ = true;
       if (!status.ok()) {
         error_ = FromGrpc(status, "lease keep-alive", address_).message();
+        stale_token_ = IsStaleToken(status);
       }
       awaiting_.clear();
       cv_.notify_all();
@@ -371,6 +497,7 @@ class KeepAliveStream final
   }
 
   const std::string address_;
+  std::string token_;  // set before the stream starts
   grpc::ClientContext context_;
   pb::LeaseKeepAliveRequest request_;    // the write in flight
   pb::LeaseKeepAliveResponse response_;  // the read in flight
@@ -385,6 +512,7 @@ class KeepAliveStream final
   int outside_writes_ = 0;
   bool hold_removed_ = false;
   bool done_ = false;
+  bool stale_token_ = false;
   std::string error_;
   std::shared_ptr<KeepAliveStream> self_;
 };
@@ -395,22 +523,30 @@ struct Connection::Endpoint {
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Lease::Stub> lease;
   std::unique_ptr<pb::Watch::Stub> watch;
+  std::unique_ptr<pb::Auth::Stub> auth;
 };
 
 // gRPC initializes itself when its first object is made and shuts down when
 // its last one goes; dlock keeps it up, once started, until the process
 // exits, rather than cycling through start and shutdown as clients come and
 // go.
+//
+// gRPC's own log (TLS handshake details, connection errors) goes nowhere
+// unless GRPC_VERBOSITY asks for it: what matters reaches the caller's
+// one-line Status, and a command's stderr is not gRPC's.
 void KeepGrpcInitialized() {
   static const bool once = [] {
+    if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
     grpc_init();
     return true;
   }();
   (void)once;
 }
 
-Connection::Connection(std::vector<std::string> endpoints, milliseconds request_timeout)
+Connection::Connection(std::vector<std::string> endpoints, milliseconds request_timeout,
+                       EtcdSecurity security)
     : addresses_((KeepGrpcInitialized(), std::move(endpoints))),
+      security_(std::move(security)),
       request_timeout_(request_timeout),
       attempt_timeout_(std::clamp<milliseconds>(request_timeout / 3, milliseconds(200),
                                                 milliseconds(2000))) {
@@ -441,11 +577,17 @@ namespace {
 // under TSan's timing). Channels that never go away avoid all of it, and
 // clients of one process share one connection per member, as a long-lived
 // service would.
-std::shared_ptr<grpc::Channel> SharedChannel(const std::string& address) {
+//
+// Channels are told apart by their credentials too (`credentials_key`): a
+// client opened with other (or rotated) certificates gets channels of its
+// own.
+std::shared_ptr<grpc::Channel> SharedChannel(
+    const std::string& address, const std::string& credentials_key,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   static std::mutex mu;
   static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
   std::lock_guard l(mu);
-  auto& channel = (*channels)[address];
+  auto& channel = (*channels)[address + '\n' + credentials_key];
   if (!channel) {
     grpc::ChannelArguments args;
     // A member that comes back is found again within a second. (Not
@@ -460,7 +602,7 @@ std::shared_ptr<grpc::Channel> SharedChannel(const std::string& address) {
     // dlock retries itself, across members.
     args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
     args.SetMaxReceiveMessageSize(64 << 20);
-    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    channel = grpc::CreateCustomChannel(address, credentials, args);
   }
   return channel;
 }
@@ -473,10 +615,12 @@ Connection::Endpoint& Connection::At(std::size_t index) {
   if (!slot) {
     auto ep = std::make_unique<Endpoint>();
     ep->address = addresses_[index];
-    ep->channel = SharedChannel(ep->address);
+    if (!credentials_) credentials_ = grpc::InsecureChannelCredentials();  // not Started: tests
+    ep->channel = SharedChannel(ep->address, credentials_key_, credentials_);
     ep->kv = pb::KV::NewStub(ep->channel);
     ep->lease = pb::Lease::NewStub(ep->channel);
     ep->watch = pb::Watch::NewStub(ep->channel);
+    ep->auth = pb::Auth::NewStub(ep->channel);
     slot = std::move(ep);
   }
   return *slot;
@@ -495,7 +639,7 @@ std::string Connection::EndpointList() const {
 
 template <typename Resp, typename Fn>
 Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool require_leader,
-                              Fn fn) {
+                              Fn fn, bool with_token) {
   const std::size_t n = addresses_.size();
   std::vector<char> skip(n, 0);
   grpc::Status last;
@@ -505,6 +649,7 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
   std::string no_leader_address;
   std::size_t tried_this_round = 0;
   milliseconds backoff{0};
+  int reauthentications = 0;
   for (int attempt = 0;; ++attempt) {
     const TimePoint now = MonotonicClock::now();
     if (attempt > 0 && now >= deadline) break;
@@ -522,11 +667,17 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
         std::clamp<Duration>(deadline - now, milliseconds(50), attempt_timeout_);
     context.set_deadline(WallDeadline(budget));
     if (require_leader) context.AddMetadata("hasleader", "true");
+    const std::string token = with_token ? Token() : "";
+    if (!token.empty()) context.AddMetadata("token", token);
     Resp response;
-    const grpc::Status status = fn(ep, &context, &response);
+    const grpc::Status status = Annotated(fn(ep, &context, &response), security_.tls);
     if (status.ok()) {
       looks_down_.store(false);
       return response;
+    }
+    if (!token.empty() && IsStaleToken(status) && reauthentications++ < 2) {
+      DLOCK_RETURN_IF_ERROR(Reauthenticate(token, deadline));
+      continue;  // the same call again, with the new token
     }
     last = status;
     last_address = ep.address;
@@ -556,13 +707,74 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
   return s;
 }
 
-Status Connection::Probe(TimePoint deadline) {
+// The TLS credentials every channel of this connection uses. The files are
+// read here, once per Start, so a rotated certificate is used by the next
+// client opened.
+Status Connection::LoadCredentials() {
+  std::string key = "plaintext";
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (security_.tls) {
+    const internal::TlsFiles& files = security_.tls_files;
+    grpc::SslCredentialsOptions ssl;
+    if (!files.ca_file.empty()) {
+      DLOCK_ASSIGN_OR_RETURN(ssl.pem_root_certs, internal::ReadTlsFile("cacert", files.ca_file));
+    }
+    if (!files.cert_file.empty()) {
+      DLOCK_ASSIGN_OR_RETURN(ssl.pem_cert_chain, internal::ReadTlsFile("cert", files.cert_file));
+      DLOCK_ASSIGN_OR_RETURN(ssl.pem_private_key, internal::ReadTlsFile("key", files.key_file));
+    }
+    // The key holds the PEM text itself: other files, other channels.
+    key = "tls\n" + ssl.pem_root_certs + ssl.pem_cert_chain + ssl.pem_private_key;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::lock_guard l(mu_);
+  credentials_key_ = std::move(key);
+  credentials_ = std::move(credentials);
+  return Status::Ok();
+}
+
+std::string Connection::Token() const {
+  std::lock_guard l(token_mu_);
+  return token_;
+}
+
+// The password for a token. etcd checks it (bcrypt) and replicates the
+// token through Raft, so this takes a few milliseconds and needs a leader.
+Status Connection::Authenticate(TimePoint deadline) {
+  pb::AuthenticateRequest request;
+  request.set_name(security_.user);
+  request.set_password(security_.password);
+  auto r = Call<pb::AuthenticateResponse>(
+      "authenticate as '" + security_.user + "'", deadline, /*require_leader=*/true,
+      [&](Endpoint& ep, grpc::ClientContext* c, pb::AuthenticateResponse* out) {
+        return ep.auth->Authenticate(c, request, out);
+      },
+      /*with_token=*/false);
+  if (!r.ok()) return r.status();
+  std::lock_guard l(token_mu_);
+  token_ = r->token();
+  return Status::Ok();
+}
+
+Status Connection::Reauthenticate(const std::string& stale, TimePoint deadline) {
+  std::lock_guard l(auth_mu_);
+  if (Token() != stale) return Status::Ok();  // another thread did
+  // A call at its deadline still gets to renew the token.
+  return Authenticate(std::max(deadline, MonotonicClock::now() + attempt_timeout_));
+}
+
+Status Connection::Start(const std::string& probe_key, TimePoint deadline) {
+  DLOCK_RETURN_IF_ERROR(LoadCredentials());
+  if (!security_.user.empty()) {
+    std::lock_guard l(auth_mu_);
+    DLOCK_RETURN_IF_ERROR(Authenticate(deadline));
+  }
   pb::RangeRequest request;
-  request.set_key("dlock-probe");
+  request.set_key(probe_key);
   request.set_count_only(true);
   request.set_serializable(true);
   auto r = Call<pb::RangeResponse>(
-      "connect", deadline, /*require_leader=*/false,
+      "connect (read " + probe_key + ")", deadline, /*require_leader=*/false,
       [&](Endpoint& ep, grpc::ClientContext* c, pb::RangeResponse* out) {
         return ep.kv->Range(c, request, out);
       });
@@ -626,7 +838,7 @@ std::shared_ptr<KeepAliveStream> Connection::CurrentStream() {
     std::lock_guard l(mu_);
     if (stream_ && !stream_->broken()) return stream_;
     old = std::move(stream_);
-    stream_ = fresh = KeepAliveStream::Start(ep.lease.get(), ep.address);
+    stream_ = fresh = KeepAliveStream::Start(ep.lease.get(), ep.address, Token());
     std::erase_if(streams_, [](const auto& st) { return st->done(); });
     streams_.push_back(fresh);
   }
@@ -659,10 +871,15 @@ Result<std::int64_t> Connection::AwaitKeepAlive(KeepAliveCall& call, TimePoint d
                   ? call.stream->Error()
                   : "etcd unavailable: no keep-alive answer from " + call.stream->address() +
                         " in time (member stopped, overloaded or cut off?)";
-      // Silent or broken: this stream is done; the next one goes elsewhere.
+      // Silent or broken: this stream is done; the next one goes elsewhere,
+      // or, if etcd no longer took its token, with a new one.
       call.stream->Close();
-      for (std::size_t i = 0; i < addresses_.size(); ++i) {
-        if (addresses_[i] == call.stream->address()) Rotate(i);
+      if (call.stream->stale_token()) {
+        DLOCK_RETURN_IF_ERROR(Reauthenticate(call.stream->token(), deadline));
+      } else {
+        for (std::size_t i = 0; i < addresses_.size(); ++i) {
+          if (addresses_[i] == call.stream->address()) Rotate(i);
+        }
       }
     }
     const Duration left = deadline - MonotonicClock::now();
@@ -694,39 +911,30 @@ bool Connection::WaitForDeleteIn(const std::string& key, const std::string& rang
 bool Connection::Watch(const std::string& key, const std::string& range_end,
                        std::int64_t revision, std::int64_t expected, std::int64_t seen_at,
                        TimePoint until, std::stop_token stop) {
-  const std::size_t index = current_.load() % addresses_.size();
-  Endpoint& ep = At(index);
-  const Duration budget = until - MonotonicClock::now();
-  if (budget <= Duration::zero() || stop.stop_requested()) return false;
-
-  grpc::ClientContext context;
-  context.set_deadline(WallDeadline(budget));
-  context.AddMetadata("hasleader", "true");
-  std::stop_callback cancel(stop, [&context] { context.TryCancel(); });
-  auto stream = ep.watch->Watch(&context);
   const Deletion target{key, range_end, revision, expected};
-  WatchEnd end = WatchEnd::kEnded;
-  if (stream->Write(CreateWatch(target))) {
-    end = ReadWatch(*stream, *ep.kv, target, seen_at, until, attempt_timeout_);
+  for (int tries = 0;; ++tries) {
+    const std::size_t index = current_.load() % addresses_.size();
+    Endpoint& ep = At(index);
+    const std::string token = Token();
+    const WatchEnd end =
+        WatchOnce(*ep.watch, *ep.kv, target, seen_at, until, stop, token, attempt_timeout_);
+    // A member that cannot keep a watch open (stopped, lost its leader) is
+    // not the one to use next.
+    if (end == WatchEnd::kMemberTrouble) Rotate(index);
+    // Refused with a token: it may have expired; once more with a new one.
+    if (end == WatchEnd::kRefused && !token.empty() && tries == 0 &&
+        Reauthenticate(token, until).ok()) {
+      continue;
+    }
+    return end == WatchEnd::kGone;
   }
-  context.TryCancel();
-  const grpc::Status status = stream->Finish();
-  bool member_trouble = end == WatchEnd::kMemberTrouble;
-  if (end == WatchEnd::kEnded && !stop.stop_requested() && MonotonicClock::now() < until &&
-      !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-    member_trouble = true;
-  }
-  // A member that cannot keep a watch open (stopped, lost its leader) is
-  // not the one to use next.
-  if (member_trouble) Rotate(index);
-  return end == WatchEnd::kGone;
 }
 
 }  // namespace dlock::etcd
 
 #if defined(__SANITIZE_THREAD__)
-// Under ThreadSanitizer (-DDLOCK_SANITIZE=thread): gRPC, abseil and protobuf
-// come from Debian, built without TSan, so their own synchronization
+// Under ThreadSanitizer (-DDLOCK_SANITIZE=thread): gRPC, abseil, protobuf and
+// OpenSSL come from Debian, built without TSan, so their own synchronization
 // (absl::Mutex spinlocks, gpr atomics) is invisible to it, and it reports
 // their internals racing with themselves. Reports with a frame inside those
 // libraries are suppressed; dlock's own code stays checked
@@ -737,6 +945,9 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libgrpc*\n"
          "race:libgpr*\n"
          "race:libprotobuf*\n"
+         // OpenSSL (etcds://), used by gRPC with its own locking.
+         "race:libcrypto.so*\n"
+         "race:libssl.so*\n"
          // libfaketime (preloaded by `dlock chaos` for clock steps) races
          // with itself while reading its configuration.
          "race:libfaketime*\n"
@@ -749,4 +960,14 @@ extern "C" const char* __tsan_default_suppressions() {
          // gRPC's own threads (completion-queue pollers), not joined at exit.
          "thread:grpc_core::Thread::Thread\n";
 }
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer: gRPC resolves host names (etcds:// URIs name
+// "localhost", the certificate's name) with c-ares, which keeps a few bytes
+// for the life of the process; dlock never shuts gRPC down (see
+// KeepGrpcInitialized), so LeakSanitizer reports them at exit. Quietly: a
+// command's stderr is one line.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libcares.so\n"; }
+extern "C" const char* __lsan_default_options() { return "print_suppressions=0"; }
 #endif

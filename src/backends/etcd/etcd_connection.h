@@ -11,6 +11,14 @@
 // has no leader ("hasleader" metadata), so a member cut off from the quorum
 // answers at once instead of holding the request until its own timeout.
 //
+// Security (etcds://, a user): every channel uses TLS credentials built from
+// the PEM files, read when Start runs (so a client opened after a
+// certificate was rotated uses the new one). With a user, Start trades the
+// password for a token (etcd's Auth API) that goes with every call, stream
+// and watch as metadata "token"; when etcd says the token expired ("invalid
+// auth token": simple tokens live --auth-token-ttl after their last use),
+// the call authenticates again and is sent once more.
+//
 // Thread-safety: all methods are thread-safe.
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_CONNECTION_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_CONNECTION_H_
@@ -24,9 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "backends/etcd/etcd_keys.h"
 #include "dlock/clock.h"
 #include "dlock/status.h"
 #include "rpc.grpc.pb.h"
+
+namespace grpc {
+class ChannelCredentials;
+}
 
 namespace dlock::etcd {
 
@@ -43,15 +56,20 @@ struct KeepAliveCall {
 
 class Connection {
  public:
-  Connection(std::vector<std::string> endpoints, std::chrono::milliseconds request_timeout);
+  Connection(std::vector<std::string> endpoints, std::chrono::milliseconds request_timeout,
+             EtcdSecurity security = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Checks that some member answers as an etcd v3 server (a serializable
-  // read, so it needs no quorum). kUnavailable naming every endpoint and
-  // the last error otherwise.
-  Status Probe(TimePoint deadline);
+  // Before any other call: reads the TLS files (kInvalidArgument naming one
+  // that cannot be read or holds no PEM), authenticates when a user is
+  // given, and checks that some member answers as an etcd v3 server with a
+  // serializable read of `probe_key` (no quorum needed; a key the user may
+  // read). kUnavailable naming every endpoint and the last error when none
+  // answers; kPermissionDenied for a TLS handshake failure, a wrong
+  // password or a missing permission.
+  Status Start(const std::string& probe_key, TimePoint deadline);
 
   Result<pb::RangeResponse> Range(const pb::RangeRequest& request, TimePoint deadline);
   Result<pb::TxnResponse> Txn(const pb::TxnRequest& request, TimePoint deadline);
@@ -101,9 +119,16 @@ class Connection {
   bool Watch(const std::string& key, const std::string& range_end, std::int64_t revision,
              std::int64_t expected, std::int64_t seen_at, TimePoint until, std::stop_token stop);
   template <typename Resp, typename Fn>
-  Result<Resp> Call(std::string_view what, TimePoint deadline, bool require_leader, Fn fn);
+  Result<Resp> Call(std::string_view what, TimePoint deadline, bool require_leader, Fn fn,
+                    bool with_token = true);
+  Status LoadCredentials();
+  Status Authenticate(TimePoint deadline);
+  // Authenticates again unless another thread already replaced `stale`.
+  Status Reauthenticate(const std::string& stale, TimePoint deadline);
+  std::string Token() const;
 
   const std::vector<std::string> addresses_;
+  const EtcdSecurity security_;
   const std::chrono::milliseconds request_timeout_;
   const std::chrono::milliseconds attempt_timeout_;  // one try on one member
   std::atomic<std::size_t> current_{0};
@@ -113,6 +138,12 @@ class Connection {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::shared_ptr<KeepAliveStream> stream_;               // the one in use
   std::vector<std::shared_ptr<KeepAliveStream>> streams_;  // every one not done yet
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;   // set by Start
+  std::string credentials_key_;  // tells channels with other credentials apart
+
+  std::mutex auth_mu_;             // one authentication at a time
+  mutable std::mutex token_mu_;    // guards token_
+  std::string token_;              // empty: none (no user)
 };
 
 }  // namespace dlock::etcd

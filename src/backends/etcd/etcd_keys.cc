@@ -123,13 +123,22 @@ constexpr std::string_view kDelayTag = ".dlock-delay:";
 
 Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri) {
   EtcdOptions o;
-  if (!uri.user.empty() || uri.has_password) {
-    return InvalidArgumentError(
-        "etcd URI " + uri.Redacted() +
-        " has user info: etcd authentication is not supported; use an etcd without auth "
-        "(or behind an authenticating proxy)");
+  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout", "cacert", "cert", "key"}));
+  o.security.tls = uri.scheme == "etcds";
+  DLOCK_ASSIGN_OR_RETURN(o.security.tls_files,
+                         internal::TlsFilesFromUri(uri, o.security.tls, "etcds"));
+  if (uri.user.empty() && uri.has_password) {
+    return InvalidArgumentError("etcd URI " + uri.Redacted() +
+                                " has a password but no user name: write etcds://USER@host");
   }
-  DLOCK_RETURN_IF_ERROR(uri.CheckParams({"timeout"}));
+  if (!uri.user.empty() && !uri.has_password) {
+    return InvalidArgumentError(
+        "etcd URI " + uri.Redacted() + " names user '" + uri.user +
+        "' but no password: add password_file=PATH or password_env=NAME (or, to be known by "
+        "the client certificate's CN alone, drop the user)");
+  }
+  o.security.user = uri.user;
+  o.security.password = uri.password;
   if (uri.hosts.empty()) {
     return InvalidArgumentError("etcd URI " + uri.Redacted() +
                                 " names no host: expected etcd://h1:2379,h2:2379[/prefix]");

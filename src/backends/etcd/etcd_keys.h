@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tls_files.h"
 #include "core/uri.h"
 #include "dlock/clock.h"
 #include "dlock/status.h"
@@ -61,9 +62,21 @@ namespace dlock::etcd {
 
 inline constexpr int kDefaultPort = 2379;
 
+// How the client proves itself and checks the server (etcds://).
+struct EtcdSecurity {
+  bool tls = false;              // etcds://: TLS, the server's name checked
+  internal::TlsFiles tls_files;  // read when the client connects
+  // Empty: no authentication (or, on an etcd with --client-cert-auth, the
+  // client certificate's CN is the user). Else etcd's Auth API with
+  // `password`, which is never printed.
+  std::string user;
+  std::string password;
+};
+
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // "host:port", tried in this order
   std::string root;                    // "" or ends with '/'
+  EtcdSecurity security;
   // Bounds one store operation, retries on other members included.
   std::chrono::milliseconds request_timeout{5000};
   // Bounds the first contact in Open.
@@ -73,9 +86,12 @@ struct EtcdOptions {
   std::shared_ptr<Clock> clock;
 };
 
-// etcd://h1:2379,h2:2379[/root][?timeout=5s]. The port defaults to 2379.
-// kInvalidArgument for no host, a bad port, user info (etcd authentication
-// is not supported), a root with NUL, control or non-UTF-8 bytes, or an
+// etcd://h1:2379,h2:2379[/root][?timeout=5s], or etcds://[user@]... with
+// TLS (?cacert=&cert=&key=, core/tls_files.h) and, given a user, etcd's
+// authentication (the password from the URI or password_file= /
+// password_env=, resolved before). The port defaults to 2379.
+// kInvalidArgument for no host, a bad port, a user without a password, TLS
+// files on etcd://, a root with NUL, control or non-UTF-8 bytes, or an
 // unknown parameter.
 Result<EtcdOptions> OptionsFromUri(const internal::Uri& uri);
 

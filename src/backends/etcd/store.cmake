@@ -19,4 +19,5 @@ dlock_store(etcd
   LIBS dlock_etcd_proto
   HEADER backends/etcd/etcd_backend.h
   FULL_ONLY SERVER
-  SCHEME etcd "etcd://h1:2379,h2:2379[/prefix]" dlock::etcd::Open)
+  SCHEME etcd "etcd://h1:2379,h2:2379[/prefix]" dlock::etcd::Open
+  SCHEME etcds "etcds://[user@]h1:2379,h2:2379[/prefix]?cacert=&cert=&key=" dlock::etcd::Open)

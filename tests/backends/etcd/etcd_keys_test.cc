@@ -138,6 +138,27 @@ TEST(EtcdUriTest, EndpointsPrefixAndTimeout) {
   EXPECT_EQ(slash->root, "app/");
 }
 
+TEST(EtcdUriTest, EtcdsTakesTlsFilesAndAUser) {
+  auto o = Parse("etcds://dlock:s3cret@h1:2379,h2/app?cacert=/ca.pem&cert=/c.pem&key=/c.key");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->security.tls);
+  EXPECT_EQ(o->security.tls_files.ca_file, "/ca.pem");
+  EXPECT_EQ(o->security.tls_files.cert_file, "/c.pem");
+  EXPECT_EQ(o->security.tls_files.key_file, "/c.key");
+  EXPECT_EQ(o->security.user, "dlock");
+  EXPECT_EQ(o->security.password, "s3cret");
+  EXPECT_EQ(o->root, "app/");
+  auto plain = Parse("etcd://h1:2379");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->security.tls);
+  EXPECT_EQ(plain->security.user, "");
+  // System roots, no client certificate, known by the password alone.
+  auto bare = Parse("etcds://h1:2379");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->security.tls);
+  EXPECT_EQ(bare->security.tls_files.ca_file, "");
+}
+
 TEST(EtcdUriTest, BadInputIsRefusedWithAClearMessage) {
   struct Case {
     const char* uri;
@@ -148,7 +169,11 @@ TEST(EtcdUriTest, BadInputIsRefusedWithAClearMessage) {
            Case{"etcd://h1:2379,,h2:2379", "empty host"},
            Case{"etcd://h1:http", "port 'http'"},
            Case{"etcd://h1:70000", "1 to 65535"},
-           Case{"etcd://user:pw@h1:2379", "authentication is not supported"},
+           Case{"etcd://user@h1:2379", "but no password"},
+           Case{"etcd://:pw@h1:2379", "no user name"},
+           Case{"etcd://h1:2379?cacert=/ca.pem", "use etcds://"},
+           Case{"etcds://h1:2379?cert=/c.pem", "come together"},
+           Case{"etcds://h1:2379?cacert=", "empty"},
            Case{"etcd://h1:2379/bad%00prefix", "NUL or control byte"},
            Case{"etcd://h1:2379/bad%0aprefix", "NUL or control byte"},
            Case{"etcd://h1:2379/bad%ffprefix", "not valid UTF-8"},

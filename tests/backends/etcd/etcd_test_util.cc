@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/credentials.h"
 #include "core/registry.h"
 
 namespace dlock::etcd::testing {
@@ -56,6 +57,7 @@ std::unique_ptr<Client> NewClient(std::string uri) {
 std::unique_ptr<EtcdBackend> NewBackend(std::string uri) {
   auto parsed = internal::ParseUri(uri.empty() ? ClusterUri() : uri);
   EXPECT_TRUE(parsed.ok());
+  EXPECT_TRUE(internal::ResolveCredentials(*parsed).ok());
   auto options = OptionsFromUri(*parsed);
   EXPECT_TRUE(options.ok()) << options.status().ToString();
   auto b = OpenEtcd(std::move(*options));
@@ -65,8 +67,12 @@ std::unique_ptr<EtcdBackend> NewBackend(std::string uri) {
 
 RawEtcd::RawEtcd() {
   auto parsed = internal::ParseUri(ClusterUri());
+  EXPECT_TRUE(internal::ResolveCredentials(*parsed).ok());
   auto options = OptionsFromUri(*parsed);
-  conn_ = std::make_unique<Connection>(options->endpoints, std::chrono::seconds(5));
+  conn_ = std::make_unique<Connection>(options->endpoints, std::chrono::seconds(5),
+                                       options->security);
+  const Status s = conn_->Start(options->root + ".dlock-ping", Deadline());
+  EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 std::int64_t RawEtcd::GrantLease(std::int64_t ttl_seconds) {
