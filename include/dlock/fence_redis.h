@@ -62,6 +62,38 @@ class Redis {
   static std::string RecordKey(std::string_view lock_key);
 };
 
+// The same fence on a connection dlock opens from a store URI: redis:// or
+// rediss:// (TLS: cacert=, cert=, key=), with the URI's user, password (or
+// password_file= / password_env=) and database. For a Redis that wants TLS,
+// which a hiredis 0.14 context cannot speak.
+//
+//   auto fence = dlock::fence::RedisConnection::Open(
+//       "rediss://app@cache:6380/0?cacert=/etc/app/ca.pem&password_file=/etc/app/pw");
+//   Status s = (*fence)->Set("orders/42", lease->token(), "orders:42:state", "shipped");
+//
+// A broken connection is opened again at the next call (and the TLS files
+// read again). Thread-safety: one thread at a time.
+class RedisConnection {
+ public:
+  // Connects now: a refused password or certificate is kPermissionDenied, a
+  // bad URI kInvalidArgument, an unreachable server kUnavailable.
+  static Result<std::unique_ptr<RedisConnection>> Open(std::string_view uri);
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // As Redis::Set and Redis::Highest.
+  Status Set(std::string_view lock_key, FencingToken token, std::string_view key,
+             std::string_view value);
+  Result<FencingToken> Highest(std::string_view lock_key);
+
+  struct Impl;  // the connection and how to open it again; opaque
+
+ private:
+  explicit RedisConnection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace dlock::fence
 
 #endif  // DLOCK_FENCE_REDIS_H_

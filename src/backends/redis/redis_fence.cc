@@ -217,4 +217,4 @@ Result<FencingToken> FenceHighest(Connection& c, std::string_view lock_key,
   return fence::HighestFrom(reply.get(), c.server());
 }
 
-}  // namespace dlock::fence
+}  // namespace dlock::redis

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backends/redis/redis_fence_conn.h"
+#include "dlock/fence_redis.h"
 #include "redis_test_util.h"
 
 namespace dlock::redis::testing {
@@ -87,6 +88,33 @@ TEST_F(RedisSecure, MinimalAclUserLocksWaitsAndFences) {
   Status outside = FenceSet(**conn, key, token, "other:" + key, "v", milliseconds(2000));
   EXPECT_EQ(outside.code(), StatusCode::kPermissionDenied) << outside.ToString();
   EXPECT_TRUE((*waited)->Release().ok());
+}
+
+TEST_F(RedisSecure, ThePublicFenceOpensFromTheStoreUri) {
+  auto client = NewClient(uri_);
+  ASSERT_TRUE(client);
+  const std::string key = UniqueKey("public-fence");
+  auto earlier = client->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(earlier.ok()) << earlier.status().ToString();
+  const FencingToken stale = earlier->token();
+  ASSERT_TRUE(earlier->Release().ok());
+  auto lease = client->TryAcquire(key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto fence = fence::RedisConnection::Open(uri_);  // TLS, ACL user, password file
+  ASSERT_TRUE(fence.ok()) << fence.status().ToString();
+  EXPECT_TRUE((*fence)->Set(key, lease->token(), "app:" + key, "v1").ok());
+  const Status refused = (*fence)->Set(key, stale, "app:" + key, "v0");
+  EXPECT_EQ(refused.code(), StatusCode::kStaleToken) << refused.ToString();
+  auto highest = (*fence)->Highest(key);
+  ASSERT_TRUE(highest.ok()) << highest.status().ToString();
+  EXPECT_EQ(*highest, lease->token());
+  EXPECT_TRUE(lease->Release().ok());
+
+  // The same refusals as the store's own connections.
+  auto wrong_ca = fence::RedisConnection::Open(Uri("localhost", Files("other-ca.pem", "client") + Password()));
+  EXPECT_EQ(wrong_ca.status().code(), StatusCode::kPermissionDenied) << wrong_ca.status().ToString();
+  auto plaintext = fence::RedisConnection::Open("redis://localhost:" + port_ + "/0?cacert=" + File("ca.pem"));
+  EXPECT_EQ(plaintext.status().code(), StatusCode::kInvalidArgument) << plaintext.status().ToString();
 }
 
 TEST_F(RedisSecure, EachRefusalHasItsCodeAndNamesItsCause) {
