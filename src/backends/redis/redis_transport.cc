@@ -465,19 +465,22 @@ int Transport::ReadOnce(bool nonblocking) {
   return 1;
 }
 
+bool Transport::NextReply(ReplyPtr* out) {
+  void* raw = nullptr;
+  if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+    failure_ = Failure{};
+    failure_.context_err = REDIS_ERR_PROTOCOL;
+    failure_.text = reader_->errstr;
+    return false;
+  }
+  out->reset(static_cast<redisReply*>(raw));
+  return true;
+}
+
 bool Transport::Get(ReplyPtr* out) {
   for (;;) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
-      failure_ = Failure{};
-      failure_.context_err = REDIS_ERR_PROTOCOL;
-      failure_.text = reader_->errstr;
-      return false;
-    }
-    if (raw != nullptr) {
-      out->reset(static_cast<redisReply*>(raw));
-      return true;
-    }
+    if (!NextReply(out)) return false;
+    if (*out != nullptr) return true;
     if (ReadOnce(false) < 0) return false;
   }
 }
@@ -487,15 +490,10 @@ bool Transport::ReadAvailable(std::vector<ReplyPtr>* out) {
     const int r = ReadOnce(true);
     if (r < 0) return false;
     for (;;) {
-      void* raw = nullptr;
-      if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
-        failure_ = Failure{};
-        failure_.context_err = REDIS_ERR_PROTOCOL;
-        failure_.text = reader_->errstr;
-        return false;
-      }
-      if (raw == nullptr) break;
-      out->emplace_back(static_cast<redisReply*>(raw));
+      ReplyPtr reply;
+      if (!NextReply(&reply)) return false;
+      if (reply == nullptr) break;
+      out->push_back(std::move(reply));
     }
     // TLS may hold decrypted bytes the socket no longer shows.
     if (r == 0 || ssl_ == nullptr || SSL_pending(ssl_) == 0) return true;

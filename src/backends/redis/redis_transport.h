@@ -105,6 +105,9 @@ class Transport {
   // One read into the reply reader: 1 bytes, 0 nothing yet (nonblocking
   // only), -1 failure.
   int ReadOnce(bool nonblocking);
+  // A whole reply the reader already holds, into *out (null if none yet);
+  // false when the bytes are not Redis protocol.
+  bool NextReply(ReplyPtr* out);
   Status AwaitVerdict(std::chrono::steady_clock::time_point deadline, std::string_view what);
   void FailIo(int err, std::string text);
   void FailTls(int ssl_result, int err, bool handshake);
