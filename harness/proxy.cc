@@ -100,8 +100,14 @@ FaultProxy::~FaultProxy() {
 void FaultProxy::SetMode(Mode mode, std::chrono::milliseconds delay) {
   delay_ns_ = std::chrono::nanoseconds(delay).count();
   mode_ = static_cast<int>(mode);
+  const std::uint64_t mine = ++modes_set_;
   std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
+  // Returns once the loop works in the new mode: nothing the caller does
+  // next is forwarded the old way.
+  while (modes_seen_.load() < mine && !stop_) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 namespace {
@@ -126,11 +132,23 @@ struct PollSet {
   std::int64_t next_due_ns = -1;  // the earliest chunk not yet due; -1: none
 };
 
-PollSet WatchPipes(int wake_fd, int listen_fd, std::list<Conn>& conns, bool forwarding) {
+// Which way bytes move in `mode`.
+struct Forwarding {
+  bool up = false, down = false;
+};
+
+Forwarding ForwardingIn(FaultProxy::Mode mode) {
+  using M = FaultProxy::Mode;
+  const bool both = mode == M::kPass || mode == M::kDelay;
+  return {both || mode == M::kHoldReplies, both};
+}
+
+PollSet WatchPipes(int wake_fd, int listen_fd, std::list<Conn>& conns, Forwarding way) {
   PollSet set;
   set.fds = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
   for (auto& c : conns) {
     for (Pipe* p : {&c.up, &c.down}) {
+      const bool forwarding = p == &c.up ? way.up : way.down;
       short events = 0;
       // Stop reading while partitioned, so that the kernel's buffers fill
       // and the sender sees the stall it would see on a real partition.
@@ -212,10 +230,11 @@ void AcceptAll(int listen_fd, const std::atomic<int>& mode, const std::string& h
 void FaultProxy::Loop() {
   std::list<Conn> conns;
   while (!stop_) {
+    const std::uint64_t seen = modes_set_.load();  // before the mode: never newer than it
     const Mode mode = static_cast<Mode>(mode_.load());
     if (mode == Mode::kDrop) ResetAll(conns);
-    const bool forwarding = mode == Mode::kPass || mode == Mode::kDelay;
-    PollSet set = WatchPipes(wake_fd_, listen_fd_, conns, forwarding);
+    PollSet set = WatchPipes(wake_fd_, listen_fd_, conns, ForwardingIn(mode));
+    modes_seen_ = seen;
     int timeout = -1;
     if (set.next_due_ns >= 0) {
       timeout = static_cast<int>(

@@ -27,6 +27,8 @@ class FaultProxy {
                  // network partition that heals before TCP gives up
     kDelay,      // forward each chunk after `delay`
     kDrop,       // reset every connection and refuse new ones
+    kHoldReplies,  // forward the client's bytes, hold the store's: a request
+                   // is applied while its answer is lost on the way back
   };
 
   // Listens on 127.0.0.1 (a free port) and forwards to target_host:target_port.
@@ -35,6 +37,7 @@ class FaultProxy {
   ~FaultProxy();
 
   int port() const { return port_; }
+  // Returns once the proxy works in `mode`.
   void SetMode(Mode mode, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
 
  private:
@@ -48,6 +51,8 @@ class FaultProxy {
   int target_port_ = 0;
   std::atomic<int> mode_{0};
   std::atomic<std::int64_t> delay_ns_{0};
+  std::atomic<std::uint64_t> modes_set_{0};   // SetMode calls so far
+  std::atomic<std::uint64_t> modes_seen_{0};  // of those, the loop acts on
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -37,10 +37,13 @@ class EchoServer {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
-        std::jthread([c] {
+        std::jthread([this, c] {
           char buf[256];
           ssize_t n;
-          while ((n = ::read(c, buf, sizeof buf)) > 0) (void)!::write(c, buf, static_cast<size_t>(n));
+          while ((n = ::read(c, buf, sizeof buf)) > 0) {
+            received_ += static_cast<int>(n);
+            (void)!::write(c, buf, static_cast<size_t>(n));
+          }
           ::close(c);
         }).detach();
       }
@@ -52,8 +55,10 @@ class EchoServer {
     thread_.join();
   }
   int port() const { return port_; }
+  int received() const { return received_; }
 
  private:
+  std::atomic<int> received_{0};
   int fd_;
   int port_;
   std::jthread thread_;
@@ -108,6 +113,23 @@ TEST(FaultProxyTest, PassesPartitionsDelaysAndDrops) {
   ASSERT_EQ(::write(again, "d", 1), 1);
   EXPECT_EQ(ReadByte(again, milliseconds(5000)), 'd');
   ::close(again);
+}
+
+TEST(FaultProxyTest, HeldRepliesLetRequestsThroughAndKeepTheAnswers) {
+  EchoServer echo;
+  auto proxy = FaultProxy::Start("127.0.0.1", echo.port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  int fd = Connect((*proxy)->port());
+  (*proxy)->SetMode(FaultProxy::Mode::kHoldReplies);
+  ASSERT_EQ(::write(fd, "e", 1), 1);
+  for (int i = 0; i < 500 && echo.received() == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(echo.received(), 1) << "the request did not reach the server";
+  EXPECT_EQ(ReadByte(fd, milliseconds(300)), -1) << "a held reply got through";
+  (*proxy)->SetMode(FaultProxy::Mode::kPass);
+  EXPECT_EQ(ReadByte(fd, milliseconds(5000)), 'e') << "the reply was lost, not held";
+  ::close(fd);
 }
 
 }  // namespace
