@@ -322,28 +322,21 @@ TEST(ZooKeeperBackendTest, ConnectionDroppedMidCreateLeavesNoOrphan) {
     // Make the parents and the session first, so the create is what is cut.
     ASSERT_TRUE(pc.backend->TryAcquire({key, OwnerId(1, 1), seconds(10)})->granted);
     ASSERT_TRUE(pc.backend->Release(key, OwnerId(1, 1)).ok());
-    // Every chunk takes 1.5 s through the proxy: the create reaches the
-    // member and is applied, and the connection drops (a reset) while the
-    // reply still waits in the proxy, so the client never learns the outcome.
-    // The watch below has those 1.5 s to see the node, however slow the
-    // machine is before the create arrives.
-    pc.proxy->SetMode(harness::FaultProxy::Mode::kDelay, milliseconds(1500));
-    std::this_thread::sleep_for(milliseconds(100));  // the proxy has switched
+    // The proxy passes the create to the member, which applies it, and holds
+    // the answer: the attempt gives up without knowing the outcome. Then the
+    // connection drops (a reset) with the answer still held.
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kHoldReplies);
     std::unique_ptr<Acquisition> acquisition =
         pc.backend->Begin({key, owner, seconds(10), seconds(3)});
     std::optional<Result<Attempt>> r;
-    std::atomic<bool> returned{false};
-    std::jthread attempt([&] {
-      r.emplace(acquisition->Try());
-      returned = true;
-    });
+    std::jthread attempt([&] { r.emplace(acquisition->Try()); });
     bool applied = false;
-    while (!applied && !returned) {
+    for (int i = 0; i < 1000 && !applied; ++i) {
       applied = !zk.Contenders(key).empty();
-      if (!applied) std::this_thread::sleep_for(milliseconds(5));
+      if (!applied) std::this_thread::sleep_for(milliseconds(10));
     }
-    pc.proxy->SetMode(harness::FaultProxy::Mode::kDrop);
     attempt.join();
+    pc.proxy->SetMode(harness::FaultProxy::Mode::kDrop);
     ASSERT_TRUE(applied) << "the create never reached the ensemble";
     EXPECT_EQ(r->status().code(), StatusCode::kUnavailable)
         << r->status().ToString() << " granted=" << (r->ok() && (*r)->granted);
