@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "dlock/status.h"
+
 namespace dlock::harness {
 
 // This process's environment, with DLOCK_BACKEND set to `store_uri` in
@@ -16,6 +18,12 @@ std::vector<std::string> EnvironmentWithStore(const std::string& store_uri);
 // Pointers into `strings`, then a null: argv or envp. `strings` must
 // outlive the result.
 std::vector<char*> NullEnded(std::vector<std::string>& strings);
+
+// Runs `argv` (no shell: a path may hold any byte) and waits for it. Its
+// stderr, and its stdout unless `out` takes it, are appended to `log_path`.
+// Fails, naming the log, unless it exits 0.
+Status RunToLog(std::vector<std::string> argv, const std::string& log_path,
+                std::string* out = nullptr);
 
 }  // namespace dlock::harness
 

@@ -34,28 +34,6 @@ constexpr const char* kFaketimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfake
 
 std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
 
-// Runs `argv` (no shell: a path may hold any byte) with its output appended
-// to `log_path`, and waits for it.
-Status RunToLog(std::vector<std::string> argv, const std::string& log_path) {
-  std::vector<char*> args = NullEnded(argv);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return UnavailableError("cannot run " + argv[0] + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
-  return UnavailableError(argv[0] + " failed (wait status " + std::to_string(status) +
-                          "); its output is in " + log_path);
-}
-
 struct WorkerProc {
   int id = 0;
   int incarnation = 0;
