@@ -66,7 +66,7 @@ int ConnectTo(const std::string& host, int port) {
 }  // namespace
 
 Result<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host,
-                                                      int target_port) {
+                                                      int target_port, int listen_port) {
   std::unique_ptr<FaultProxy> p(new FaultProxy());
   p->target_host_ = target_host == "localhost" ? "127.0.0.1" : target_host;
   p->target_port_ = target_port;
@@ -76,9 +76,11 @@ Result<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(listen_port));
   if (::bind(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(p->listen_fd_, 64) != 0) {
-    return UnavailableError(std::string("fault proxy: cannot listen: ") + std::strerror(errno));
+    return UnavailableError("fault proxy: cannot listen on 127.0.0.1:" +
+                            std::to_string(listen_port) + ": " + std::strerror(errno));
   }
   socklen_t len = sizeof addr;
   ::getsockname(p->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);

@@ -31,9 +31,10 @@ class FaultProxy {
                    // is applied while its answer is lost on the way back
   };
 
-  // Listens on 127.0.0.1 (a free port) and forwards to target_host:target_port.
+  // Listens on 127.0.0.1:listen_port (0: a free port) and forwards to
+  // target_host:target_port.
   static Result<std::unique_ptr<FaultProxy>> Start(const std::string& target_host,
-                                                   int target_port);
+                                                   int target_port, int listen_port = 0);
   ~FaultProxy();
 
   int port() const { return port_; }
