@@ -9,6 +9,15 @@
 #                                   "super" for operators; DIR/uri names them
 #                                   (no password in it). No TLS: Debian's C
 #                                   client has none.
+#   zookeeper.sh configure-linked DIR  configure the ensemble without starting it,
+#                                   each member reaching each other member at a
+#                                   port of its own: DIR/links has one line per
+#                                   link, "FROM TO LISTEN TARGET" (member FROM
+#                                   dials 127.0.0.1:LISTEN, which is to forward
+#                                   to member TO's real port TARGET), for a
+#                                   fault proxy on each (`dlock chaos`'s
+#                                   member faults); writes DIR/uri
+#   zookeeper.sh launch DIR         start a configured ensemble, wait as start does
 #   zookeeper.sh stop DIR           stop every member and remove DIR
 #   zookeeper.sh kill DIR N         SIGKILL member N (a crash)
 #   zookeeper.sh pause DIR N        SIGSTOP member N;  resume DIR N: SIGCONT
@@ -26,7 +35,7 @@
 # JVM flags (the default favours start-up time: client compiler only).
 source "$(dirname "$0")/lib.sh"
 
-ZK_CP=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar
+ZK_CP=${DLOCK_ZK_CLASSPATH:-/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar}
 JVM_OPTS=${DLOCK_ZK_JVM_OPTS:--Xms32m -Xmx160m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k}
 MEMBERS=(1 2 3)
 
@@ -99,7 +108,7 @@ new_password() {
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,21p' "$0" >&2; exit 64; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,30p' "$0" >&2; exit 64; }
 case $cmd in
   start-secure)
     mkdir -p "$dir"
@@ -119,17 +128,34 @@ case $cmd in
     cat "$dir/uri"
     ;;
   start)
+    bash "$0" configure "$dir"
+    exec bash "$0" launch "$dir"
+    ;;
+  configure | configure-linked)
     need_zookeeper
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    servers=""
+    : >"$dir/links"
+    declare -A quorum election
     for n in "${MEMBERS[@]}"; do
       mkdir -p "$dir/$n/data"
       echo "$n" >"$dir/$n/data/myid"
       free_port >"$dir/$n/client_port"
-      servers+="server.$n=127.0.0.1:$(free_port):$(free_port)"$'\n'
+      quorum[$n]=$(free_port)
+      election[$n]=$(free_port)
     done
     for n in "${MEMBERS[@]}"; do
+      servers=""
+      for m in "${MEMBERS[@]}"; do
+        q=${quorum[$m]} e=${election[$m]}
+        if [ "$cmd" = configure-linked ] && [ "$m" != "$n" ]; then
+          # Member n reaches member m through two links of its own.
+          q=$(free_port) e=$(free_port)
+          echo "$n $m $q ${quorum[$m]}" >>"$dir/links"
+          echo "$n $m $e ${election[$m]}" >>"$dir/links"
+        fi
+        servers+="server.$m=127.0.0.1:$q:$e"$'\n'
+      done
       cat >"$dir/$n/zoo.cfg" <<EOF
 tickTime=100
 initLimit=50
@@ -144,12 +170,16 @@ admin.enableServer=false
 maxClientCnxns=0
 $servers
 EOF
-      launch "$dir" "$n"
     done
-    wait_serving "$dir" 90 "${MEMBERS[@]}"
     hosts=""
     for n in "${MEMBERS[@]}"; do hosts+="${hosts:+,}127.0.0.1:$(cat "$dir/$n/client_port")"; done
     echo "zk://$hosts${DLOCK_ZK_CHROOT-/dlock}" >"$dir/uri"
+    ;;
+  launch)
+    need_zookeeper
+    dir=$(cd "$dir" && pwd)
+    for n in "${MEMBERS[@]}"; do launch "$dir" "$n"; done
+    wait_serving "$dir" 90 "${MEMBERS[@]}"
     cat "$dir/uri"
     ;;
   stop)
@@ -192,5 +222,5 @@ EOF
     ;;
   mode) member_mode "$dir" "${3:?member}" ;;
   port) cat "$dir/${3:?member}/client_port" ;;
-  *) sed -n '2,21p' "$0" >&2; exit 64 ;;
+  *) sed -n '2,30p' "$0" >&2; exit 64 ;;
 esac
