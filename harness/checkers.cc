@@ -15,6 +15,16 @@ bool IsFault(const Event& e) {
                           e.op == "store-down");
 }
 
+// The start of a fault inside the store (harness/member_faults.h).
+bool IsMemberFaultEvent(const Event& e) {
+  return e.worker < 0 && (e.op == "isolate" || e.op == "member-pause" || e.op == "member-kill");
+}
+
+// The end of one: the member is back.
+bool IsMemberFaultEnd(const Event& e) {
+  return e.worker < 0 && (e.op == "rejoin" || e.op == "member-resume" || e.op == "member-restart");
+}
+
 bool IsStaleRejection(const Event& e) {
   return e.op == "write" && e.type == EventType::kFail &&
          e.error.find("stale token") != std::string::npos;
@@ -231,6 +241,80 @@ CheckResult CheckRecovery(const History& h, const CheckOptions& o) {
   return r;
 }
 
+// When the next grant after `from` (index i onward) came, if any.
+std::optional<std::int64_t> NextGrant(const History& h, std::size_t i, std::int64_t from) {
+  for (std::size_t j = i; j < h.events.size(); ++j) {
+    const Event& e = h.events[j];
+    if (e.t_ns > from && e.op == "acquire" && e.type == EventType::kOk) return e.t_ns;
+  }
+  return std::nullopt;
+}
+
+CheckResult CheckNoMinorityGrant(const History& h) {
+  CheckResult r{"h", "no grant from a member cut off from the others"};
+  std::map<int, int> member_of;               // worker -> member
+  std::map<int, std::int64_t> isolated_since;  // member -> since
+  std::map<int, std::int64_t> asked_at;        // worker -> its acquire's invoke
+  int bad = 0, windows = 0;
+  for (const Event& e : h.events) {
+    if (e.worker >= 0 && e.op == "member") member_of[e.worker] = static_cast<int>(e.value);
+    if (e.worker < 0 && e.op == "isolate") {
+      isolated_since[static_cast<int>(e.value)] = e.t_ns;
+      ++windows;
+    }
+    if (e.worker < 0 && e.op == "rejoin") isolated_since.erase(static_cast<int>(e.value));
+    if (e.worker < 0 || e.op != "acquire") continue;
+    if (e.type == EventType::kInvoke) asked_at[e.worker] = e.t_ns;
+    if (e.type != EventType::kOk || !member_of.count(e.worker)) continue;
+    const auto since = isolated_since.find(member_of[e.worker]);
+    if (since != isolated_since.end() && asked_at[e.worker] > since->second) {
+      ++bad;
+      Add(r, "worker " + std::to_string(e.worker) + " was granted token " +
+                 std::to_string(e.token) + " by member " + std::to_string(since->first) + ", " +
+                 Ms(e.t_ns - since->second) + " into its isolation");
+    }
+  }
+  Finish(r, bad, windows > 0 && !member_of.empty(),
+         std::to_string(windows) + " isolations; no worker on the cut-off member was granted",
+         "no member was isolated");
+  return r;
+}
+
+CheckResult CheckMemberRecovery(const History& h, const CheckOptions& o) {
+  CheckResult r{"i", "the key is granted again within ttl + bound after each member fault"};
+  r.safety = false;
+  const std::int64_t bound_ns = (h.ttl_ms + o.member_recovery_bound.count()) * 1'000'000;
+  const std::int64_t end = h.events.empty() ? 0 : h.events.back().t_ns;
+  int bad = 0, decided = 0;
+  for (std::size_t i = 0; i < h.events.size(); ++i) {
+    const Event& f = h.events[i];
+    if (!IsMemberFaultEnd(f)) continue;
+    const std::string what =
+        f.op + " of member " + std::to_string(f.value) + " at +" + Ms(f.t_ns - h.events.front().t_ns);
+    const std::optional<std::int64_t> next = NextGrant(h, i + 1, f.t_ns);
+    // Another member fault before the grant: that one's end is measured.
+    const auto again = std::find_if(h.events.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                    h.events.end(), IsMemberFaultEvent);
+    if (again != h.events.end() && (!next || again->t_ns < *next)) continue;
+    if (next) {
+      ++decided;
+      if (*next - f.t_ns > bound_ns) {
+        ++bad;
+        Add(r, what + ": next grant after " + Ms(*next - f.t_ns) + ", bound " + Ms(bound_ns));
+      }
+    } else if (end - f.t_ns > bound_ns) {
+      ++decided;
+      ++bad;
+      Add(r, what + ": no grant in the rest of the run (" + Ms(end - f.t_ns) + ")");
+    }
+  }
+  Finish(r, bad, decided > 0,
+         std::to_string(decided) + " member faults, each followed by a grant within ttl + " +
+             std::to_string(o.member_recovery_bound.count()) + " ms",
+         "no member fault whose recovery could be observed");
+  return r;
+}
+
 CheckResult CheckPausesTested(const History& h) {
   CheckResult r{"g", "each pause produced a rejected stale write (or says it tested nothing)"};
   int bad = 0, tested = 0, untested = 0;
@@ -307,7 +391,7 @@ std::string_view VerdictName(Verdict v) {
 std::vector<CheckResult> RunCheckers(const History& h, const CheckOptions& options) {
   return {CheckTokensMonotonic(h), CheckNoOverlap(h),        CheckStaleRejected(h),
           CheckGrantOrder(h),      CheckNoLostUpdate(h),     CheckRecovery(h, options),
-          CheckPausesTested(h)};
+          CheckPausesTested(h),    CheckNoMinorityGrant(h), CheckMemberRecovery(h, options)};
 }
 
 HistoryCounts Count(const History& h) {
@@ -317,7 +401,7 @@ HistoryCounts Count(const History& h) {
     if (e.op == "write" && e.type == EventType::kInvoke) ++c.operations;
     if (e.op == "acquire" && e.type == EventType::kOk) ++c.grants;
     if (IsStaleRejection(e)) ++c.stale_writes_rejected;
-    if (IsFault(e)) {
+    if (IsFault(e) || IsMemberFaultEvent(e)) {
       ++c.faults;
       ++by_kind[e.op];
     }

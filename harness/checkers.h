@@ -12,6 +12,10 @@
 //   f  after each fault the key is granted again within ttl + a stated bound
 //   g  each pause left the paused holder with a stale write that was
 //      rejected, or says it tested nothing
+//   h  no grant from a member cut off from the others: no worker whose
+//      member was isolated both asked for and got the key while it was
+//   i  after each member fault ends (rejoin, resume, restart), the key is
+//      granted again within ttl + a stated bound
 #ifndef DLOCK_HARNESS_CHECKERS_H_
 #define DLOCK_HARNESS_CHECKERS_H_
 
@@ -27,7 +31,7 @@ enum class Verdict { kPass, kFail, kUnknown };
 std::string_view VerdictName(Verdict v);
 
 struct CheckResult {
-  std::string id;    // "a".."g"
+  std::string id;    // "a".."i"
   std::string name;
   Verdict verdict = Verdict::kUnknown;
   std::string detail;                   // one sentence: why this verdict
@@ -38,6 +42,10 @@ struct CheckResult {
 struct CheckOptions {
   // (f): the key must be granted again within ttl + this.
   std::chrono::milliseconds recovery_bound{1000};
+  // (i): after a member fault, within ttl + this: the members notice the
+  // change (ZooKeeper: syncLimit x tickTime, 2 s in our script) and elect
+  // (under 1 s measured), and the old holder's session expires (ttl).
+  std::chrono::milliseconds member_recovery_bound{5000};
 };
 
 std::vector<CheckResult> RunCheckers(const History& history, const CheckOptions& options);
