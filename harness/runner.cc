@@ -20,6 +20,7 @@
 #include "core/uri.h"
 #include "dlock/clock.h"
 #include "harness/child_process.h"
+#include "harness/member_faults.h"
 #include "harness/proxy.h"
 #include "harness/resource.h"
 
@@ -45,6 +46,7 @@ struct WorkerProc {
   std::string faketime_file;
   std::unique_ptr<FaultProxy> proxy;
   std::string backend;  // through its proxy, when it has one
+  int member = 0;       // on a LinkedCluster: the member it talks to
 };
 
 // Where the workers' proxies forward to: the store's one host:port, and the
@@ -73,6 +75,8 @@ class Run {
   // The store's address for the proxies, when a fault needs them.
   Result<std::optional<ProxyTarget>> FindProxyTarget() const;
   Status StartWorkers(const std::optional<ProxyTarget>& proxy_target);
+  // On a LinkedCluster: worker w's proxy and URI lead to one member.
+  Status AttachToMember(WorkerProc& w);
   // Until the run has ended and every worker has stopped: fires the timers
   // and the faults not tied to a critical section, and reads the workers'
   // events.
@@ -85,6 +89,8 @@ class Run {
   // The planned faults not tied to a critical section that are due.
   void InjectDueFaults(std::int64_t now);
   void Inject(const PlannedFault& f);
+  // A member fault, due while `w` holds the key; false if it must wait.
+  bool InjectMemberFault(const PlannedFault& f, WorkerProc& w);
   // When Supervise must look again at the latest.
   std::int64_t NextWake() const;
   // The events `w` has written, and its exit.
@@ -102,6 +108,7 @@ class Run {
   void Go(WorkerProc& w);
 
   const RunOptions& o_;
+  std::optional<MemberFaults> member_faults_;  // with o_.cluster
   std::string backend_;
   std::string resource_;
   std::vector<WorkerProc> workers_;
@@ -143,7 +150,9 @@ void Run::Nemesis(std::string op, int target, std::int64_t duration_ns, std::str
   e.value = target;
   e.duration_ns = duration_ns;
   e.error = note;
-  faults_file_ << "+" << (e.t_ns - start_ns_) / 1'000'000 << "ms " << op << " worker " << target
+  const bool member_op = op == "isolate" || op == "rejoin" || op.starts_with("member-");
+  faults_file_ << "+" << (e.t_ns - start_ns_) / 1'000'000 << "ms " << op
+               << (member_op ? " member " : " worker ") << target
                << (duration_ns ? " " + std::to_string(duration_ns / 1'000'000) + "ms" : "")
                << (note.empty() ? "" : " " + note) << std::endl;
   Record(std::move(e));
@@ -222,7 +231,8 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
   const std::int64_t elapsed_ms = (NowNs() - start_ns_) / 1'000'000;
   if (!ending_ && next_fault_ < plan_.size() && plan_[next_fault_].at.count() <= elapsed_ms &&
       InCriticalSection(plan_[next_fault_].kind)) {
-    const PlannedFault& f = plan_[next_fault_++];
+    const PlannedFault& f = plan_[next_fault_];
+    if (!IsMemberFault(f.kind)) ++next_fault_;
     if (f.kind == "pause") {
       const auto pause_ns = static_cast<std::int64_t>(
           f.ttl_factor * static_cast<double>(o_.ttl.count()) * 1e6);
@@ -243,6 +253,11 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
       restart_at_[w.id] = NowNs() + 50'000'000;
       return;
     }
+    if (IsMemberFault(f.kind)) {
+      if (InjectMemberFault(f, w)) ++next_fault_;
+      Go(w);
+      return;
+    }
     if (f.kind == "partition" && w.proxy) {
       // Cut off from the store while it keeps working: its go-ahead (and so
       // its write) comes only when the partition heals.
@@ -261,7 +276,19 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
 Result<RunResult> Run::Execute() {
   ::signal(SIGPIPE, SIG_IGN);
   DLOCK_RETURN_IF_ERROR(Prepare());
-  DLOCK_ASSIGN_OR_RETURN(const std::optional<ProxyTarget> proxy_target, FindProxyTarget());
+  std::optional<ProxyTarget> proxy_target;
+  if (o_.cluster != nullptr) {
+    member_faults_.emplace(*o_.cluster, [this](const std::string& op, int member,
+                                               std::int64_t length_ns, const std::string& note) {
+      Nemesis(op, member, length_ns, note);
+    });
+  } else if (std::any_of(o_.faults.begin(), o_.faults.end(), IsMemberFault)) {
+    return InvalidArgumentError(
+        "member faults need a cluster the run starts itself (dlock chaos --server-script "
+        "scripts/servers/zookeeper.sh)");
+  } else {
+    DLOCK_ASSIGN_OR_RETURN(proxy_target, FindProxyTarget());
+  }
   if (Wants("store-restart") && (o_.server_script.empty() || o_.server_dir.empty())) {
     return InvalidArgumentError(
         "the store-restart fault needs the store's server script and directory "
@@ -330,7 +357,9 @@ Status Run::StartWorkers(const std::optional<ProxyTarget>& proxy_target) {
   for (int i = 0; i < o_.workers; ++i) {
     WorkerProc& w = workers_[static_cast<std::size_t>(i)];
     w.id = i;
-    if (proxy_target) {
+    if (o_.cluster != nullptr) {
+      DLOCK_RETURN_IF_ERROR(AttachToMember(w));
+    } else if (proxy_target) {
       DLOCK_ASSIGN_OR_RETURN(w.proxy, FaultProxy::Start(proxy_target->host, proxy_target->port));
       // A store named "localhost" keeps that name through its proxy (which
       // listens on 127.0.0.1): a TLS certificate for it still matches.
@@ -346,6 +375,32 @@ Status Run::StartWorkers(const std::optional<ProxyTarget>& proxy_target) {
     DLOCK_RETURN_IF_ERROR(Spawn(w));
   }
   return Status::Ok();
+}
+
+Status Run::AttachToMember(WorkerProc& w) {
+  w.member = w.id % o_.cluster->members() + 1;
+  DLOCK_ASSIGN_OR_RETURN(const int port, o_.cluster->ClientPort(w.member));
+  DLOCK_ASSIGN_OR_RETURN(w.proxy, FaultProxy::Start("127.0.0.1", port));
+  // The cluster's URI with this one member (through the proxy) as its hosts.
+  auto uri = internal::ParseUri(backend_);
+  if (!uri.ok()) return uri.status();
+  const std::size_t at = backend_.find(uri->hosts, backend_.find("://") + 3);
+  w.backend = backend_.substr(0, at) + "127.0.0.1:" + std::to_string(w.proxy->port()) +
+              backend_.substr(at + uri->hosts.size());
+  Event e;
+  e.t_ns = NowNs();
+  e.worker = w.id;
+  e.op = "member";
+  e.value = w.member;
+  Record(std::move(e));
+  return Status::Ok();
+}
+
+bool Run::InjectMemberFault(const PlannedFault& f, WorkerProc& w) {
+  if (!member_faults_ || member_faults_->busy()) return false;
+  const Status s = member_faults_->Inject(f.kind, f.ttl_factor, o_.ttl, w.member, NowNs());
+  if (!s.ok()) Nemesis("member-fault-failed", -1, 0, f.kind + ": " + s.message());
+  return true;
 }
 
 Status Run::Supervise() {
@@ -390,6 +445,11 @@ void Run::BeginEnding() {
       w.to_worker = -1;
     }
   }
+  if (member_faults_) {
+    if (Status s = member_faults_->EndAll(); !s.ok()) {
+      Nemesis("member-fault-failed", -1, 0, "ending: " + s.message());
+    }
+  }
   resume_at_.clear();
   outliving_.clear();
   restart_at_.clear();
@@ -403,6 +463,7 @@ void Run::BeginEnding() {
 }
 
 Status Run::FireTimers(std::int64_t now) {
+  if (member_faults_) DLOCK_RETURN_IF_ERROR(member_faults_->EndDue(now));
   for (auto it = resume_at_.begin(); it != resume_at_.end();) {
     const auto outliving = outliving_.find(it->first);
     if (it->second <= now && outliving != outliving_.end() && !outliving->second.overtaken &&
@@ -488,6 +549,7 @@ std::int64_t Run::NextWake() const {
   for (auto& [id, t] : resume_at_) wake = std::min(wake, t);
   for (auto& [id, t] : restart_at_) wake = std::min(wake, t);
   for (auto& [id, t] : heal_at_) wake = std::min(wake, t);
+  if (member_faults_) wake = std::min(wake, member_faults_->NextEnd());
   if (next_fault_ < plan_.size() && !InCriticalSection(plan_[next_fault_].kind)) {
     wake = std::min(wake, start_ns_ + plan_[next_fault_].at.count() * 1'000'000);
   }
@@ -554,7 +616,7 @@ bool NeedsProxy(std::string_view kind) {
 }
 
 bool InCriticalSection(std::string_view kind) {
-  return kind == "pause" || kind == "kill" || kind == "partition";
+  return kind == "pause" || kind == "kill" || kind == "partition" || IsMemberFault(kind);
 }
 
 std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
@@ -575,7 +637,9 @@ std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
     plan.push_back(f);
     // A pause needs time to play out before the next fault.
     const double stretch =
-        (f.kind == "pause" || f.kind == "partition") ? f.ttl_factor / 2 + 0.75 : 0.75;
+        (f.kind == "pause" || f.kind == "partition" || IsMemberFault(f.kind))
+            ? f.ttl_factor / 2 + 0.75
+            : 0.75;
     at += milliseconds(static_cast<std::int64_t>(
         static_cast<double>(spacing.count()) * (stretch + 0.5 * unit(rng))));
   }

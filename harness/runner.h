@@ -16,6 +16,7 @@
 #include "dlock/status.h"
 #include "harness/checkers.h"
 #include "harness/history.h"
+#include "harness/linked_cluster.h"
 
 namespace dlock::harness {
 
@@ -29,8 +30,11 @@ namespace dlock::harness {
 //   delay       delay one worker's store traffic by ttl/4..ttl for 2 TTLs
 //   drop        reset one worker's store connections
 //   store-restart  restart the store server (scripts/servers/<store>.sh restart)
-inline constexpr const char* kFaultKinds[] = {"pause",      "kill",  "partition", "clock-step",
-                                              "delay",      "drop",  "store-restart"};
+// Inside the store (a LinkedCluster; harness/member_faults.h):
+//   member-isolate, leader-isolate, leader-pause, leader-kill
+inline constexpr const char* kFaultKinds[] = {
+    "pause",          "kill",           "partition",    "clock-step",  "delay", "drop",
+    "store-restart",  "member-isolate", "leader-isolate", "leader-pause", "leader-kill"};
 // Faults that need a network store behind a proxy, or a server script.
 bool NeedsProxy(std::string_view kind);
 bool InCriticalSection(std::string_view kind);
@@ -57,6 +61,9 @@ struct RunOptions {
   // store-restart: `<server_script> restart <server_dir>`.
   std::string server_script;
   std::string server_dir;
+  // Member faults: the cluster the run plays them on (backend is its URI).
+  // Worker i talks to member i % members + 1 only, through its proxy.
+  LinkedCluster* cluster = nullptr;
 };
 
 std::vector<PlannedFault> PlanFaults(const RunOptions& options);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +17,8 @@
 #include "cli/common.h"
 #include "core/duration.h"
 #include "core/uri.h"
+#include "harness/linked_cluster.h"
+#include "harness/member_faults.h"
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/worker.h"
@@ -40,7 +43,8 @@ Result<std::vector<std::string>> ParseFaults(const std::string& text) {
     if (!known) {
       return InvalidArgumentError("--faults: unknown fault '" + item +
                                   "': accepted: pause, kill, partition, clock-step, delay, drop, "
-                                  "store-restart (comma-separated), or none");
+                                  "store-restart, member-isolate, leader-isolate, leader-pause, "
+                                  "leader-kill (comma-separated), or none");
     }
     out.push_back(item);
   }
@@ -237,12 +241,34 @@ int Finish(const ChaosFlags& f, std::uint64_t seed, const ChaosTotals& t) {
 
 }  // namespace
 
+// Member faults run on a cluster started here, with every link between its
+// members through a fault proxy (harness/linked_cluster.h); null without.
+Result<std::unique_ptr<harness::LinkedCluster>> StartClusterIfWanted(
+    const ChaosFlags& f, const harness::RunOptions& o, const std::filesystem::path& base,
+    std::uint64_t seed) {
+  if (std::none_of(o.faults.begin(), o.faults.end(), harness::IsMemberFault)) {
+    return std::unique_ptr<harness::LinkedCluster>();
+  }
+  if (f.server_script.empty() || !f.backend.empty()) {
+    return InvalidArgumentError(
+        "member faults run on a cluster dlock chaos starts itself: give --server-script "
+        "scripts/servers/zookeeper.sh, and no --backend");
+  }
+  return harness::LinkedCluster::Start(
+      f.server_script, (base / ("dlock-chaos-cluster-" + std::to_string(seed))).string());
+}
+
 int RunChaos(const ChaosFlags& flags) {
   ChaosFlags f = flags;
   // As on every command: --backend, else $DLOCK_BACKEND (which is also how
   // dlock hands a postgres:// or etcd:// store to dlock-full); with
   // neither, a fresh SQLite file in each run's directory.
-  if (const char* env = std::getenv("DLOCK_BACKEND"); f.backend.empty() && env != nullptr) {
+  // Member faults bring their own cluster, whatever $DLOCK_BACKEND says.
+  const auto faults = ParseFaults(f.faults);
+  const bool own_cluster =
+      faults.ok() && std::any_of(faults->begin(), faults->end(), harness::IsMemberFault);
+  if (const char* env = std::getenv("DLOCK_BACKEND");
+      f.backend.empty() && env != nullptr && !own_cluster) {
     f.backend = env;
   }
   auto options = SharedRunOptions(f);
@@ -260,6 +286,12 @@ int RunChaos(const ChaosFlags& flags) {
   if (ec || !std::filesystem::is_directory(base)) {
     return Fail(kExitCantCreate, "--dir " + base.string() + " is not a directory");
   }
+  auto cluster = StartClusterIfWanted(f, *options, base, *seed);
+  if (!cluster.ok()) return Fail(cluster.status());
+  if (*cluster) {
+    options->cluster = cluster->get();
+    options->backend = f.backend = (*cluster)->uri();
+  }
   if (!f.json) {
     std::cout << "dlock chaos: " << Redact(f.backend) << ", " << f.workload << " workload, faults "
               << (options->faults.empty() ? "none" : f.faults) << ", " << f.workers
@@ -268,6 +300,9 @@ int RunChaos(const ChaosFlags& flags) {
   }
   ChaosTotals totals;
   for (int i = 0; i < f.runs; ++i) {
+    if (options->cluster != nullptr) {
+      if (Status s = options->cluster->Heal(); !s.ok()) return Fail(s);
+    }
     const int rc = OneRun(f, *options, base, *seed + static_cast<std::uint64_t>(i), i, totals);
     if (rc != kExitOk) return rc;
   }
@@ -286,7 +321,8 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   cmd->add_option("--faults", chaos->faults,
                   "comma-separated: pause, kill, partition, clock-step, delay, drop, "
-                  "store-restart; or none")
+                  "store-restart, member-isolate, leader-isolate, leader-pause, leader-kill; "
+                  "or none")
       ->capture_default_str();
   cmd->add_option("--duration", chaos->duration, "length of each run")->capture_default_str();
   cmd->add_option("--ttl", chaos->ttl, "the workers' lease")->capture_default_str();
@@ -299,7 +335,8 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
                   "write an HTML report (timeline + checks) of the last failing, else last, run");
   cmd->add_option("--dir", chaos->dir, "where run directories go (default: $TMPDIR)");
   cmd->add_option("--server-script", chaos->server_script,
-                  "store-restart: the store's script (scripts/servers/<store>.sh)");
+                  "store-restart: the store's script (scripts/servers/<store>.sh); member "
+                  "faults: the script that starts the cluster");
   cmd->add_option("--server-dir", chaos->server_dir,
                   "store-restart: the directory the script started the store in");
   cmd->add_flag("--keep", chaos->keep,

@@ -1,0 +1,121 @@
+#include "harness/linked_cluster.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/child_process.h"
+
+namespace dlock::harness {
+
+Result<std::unique_ptr<LinkedCluster>> LinkedCluster::Start(const std::string& script,
+                                                            const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
+  std::unique_ptr<LinkedCluster> c(new LinkedCluster(script, dir));
+  DLOCK_RETURN_IF_ERROR(c->Script({"configure-linked", dir}));
+  DLOCK_RETURN_IF_ERROR(c->ReadLinks());
+  DLOCK_RETURN_IF_ERROR(c->Script({"launch", dir}, &c->uri_));
+  while (!c->uri_.empty() && (c->uri_.back() == '\n' || c->uri_.back() == ' ')) c->uri_.pop_back();
+  if (c->uri_.empty()) return UnavailableError(script + " launch printed no URI");
+  return c;
+}
+
+LinkedCluster::~LinkedCluster() {
+  links_.clear();  // the proxies first: a stopping member need not wait on a cut link
+  (void)Script({"stop", dir_});
+}
+
+Status LinkedCluster::Script(std::vector<std::string> args, std::string* out) const {
+  args.insert(args.begin(), {"/bin/bash", script_});
+  return RunToLog(std::move(args), dir_ + ".log", out);
+}
+
+// DIR/links: "FROM TO LISTEN TARGET" per line; a proxy on each LISTEN port.
+Status LinkedCluster::ReadLinks() {
+  std::ifstream in(dir_ + "/links");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    Link link;
+    int listen = 0, target = 0;
+    if (!(words >> link.from >> link.to >> listen >> target) || link.from < 1 || link.to < 1) {
+      return InvalidArgumentError(dir_ + "/links: not \"FROM TO LISTEN TARGET\": " + line);
+    }
+    DLOCK_ASSIGN_OR_RETURN(link.proxy, FaultProxy::Start("127.0.0.1", target, listen));
+    members_ = std::max({members_, link.from, link.to});
+    links_.push_back(std::move(link));
+  }
+  if (members_ < 3) {
+    return InvalidArgumentError(script_ + " configure-linked wrote no links between 3 members");
+  }
+  return Status::Ok();
+}
+
+Result<int> LinkedCluster::ClientPort(int member) const {
+  std::string out;
+  DLOCK_RETURN_IF_ERROR(Script({"port", dir_, std::to_string(member)}, &out));
+  const int port = std::atoi(out.c_str());
+  if (port <= 0) return UnavailableError(script_ + " port printed '" + out + "'");
+  return port;
+}
+
+Result<int> LinkedCluster::Leader() const {
+  std::string out;
+  DLOCK_RETURN_IF_ERROR(Script({"leader", dir_}, &out));
+  const int n = std::atoi(out.c_str());
+  if (n < 1 || n > members_) return UnavailableError(script_ + " leader printed '" + out + "'");
+  return n;
+}
+
+void LinkedCluster::Isolate(int member) {
+  for (auto& link : links_) {
+    if (link.from == member || link.to == member) {
+      link.proxy->SetMode(FaultProxy::Mode::kPartition);
+    }
+  }
+  isolated_.insert(member);
+}
+
+void LinkedCluster::Rejoin(int member) {
+  isolated_.erase(member);
+  for (auto& link : links_) {
+    const bool cut = isolated_.count(link.from) || isolated_.count(link.to);
+    if (!cut && (link.from == member || link.to == member)) {
+      link.proxy->SetMode(FaultProxy::Mode::kPass);
+    }
+  }
+}
+
+Status LinkedCluster::Pause(int member) {
+  DLOCK_RETURN_IF_ERROR(Script({"pause", dir_, std::to_string(member)}));
+  paused_.insert(member);
+  return Status::Ok();
+}
+
+Status LinkedCluster::Resume(int member) {
+  paused_.erase(member);
+  return Script({"resume", dir_, std::to_string(member)});
+}
+
+Status LinkedCluster::Kill(int member) {
+  DLOCK_RETURN_IF_ERROR(Script({"kill", dir_, std::to_string(member)}));
+  killed_.insert(member);
+  return Status::Ok();
+}
+
+Status LinkedCluster::Restart(int member) {
+  killed_.erase(member);
+  return Script({"restart", dir_, std::to_string(member)});
+}
+
+Status LinkedCluster::Heal() {
+  for (int m : std::set<int>(isolated_)) Rejoin(m);
+  for (int m : std::set<int>(paused_)) DLOCK_RETURN_IF_ERROR(Resume(m));
+  for (int m : std::set<int>(killed_)) DLOCK_RETURN_IF_ERROR(Restart(m));
+  return Status::Ok();
+}
+
+}  // namespace dlock::harness

@@ -1,0 +1,70 @@
+// A replicated store (a ZooKeeper ensemble) whose members reach each other
+// only through fault proxies, one per direction and link, so that a chaos
+// run can cut one member off from the others while its own clients still
+// reach it: the minority side of a partition.
+//
+// The store's script starts and stops it: `<script> configure-linked DIR`
+// writes the members' configuration and DIR/links ("FROM TO LISTEN TARGET"
+// per link), the proxies are put on those ports, then `<script> launch DIR`
+// starts the members. Member faults use the script's verbs too: leader,
+// pause, resume, kill, restart, port.
+//
+// Thread-compatible: one thread (the chaos run's) uses it.
+#ifndef DLOCK_HARNESS_LINKED_CLUSTER_H_
+#define DLOCK_HARNESS_LINKED_CLUSTER_H_
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dlock/status.h"
+#include "harness/proxy.h"
+
+namespace dlock::harness {
+
+class LinkedCluster {
+ public:
+  // Starts the store with `script` in `dir` (created; removed by the
+  // destructor, which stops the members).
+  static Result<std::unique_ptr<LinkedCluster>> Start(const std::string& script,
+                                                      const std::string& dir);
+  ~LinkedCluster();
+  LinkedCluster(const LinkedCluster&) = delete;
+  LinkedCluster& operator=(const LinkedCluster&) = delete;
+
+  const std::string& uri() const { return uri_; }  // every member
+  int members() const { return members_; }         // numbered 1..members()
+  // Member n's client port (its own, not through a proxy).
+  Result<int> ClientPort(int member) const;
+  Result<int> Leader() const;
+
+  // Cuts every link to and from `member` (bytes wait, connections stay
+  // open, as in a partition); Rejoin restores them.
+  void Isolate(int member);
+  void Rejoin(int member);
+  Status Pause(int member);
+  Status Resume(int member);
+  Status Kill(int member);
+  Status Restart(int member);  // after Kill; waits until it serves
+  // Every member joined, running and serving: between runs.
+  Status Heal();
+
+ private:
+  struct Link {
+    int from = 0, to = 0;
+    std::unique_ptr<FaultProxy> proxy;
+  };
+  LinkedCluster(std::string script, std::string dir) : script_(std::move(script)), dir_(std::move(dir)) {}
+  Status Script(std::vector<std::string> args, std::string* out = nullptr) const;
+  Status ReadLinks();
+
+  std::string script_, dir_, uri_;
+  int members_ = 0;
+  std::vector<Link> links_;
+  std::set<int> isolated_, paused_, killed_;
+};
+
+}  // namespace dlock::harness
+
+#endif  // DLOCK_HARNESS_LINKED_CLUSTER_H_
