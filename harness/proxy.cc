@@ -13,6 +13,8 @@
 #include <cstring>
 #include <deque>
 #include <list>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,9 @@ struct Pipe {
 struct Conn {
   Pipe up, down;  // client -> server, server -> client
   bool dead = false;
+  // What the tagger said of the client's first bytes; none yet: nothing
+  // goes to the server until it has decided.
+  std::optional<std::string> tag;
 };
 
 void CloseConn(Conn& c) {
@@ -66,8 +71,10 @@ int ConnectTo(const std::string& host, int port) {
 }  // namespace
 
 Result<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string& target_host,
-                                                      int target_port, int listen_port) {
+                                                      int target_port, int listen_port,
+                                                      Tagger tagger) {
   std::unique_ptr<FaultProxy> p(new FaultProxy());
+  p->tagger_ = std::move(tagger);
   p->target_host_ = target_host == "localhost" ? "127.0.0.1" : target_host;
   p->target_port_ = target_port;
   p->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -102,6 +109,22 @@ FaultProxy::~FaultProxy() {
 void FaultProxy::SetMode(Mode mode, std::chrono::milliseconds delay) {
   delay_ns_ = std::chrono::nanoseconds(delay).count();
   mode_ = static_cast<int>(mode);
+  WaitForLoop();
+}
+
+void FaultProxy::SetTagMode(const std::string& tag, std::optional<Mode> mode) {
+  {
+    std::lock_guard lock(tag_mu_);
+    if (mode) {
+      tag_modes_[tag] = *mode;
+    } else {
+      tag_modes_.erase(tag);
+    }
+  }
+  WaitForLoop();
+}
+
+void FaultProxy::WaitForLoop() {
   const std::uint64_t mine = ++modes_set_;
   std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
@@ -145,16 +168,31 @@ Forwarding ForwardingIn(FaultProxy::Mode mode) {
   return {both || mode == M::kHoldReplies, both};
 }
 
-PollSet WatchPipes(int wake_fd, int listen_fd, std::list<Conn>& conns, Forwarding way) {
+// The mode each connection is in: its tag's, else the proxy's.
+struct Modes {
+  FaultProxy::Mode all = FaultProxy::Mode::kPass;
+  std::map<std::string, FaultProxy::Mode> by_tag;
+
+  Forwarding For(const Conn& c) const {
+    // Undecided: read the client's first bytes, send nothing yet.
+    if (!c.tag) return {};
+    const auto it = by_tag.find(*c.tag);
+    return ForwardingIn(it != by_tag.end() ? it->second : all);
+  }
+};
+
+PollSet WatchPipes(int wake_fd, int listen_fd, std::list<Conn>& conns, const Modes& modes) {
   PollSet set;
   set.fds = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
   for (auto& c : conns) {
+    const Forwarding way = modes.For(c);
     for (Pipe* p : {&c.up, &c.down}) {
       const bool forwarding = p == &c.up ? way.up : way.down;
+      const bool reading = forwarding || (p == &c.up && !c.tag);
       short events = 0;
       // Stop reading while partitioned, so that the kernel's buffers fill
       // and the sender sees the stall it would see on a real partition.
-      if (forwarding && !p->eof && p->queue.size() < 64) events |= POLLIN;
+      if (reading && !p->eof && p->queue.size() < 64) events |= POLLIN;
       if (forwarding && !p->queue.empty()) {
         if (p->queue.front().due_ns <= NowNs()) {
           events |= POLLOUT;
@@ -193,6 +231,15 @@ void WriteDue(Pipe& p) {
   }
 }
 
+// Asks `tagger` about an undecided connection's first bytes; past 16 KB
+// without an answer it has no tag.
+void Tag(Conn& c, const FaultProxy::Tagger& tagger) {
+  std::string head;
+  for (const Chunk& chunk : c.up.queue) head += chunk.bytes;
+  c.tag = tagger(head);
+  if (!c.tag && (head.size() > 16384 || c.up.eof)) c.tag = "";
+}
+
 // A side that closed, with nothing left to deliver: close the pair.
 void CloseFinished(std::list<Conn>& conns) {
   for (auto& c : conns) {
@@ -204,7 +251,7 @@ void CloseFinished(std::list<Conn>& conns) {
 // Accepts every pending client and connects it to the store; refuses them
 // while `mode` is kDrop.
 void AcceptAll(int listen_fd, const std::atomic<int>& mode, const std::string& host, int port,
-               std::list<Conn>& conns) {
+               bool tagging, std::list<Conn>& conns) {
   int client;
   while ((client = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
     if (static_cast<FaultProxy::Mode>(mode.load()) == FaultProxy::Mode::kDrop) {
@@ -223,6 +270,7 @@ void AcceptAll(int listen_fd, const std::atomic<int>& mode, const std::string& h
     c.up.to = server;
     c.down.from = server;
     c.down.to = client;
+    if (!tagging) c.tag = "";
     conns.push_back(std::move(c));
   }
 }
@@ -235,7 +283,12 @@ void FaultProxy::Loop() {
     const std::uint64_t seen = modes_set_.load();  // before the mode: never newer than it
     const Mode mode = static_cast<Mode>(mode_.load());
     if (mode == Mode::kDrop) ResetAll(conns);
-    PollSet set = WatchPipes(wake_fd_, listen_fd_, conns, ForwardingIn(mode));
+    Modes modes{mode, {}};
+    {
+      std::lock_guard lock(tag_mu_);
+      modes.by_tag = tag_modes_;
+    }
+    PollSet set = WatchPipes(wake_fd_, listen_fd_, conns, modes);
     modes_seen_ = seen;
     int timeout = -1;
     if (set.next_due_ns >= 0) {
@@ -247,12 +300,17 @@ void FaultProxy::Loop() {
       std::uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof n);
     }
-    if (set.fds[1].revents) AcceptAll(listen_fd_, mode_, target_host_, target_port_, conns);
+    if (set.fds[1].revents) {
+      AcceptAll(listen_fd_, mode_, target_host_, target_port_, bool(tagger_), conns);
+    }
     const std::int64_t delay = mode == Mode::kDelay ? delay_ns_.load() : 0;
     for (std::size_t i = 2; i < set.fds.size(); i += 2) {
       Pipe& p = *set.pipes[i - 2];
       if (set.fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadInto(p, delay);
       if (set.fds[i + 1].revents & POLLOUT) WriteDue(p);
+    }
+    for (auto& c : conns) {
+      if (!c.tag) Tag(c, tagger_);
     }
     CloseFinished(conns);
   }

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -130,6 +133,34 @@ TEST(FaultProxyTest, HeldRepliesLetRequestsThroughAndKeepTheAnswers) {
   (*proxy)->SetMode(FaultProxy::Mode::kPass);
   EXPECT_EQ(ReadByte(fd, milliseconds(5000)), 'e') << "the reply was lost, not held";
   ::close(fd);
+}
+
+// Tags "from:NAME\n" at the start of a connection.
+std::optional<std::string> FromLine(std::string_view head) {
+  const std::size_t nl = head.find('\n');
+  if (nl == std::string_view::npos) return std::nullopt;
+  return head.starts_with("from:") ? std::string(head.substr(5, nl - 5)) : std::string();
+}
+
+TEST(FaultProxyTest, ATaggedConnectionFollowsItsTagsMode) {
+  EchoServer echo;
+  auto proxy = FaultProxy::Start("127.0.0.1", echo.port(), 0, FromLine);
+  ASSERT_TRUE(proxy.ok()) << proxy.status().ToString();
+  (*proxy)->SetTagMode("a", FaultProxy::Mode::kPartition);
+  int a = Connect((*proxy)->port()), b = Connect((*proxy)->port());
+  ASSERT_EQ(::write(b, "fro", 3), 3);
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(echo.received(), 0) << "bytes went out before the tagger named the connection";
+  ASSERT_EQ(::write(b, "m:b\nx", 5), 5);
+  std::string got;
+  for (int i = 0; i < 8; ++i) got += static_cast<char>(ReadByte(b, milliseconds(5000)));
+  EXPECT_EQ(got, "from:b\nx") << "an untouched tag does as the proxy does";
+  ASSERT_EQ(::write(a, "from:a\ny", 8), 8);
+  EXPECT_EQ(ReadByte(a, milliseconds(300)), -1) << "a partitioned tag's byte got through";
+  (*proxy)->SetTagMode("a", std::nullopt);
+  EXPECT_EQ(ReadByte(a, milliseconds(5000)), 'f') << "held, not lost";
+  ::close(a);
+  ::close(b);
 }
 
 }  // namespace
