@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "dlock/clock.h"
+
 namespace dlock::harness {
 
 bool IsMemberFault(std::string_view kind) {
@@ -11,8 +13,7 @@ bool IsMemberFault(std::string_view kind) {
 }
 
 Status MemberFaults::Inject(std::string_view kind, double length_factor,
-                            std::chrono::milliseconds ttl, int holder_member,
-                            std::int64_t now_ns) {
+                            std::chrono::milliseconds ttl, int holder_member) {
   DLOCK_ASSIGN_OR_RETURN(const int leader, cluster_.Leader());
   const auto unit = std::max(ttl, std::chrono::milliseconds(1000));
   const auto length_ns = static_cast<std::int64_t>(
@@ -25,7 +26,7 @@ Status MemberFaults::Inject(std::string_view kind, double length_factor,
   const std::string who =
       "member " + std::to_string(member) + (member == leader ? " (the leader)" : " (a follower)") +
       (member == holder_member ? ", the holder's" : "");
-  Active fault{"", member, now_ns + length_ns};
+  Active fault{"", member, 0};
   if (kind == "member-isolate" || kind == "leader-isolate") {
     cluster_.Isolate(member);
     fault.end_op = "rejoin";
@@ -41,6 +42,8 @@ Status MemberFaults::Inject(std::string_view kind, double length_factor,
   } else {
     return InvalidArgumentError("not a member fault: " + std::string(kind));
   }
+  // Timed from now: finding the leader and cutting links take a while.
+  fault.until_ns = MonotonicClock::now().time_since_epoch().count() + length_ns;
   active_.push_back(std::move(fault));
   return Status::Ok();
 }

@@ -40,10 +40,10 @@ class MemberFaults {
   MemberFaults(LinkedCluster& cluster, Recorder record)
       : cluster_(cluster), record_(std::move(record)) {}
 
-  // Starts `kind` now, for length_factor x max(ttl, 1 s). `holder_member`
-  // is the member the holder's client talks to.
+  // Starts `kind` now, for length_factor x max(ttl, 1 s) from when it is in
+  // place. `holder_member` is the member the holder's client talks to.
   Status Inject(std::string_view kind, double length_factor, std::chrono::milliseconds ttl,
-                int holder_member, std::int64_t now_ns);
+                int holder_member);
   // Ends the faults that are due.
   Status EndDue(std::int64_t now_ns);
   // When the next fault ends; INT64_MAX if none is on.

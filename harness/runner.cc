@@ -398,7 +398,7 @@ Status Run::AttachToMember(WorkerProc& w) {
 
 bool Run::InjectMemberFault(const PlannedFault& f, WorkerProc& w) {
   if (!member_faults_ || member_faults_->busy()) return false;
-  const Status s = member_faults_->Inject(f.kind, f.ttl_factor, o_.ttl, w.member, NowNs());
+  const Status s = member_faults_->Inject(f.kind, f.ttl_factor, o_.ttl, w.member);
   if (!s.ok()) Nemesis("member-fault-failed", -1, 0, f.kind + ": " + s.message());
   return true;
 }
