@@ -13,6 +13,18 @@
 #   etcd.sh leader DIR       print the number of the member that leads now
 #   etcd.sh endpoint DIR N   print member N's client address (127.0.0.1:PORT)
 #   etcd.sh health DIR       wait until every running member answers (30 s)
+#   etcd.sh port DIR N       print member N's client port
+#   etcd.sh member-id DIR N  print member N's id as etcd writes it (hex)
+#   etcd.sh configure-linked DIR  configure three members without starting
+#                            them, each advertising a peer port other than
+#                            the one it listens on: DIR/links has a line
+#                            "0 N LISTEN TARGET" per member, for a fault
+#                            proxy from LISTEN to member N's TARGET that any
+#                            member (0) dials; etcd names the dialing member
+#                            in each request's X-Server-From header
+#                            (`dlock chaos`'s member faults)
+#   etcd.sh launch DIR       start a configured cluster, wait until healthy,
+#                            write DIR/uri and print it
 #
 #   etcd.sh start-secure DIR  the same cluster secured as an operator would
 #                            run it: TLS on client and peer links with
@@ -35,7 +47,7 @@
 source "$(dirname "$0")/lib.sh"
 
 usage() {
-  echo "usage: etcd.sh start|start-secure|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint DIR N" >&2
+  echo "usage: etcd.sh start|start-secure|configure-linked|launch|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint|port|member-id DIR N" >&2
   exit 64
 }
 
@@ -63,7 +75,7 @@ start_member() {
     --listen-client-urls "$scheme://127.0.0.1:$(cat "$m/client_port")" \
     --advertise-client-urls "$scheme://$(host):$(cat "$m/client_port")" \
     --listen-peer-urls "$scheme://127.0.0.1:$(cat "$m/peer_port")" \
-    --initial-advertise-peer-urls "$scheme://$(host):$(cat "$m/peer_port")" \
+    --initial-advertise-peer-urls "$scheme://$(host):$(advertised_peer_port "$n")" \
     "${tls[@]}" \
     --initial-cluster "$(cat "$dir/cluster")" \
     --initial-cluster-token "$(cat "$dir/token")" \
@@ -75,6 +87,13 @@ start_member() {
 }
 
 members() { cat "$dir/members"; }
+
+# The peer port others dial: a proxy's, on a linked cluster.
+advertised_peer_port() {
+  local m
+  m=$(member_dir "$1")
+  if [ -f "$m/peer_link_port" ]; then cat "$m/peer_link_port"; else cat "$m/peer_port"; fi
+}
 
 secure() { [ -f "$dir/secure" ]; }
 
@@ -158,8 +177,8 @@ secure_users() {
   touch "$dir/auth"
 }
 
-# start_cluster [secure]: the start and start-secure verbs.
-start_cluster() {
+# configure_cluster [secure|linked]: ports, names and the cluster list.
+configure_cluster() {
   count=${DLOCK_ETCD_MEMBERS:-3}
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -169,6 +188,7 @@ start_cluster() {
   fi
   echo "$count" >"$dir/members"
   echo "dlock-test-$$-$RANDOM" >"$dir/token"
+  : >"$dir/links"
   cluster=()
   for ((n = 1; n <= count; n++)); do
     m=$(member_dir "$n")
@@ -176,12 +196,25 @@ start_cluster() {
     chmod 700 "$m/data"
     free_port >"$m/client_port"
     free_port >"$m/peer_port"
+    if [ "${1:-}" = linked ]; then
+      free_port >"$m/peer_link_port"
+      echo "0 $n $(cat "$m/peer_link_port") $(cat "$m/peer_port")" >>"$dir/links"
+    fi
     if secure; then scheme=https; else scheme=http; fi
-    cluster+=("n$n=$scheme://$(host):$(cat "$m/peer_port")")
+    cluster+=("n$n=$scheme://$(host):$(advertised_peer_port "$n")")
   done
   (IFS=,; echo "${cluster[*]}") >"$dir/cluster"
-  for ((n = 1; n <= count; n++)); do start_member "$n"; done
-  for ((n = 1; n <= count; n++)); do wait_for_port "$(cat "$(member_dir "$n")/client_port")"; done
+}
+
+# start_cluster [secure]: the start and start-secure verbs.
+start_cluster() {
+  configure_cluster "${1:-}"
+  launch_cluster
+}
+
+launch_cluster() {
+  for ((n = 1; n <= $(members); n++)); do start_member "$n"; done
+  for ((n = 1; n <= $(members); n++)); do wait_for_port "$(cat "$(member_dir "$n")/client_port")"; done
   wait_healthy
   if secure; then
     secure_users
@@ -194,6 +227,16 @@ start_cluster() {
 
 case "$verb" in
   start) start_cluster ;;
+  configure-linked) configure_cluster linked ;;
+  launch) launch_cluster ;;
+  port) need_member "${3:-}"; cat "$(member_dir "$3")/client_port" ;;
+  member-id)
+    need_member "${3:-}"
+    out=$(ctl "" member list -w json)
+    python3 -c 'import json,sys
+for m in json.loads(sys.argv[1])["members"]:
+    if m.get("name") == sys.argv[2]: print(format(m["ID"], "x"))' "$out" "n$3"
+    ;;
   start-secure) start_cluster secure ;;
   stop)
     [ -f "$dir/members" ] || exit 0
