@@ -3,11 +3,29 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "harness/child_process.h"
 
 namespace dlock::harness {
+namespace {
+
+// The member an etcd peer request comes from: its X-Server-From header.
+std::optional<std::string> EtcdSender(std::string_view head) {
+  const std::size_t end = head.find("\r\n\r\n");
+  const std::string_view headers = head.substr(0, end);
+  constexpr std::string_view kName = "\r\nX-Server-From: ";
+  if (const std::size_t at = headers.find(kName); at != std::string_view::npos) {
+    const std::size_t from = at + kName.size();
+    return std::string(headers.substr(from, headers.find("\r\n", from) - from));
+  }
+  if (end == std::string_view::npos) return std::nullopt;  // more to come
+  return std::string();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<LinkedCluster>> LinkedCluster::Start(const std::string& script,
                                                             const std::string& dir) {
@@ -20,6 +38,14 @@ Result<std::unique_ptr<LinkedCluster>> LinkedCluster::Start(const std::string& s
   DLOCK_RETURN_IF_ERROR(c->Script({"launch", dir}, &c->uri_));
   while (!c->uri_.empty() && (c->uri_.back() == '\n' || c->uri_.back() == ' ')) c->uri_.pop_back();
   if (c->uri_.empty()) return UnavailableError(script + " launch printed no URI");
+  const bool tagged = std::any_of(c->links_.begin(), c->links_.end(),
+                                  [](const Link& l) { return l.from == 0; });
+  for (int n = 1; tagged && n <= c->members_; ++n) {
+    std::string id;
+    DLOCK_RETURN_IF_ERROR(c->Script({"member-id", dir, std::to_string(n)}, &id));
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    c->ids_.push_back(id);
+  }
   return c;
 }
 
@@ -41,10 +67,12 @@ Status LinkedCluster::ReadLinks() {
     std::istringstream words(line);
     Link link;
     int listen = 0, target = 0;
-    if (!(words >> link.from >> link.to >> listen >> target) || link.from < 1 || link.to < 1) {
+    if (!(words >> link.from >> link.to >> listen >> target) || link.from < 0 || link.to < 1) {
       return InvalidArgumentError(dir_ + "/links: not \"FROM TO LISTEN TARGET\": " + line);
     }
-    DLOCK_ASSIGN_OR_RETURN(link.proxy, FaultProxy::Start("127.0.0.1", target, listen));
+    DLOCK_ASSIGN_OR_RETURN(link.proxy,
+                           FaultProxy::Start("127.0.0.1", target, listen,
+                                             link.from == 0 ? EtcdSender : FaultProxy::Tagger()));
     members_ = std::max({members_, link.from, link.to});
     links_.push_back(std::move(link));
   }
@@ -70,23 +98,28 @@ Result<int> LinkedCluster::Leader() const {
   return n;
 }
 
-void LinkedCluster::Isolate(int member) {
+void LinkedCluster::CutLinks(int member, bool cut) {
+  const FaultProxy::Mode mode = cut ? FaultProxy::Mode::kPartition : FaultProxy::Mode::kPass;
   for (auto& link : links_) {
-    if (link.from == member || link.to == member) {
-      link.proxy->SetMode(FaultProxy::Mode::kPartition);
+    if (link.to == member || link.from == member) {
+      link.proxy->SetMode(mode);
+    } else if (link.from == 0 && static_cast<std::size_t>(member) <= ids_.size()) {
+      link.proxy->SetTagMode(ids_[static_cast<std::size_t>(member) - 1],
+                             cut ? std::optional(mode) : std::nullopt);
     }
   }
+}
+
+void LinkedCluster::Isolate(int member) {
+  CutLinks(member, true);
   isolated_.insert(member);
 }
 
+// One member is cut off at a time (MemberFaults), so a rejoin restores all
+// of its links.
 void LinkedCluster::Rejoin(int member) {
   isolated_.erase(member);
-  for (auto& link : links_) {
-    const bool cut = isolated_.count(link.from) || isolated_.count(link.to);
-    if (!cut && (link.from == member || link.to == member)) {
-      link.proxy->SetMode(FaultProxy::Mode::kPass);
-    }
-  }
+  CutLinks(member, false);
 }
 
 Status LinkedCluster::Pause(int member) {

@@ -1,13 +1,19 @@
-// A replicated store (a ZooKeeper ensemble) whose members reach each other
-// only through fault proxies, one per direction and link, so that a chaos
-// run can cut one member off from the others while its own clients still
-// reach it: the minority side of a partition.
+// A replicated store (a ZooKeeper ensemble, an etcd cluster) whose members
+// reach each other only through fault proxies, so that a chaos run can cut
+// one member off from the others while its own clients still reach it: the
+// minority side of a partition.
 //
 // The store's script starts and stops it: `<script> configure-linked DIR`
 // writes the members' configuration and DIR/links ("FROM TO LISTEN TARGET"
 // per link), the proxies are put on those ports, then `<script> launch DIR`
 // starts the members. Member faults use the script's verbs too: leader,
-// pause, resume, kill, restart, port.
+// pause, resume, kill, restart, port, member-id.
+//
+// A link is one direction between two members (ZooKeeper: each member's
+// configuration names its own ports for the others), or, with FROM 0, every
+// member's way into member TO (etcd: one advertised peer URL per member);
+// such a proxy tells the members apart by the X-Server-From header etcd
+// puts on every peer request, and cuts only the isolated member's.
 //
 // Thread-compatible: one thread (the chaos run's) uses it.
 #ifndef DLOCK_HARNESS_LINKED_CLUSTER_H_
@@ -52,9 +58,11 @@ class LinkedCluster {
 
  private:
   struct Link {
-    int from = 0, to = 0;
+    int from = 0, to = 0;  // from 0: any member, told apart by member id
     std::unique_ptr<FaultProxy> proxy;
   };
+  // The links `member` sends or receives on, cut (or not).
+  void CutLinks(int member, bool cut);
   LinkedCluster(std::string script, std::string dir) : script_(std::move(script)), dir_(std::move(dir)) {}
   Status Script(std::vector<std::string> args, std::string* out = nullptr) const;
   Status ReadLinks();
@@ -62,6 +70,7 @@ class LinkedCluster {
   std::string script_, dir_, uri_;
   int members_ = 0;
   std::vector<Link> links_;
+  std::vector<std::string> ids_;  // member n's id is ids_[n - 1], for FROM 0 links
   std::set<int> isolated_, paused_, killed_;
 };
 
