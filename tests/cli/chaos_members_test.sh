@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# dlock chaos with faults inside the store: a ZooKeeper ensemble that chaos
-# starts itself, every link between members through a fault proxy. A
-# member cut off, the leader cut off, paused or killed while a worker holds
-# the key: with fencing, no violation and no grant from the cut-off side.
+# dlock chaos with faults inside the store: a cluster (ZooKeeper or etcd,
+# $2) that chaos starts itself, every link between members through a fault
+# proxy. A member cut off, the leader cut off, paused or killed while a
+# worker holds the key: with fencing, no violation and no grant from the
+# cut-off side.
 source "$(dirname "$0")/lib.sh"
-SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/zookeeper.sh
+STORE=${2:?usage: chaos_members_test.sh DLOCK zookeeper|etcd}
+SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/$STORE.sh
+# etcd leases come in whole seconds.
+TTL=500ms DURATION=16s SCHEME=zk://
+[ "$STORE" = etcd ] && TTL=1s DURATION=20s SCHEME=etcd://
 # Members left behind by a chaos process that died are still ours to stop.
 trap 'pkill -KILL -f "$WORK/dlock-chaos-cluster" 2>/dev/null; cleanup' EXIT
 
@@ -13,16 +18,16 @@ expect_exit 64 "give --server-script" -- \
 expect_exit 64 "no --backend" -- \
   "$DLOCK" chaos --backend zk://127.0.0.1:1/x --server-script "$SCRIPT" --faults leader-pause \
   --duration 4s --dir "$WORK"
-out=$("$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed 3 --ttl 500ms \
-  --duration 16s --faults member-isolate,leader-isolate,leader-pause,leader-kill,pause)
+out=$("$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed 3 --ttl "$TTL" \
+  --duration "$DURATION" --faults member-isolate,leader-isolate,leader-pause,leader-kill,pause)
 rc=$?
 # 4: only recovery failures, which a loaded machine may cause; 3 would be
 # a safety violation.
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || fail "fenced run exited $rc: $out"
-python3 - "$out" <<'PY' || fail "fenced run: $out"
+python3 - "$out" "$SCHEME" <<'PY' || fail "fenced run: $out"
 import json, sys
 r = json.loads(sys.argv[1])
-assert r["backend"].startswith("zk://"), r["backend"]
+assert r["backend"].startswith(sys.argv[2]), r["backend"]
 assert r["violations"] == 0, r["violations"]
 kinds = r["faults_by_kind"]
 member = {k: kinds.get(k, 0) for k in ("isolate", "member-pause", "member-kill")}
@@ -37,4 +42,4 @@ PY
 pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "ensemble members left running"
 
 [ "$failures" = 0 ] || exit 1
-echo "chaos members: ok"
+echo "chaos members on $STORE: ok"
