@@ -50,8 +50,13 @@ Status MemberFaults::Inject(std::string_view kind, double length_factor,
 
 Status MemberFaults::End(const Active& fault) {
   if (fault.end_op == "rejoin") {
+    // Recorded before the links carry bytes again: whatever the member
+    // commits from here on may have had the quorum (checker h).
+    record_(fault.end_op, fault.member, 0, "");
     cluster_.Rejoin(fault.member);
-  } else if (fault.end_op == "member-resume") {
+    return Status::Ok();
+  }
+  if (fault.end_op == "member-resume") {
     DLOCK_RETURN_IF_ERROR(cluster_.Resume(fault.member));
   } else {
     DLOCK_RETURN_IF_ERROR(cluster_.Restart(fault.member));
