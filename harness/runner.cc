@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -34,6 +35,8 @@ using std::chrono::milliseconds;
 constexpr const char* kFaketimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 std::int64_t NowNs() { return MonotonicClock::now().time_since_epoch().count(); }
+
+std::atomic<bool> stop_requested{false};  // lock-free: set from a signal handler
 
 struct WorkerProc {
   int id = 0;
@@ -406,7 +409,7 @@ bool Run::InjectMemberFault(const PlannedFault& f, WorkerProc& w) {
 Status Run::Supervise() {
   for (;;) {
     const std::int64_t now = NowNs();
-    if (!ending_ && now >= end_ns_) BeginEnding();
+    if (!ending_ && (now >= end_ns_ || StopRequested())) BeginEnding();
     DLOCK_RETURN_IF_ERROR(FireTimers(now));
     InjectDueFaults(now);
 
@@ -647,5 +650,8 @@ std::vector<PlannedFault> PlanFaults(const RunOptions& o) {
 }
 
 Result<RunResult> RunOnce(const RunOptions& options) { return Run(options).Execute(); }
+
+void RequestStop() { stop_requested = true; }
+bool StopRequested() { return stop_requested; }
 
 }  // namespace dlock::harness

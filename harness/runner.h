@@ -79,6 +79,12 @@ struct RunResult {
 
 Result<RunResult> RunOnce(const RunOptions& options);
 
+// Asks the run in progress to end now, as at the end of its time: callable
+// from a signal handler (SIGINT, SIGTERM), so that the workers are stopped
+// and a cluster the run uses is taken down, not left running.
+void RequestStop();
+bool StopRequested();
+
 }  // namespace dlock::harness
 
 #endif  // DLOCK_HARNESS_RUNNER_H_

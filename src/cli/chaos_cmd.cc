@@ -1,9 +1,11 @@
 #include "cli/chaos_cmd.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -31,6 +33,9 @@ using nlohmann::json;
 // Exit codes of `dlock chaos` beyond the common ones (docs/cli.md).
 constexpr int kExitViolations = 3;
 constexpr int kExitRecoveryOnly = 4;
+
+// The signal that stopped the campaign (SIGINT, SIGTERM): exit 128 + it.
+std::atomic<int> stop_signal{0};
 
 Result<std::vector<std::string>> ParseFaults(const std::string& text) {
   std::vector<std::string> out;
@@ -286,6 +291,15 @@ int RunChaos(const ChaosFlags& flags) {
   if (ec || !std::filesystem::is_directory(base)) {
     return Fail(kExitCantCreate, "--dir " + base.string() + " is not a directory");
   }
+  // Ctrl-C or SIGTERM ends the run in progress as its time would, and
+  // the campaign after it: workers and a cluster are stopped, not left.
+  struct sigaction stop{};
+  stop.sa_handler = [](int signal) {
+    stop_signal = signal;
+    harness::RequestStop();
+  };
+  ::sigaction(SIGINT, &stop, nullptr);
+  ::sigaction(SIGTERM, &stop, nullptr);
   auto cluster = StartClusterIfWanted(f, *options, base, *seed);
   if (!cluster.ok()) return Fail(cluster.status());
   if (*cluster) {
@@ -299,12 +313,15 @@ int RunChaos(const ChaosFlags& flags) {
               << ", seed " << *seed << std::endl;
   }
   ChaosTotals totals;
-  for (int i = 0; i < f.runs; ++i) {
+  for (int i = 0; i < f.runs && !harness::StopRequested(); ++i) {
     if (options->cluster != nullptr) {
       if (Status s = options->cluster->Heal(); !s.ok()) return Fail(s);
     }
     const int rc = OneRun(f, *options, base, *seed + static_cast<std::uint64_t>(i), i, totals);
     if (rc != kExitOk) return rc;
+  }
+  if (harness::StopRequested()) {
+    return Fail(128 + stop_signal, "chaos interrupted; its workers and cluster are stopped");
   }
   return Finish(f, *seed, totals);
 }
@@ -343,7 +360,7 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
                 "keep every run's directory (failing fenced runs are always kept)");
   cmd->footer(
       "Exit status: 0 no violation; 3 safety violations; 4 only recovery failures; 64 usage; "
-      "69 store unavailable.");
+      "69 store unavailable; 128+N stopped by signal N (SIGINT, SIGTERM).");
   commands.push_back({cmd, [chaos] { return RunChaos(*chaos); }});
 
   // One worker of a chaos run; the store comes in $DLOCK_BACKEND, never argv.

@@ -41,5 +41,22 @@ PY
 # The cluster is gone with the run.
 pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "ensemble members left running"
 
+# SIGTERM ends the campaign early and takes its cluster down with it.
+mkdir -p "$WORK/term"
+"$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK/term" --faults leader-pause --ttl "$TTL" \
+  --duration 120s >"$WORK/term.out" 2>&1 &
+pid=$!
+for ((i = 0; i < 180; i++)); do
+  grep -q "^dlock chaos:" "$WORK/term.out" && break
+  sleep 0.5
+done
+grep -q "^dlock chaos:" "$WORK/term.out" || fail "the campaign did not start: $(cat "$WORK/term.out")"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 143 ] || fail "SIGTERM: exited $rc, want 143: $(tail -3 "$WORK/term.out")"
+grep -q "interrupted" "$WORK/term.out" || fail "SIGTERM: no message: $(tail -3 "$WORK/term.out")"
+pgrep -f "$WORK/term/dlock-chaos-cluster" >/dev/null && fail "SIGTERM left members running"
+
 [ "$failures" = 0 ] || exit 1
 echo "chaos members on $STORE: ok"
