@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -153,14 +154,26 @@ Result<std::uint64_t> ChaosSeed(const std::string& text) {
   return seed;
 }
 
+// --time-limit: no run starts after it (the one in progress finishes).
+Result<std::optional<std::chrono::milliseconds>> TimeLimit(const ChaosFlags& f) {
+  if (f.time_limit.empty()) return std::optional<std::chrono::milliseconds>();
+  auto limit = internal::ParseDuration(f.time_limit);
+  if (!limit.ok()) return limit.status().WithContext("--time-limit");
+  return std::optional<std::chrono::milliseconds>(*limit);
+}
+
 // What the runs of one invocation add up to.
 struct ChaosTotals {
+  int runs_done = 0, runs_violating = 0;
+  bool out_of_time = false;  // --time-limit ended the campaign
   int operations = 0, faults = 0, stale = 0, violations = 0, recovery = 0;
   std::map<std::string, int> by_kind;
   json runs = json::array();
   std::optional<harness::RunResult> for_report;  // the last failing run, else the last
 
   void Add(const harness::RunResult& r) {
+    ++runs_done;
+    runs_violating += r.violations > 0;
     operations += r.counts.operations;
     faults += r.counts.faults;
     stale += r.counts.stale_writes_rejected;
@@ -227,14 +240,18 @@ int Finish(const ChaosFlags& f, std::uint64_t seed, const ChaosTotals& t) {
     json by_kind = json::object();
     for (const auto& [k, n] : t.by_kind) by_kind[k] = n;
     json out = {{"seed", seed},           {"backend", Redact(f.backend)},
-                {"workload", f.workload}, {"runs", f.runs},
+                {"workload", f.workload}, {"runs", t.runs_done},
+                {"runs_with_violations", t.runs_violating},
+                {"stopped_by_time_limit", t.out_of_time},
                 {"operations", t.operations}, {"faults_injected", t.faults},
                 {"faults_by_kind", by_kind},  {"stale_writes_rejected", t.stale},
                 {"violations", t.violations}, {"recovery_failures", t.recovery},
                 {"run_results", t.runs}};
     std::cout << out.dump(2) << '\n';
   } else {
-    std::cout << "total: " << f.runs << " runs, " << t.operations << " operations, " << t.faults
+    if (t.out_of_time) std::cout << "--time-limit " << f.time_limit << " reached\n";
+    std::cout << "total: " << t.runs_done << " runs (" << t.runs_violating
+              << " with violations), " << t.operations << " operations, " << t.faults
               << " faults, " << t.stale << " stale writes rejected, " << t.violations
               << " violations, " << t.recovery << " recovery failures (seed " << seed
               << "; replay with --seed " << seed << ")\n";
@@ -280,6 +297,8 @@ int RunChaos(const ChaosFlags& flags) {
   if (!options.ok()) return Fail(options.status());
   auto seed = ChaosSeed(f.seed);
   if (!seed.ok()) return Fail(seed.status());
+  auto time_limit = TimeLimit(f);
+  if (!time_limit.ok()) return Fail(time_limit.status());
   if (!f.backend.empty()) {
     // Fail early, with the usual message, if the store cannot be opened.
     auto store = OpenStore(f.backend);
@@ -313,7 +332,12 @@ int RunChaos(const ChaosFlags& flags) {
               << ", seed " << *seed << std::endl;
   }
   ChaosTotals totals;
+  const auto started = std::chrono::steady_clock::now();
   for (int i = 0; i < f.runs && !harness::StopRequested(); ++i) {
+    if (*time_limit && std::chrono::steady_clock::now() - started >= **time_limit) {
+      totals.out_of_time = true;
+      break;
+    }
     if (options->cluster != nullptr) {
       if (Status s = options->cluster->Heal(); !s.ok()) return Fail(s);
     }
@@ -356,6 +380,8 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
                   "faults: the script that starts the cluster");
   cmd->add_option("--server-dir", chaos->server_dir,
                   "store-restart: the directory the script started the store in");
+  cmd->add_option("--time-limit", chaos->time_limit,
+                  "start no run after this long (e.g. 2h with --runs 200): a bounded campaign");
   cmd->add_flag("--keep", chaos->keep,
                 "keep every run's directory (failing fenced runs are always kept)");
   cmd->footer(

@@ -19,8 +19,9 @@ struct ChaosFlags {
   std::string report;
   std::string dir;
   bool keep = false;
-  std::string server_script;  // store-restart
+  std::string server_script;  // store-restart, member faults
   std::string server_dir;
+  std::string time_limit;  // empty: none; else no run starts after it
 };
 
 int RunChaos(const ChaosFlags& flags);

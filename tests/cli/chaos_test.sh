@@ -78,7 +78,17 @@ assert r["faults_by_kind"].get("store-down", 0) >= 1, r["faults_by_kind"]'
   fi
 fi
 
+# A bounded campaign: no run starts after --time-limit.
+if [ "$scheme" = sqlite ]; then
+  out=$("$DLOCK" chaos --faults pause --duration 1s --ttl 200ms --runs 50 --time-limit 1500ms \
+    --seed 9 --json --dir "$WORK")
+  check time-limit "$out" '
+assert r["stopped_by_time_limit"] is True, r
+assert 1 <= r["runs"] < 50 and len(r["run_results"]) == r["runs"], r["runs"]'
+fi
+
 # Bad input.
+expect_exit 64 "--time-limit" -- "$DLOCK" chaos --time-limit soon
 expect_exit 64 "unknown fault 'fire'" -- "$DLOCK" chaos --faults pause,fire
 expect_exit 64 "--workload 'sloppy'" -- "$DLOCK" chaos --workload sloppy
 expect_exit 64 "too short" -- "$DLOCK" chaos --duration 100ms --ttl 1s
