@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The long chaos campaigns behind docs/guarantees.md, outside CI.
+#
+#   scripts/campaign.sh [--runs N] [--time-limit D] [--out DIR] [CAMPAIGN...]
+#
+# For each campaign, the fenced workload and then the unfenced control with
+# the same seed and faults, each at most N runs (default 200) and at most D
+# long (default 60m: no run starts after it). Campaigns (default: all):
+#
+#   sqlite     the embedded store: pause, kill, clock-step
+#   postgres   every fault the store's setup supports, store-restart included
+#   redis      the same but store-restart (redis.sh has no restart verb)
+#   etcd       the same, ttl 1 s (etcd leases are whole seconds)
+#   zookeeper  the same
+#   etcd-members, zookeeper-members
+#              faults inside the cluster: a member isolated, the leader
+#              isolated, paused or killed, plus holder pauses; the cluster is
+#              started by dlock chaos itself with proxies on its peer links
+#
+# Writes DIR/<campaign>-<workload>.json (dlock chaos --json) and
+# DIR/table.md, one Markdown row per campaign and workload. Uses build/dlock
+# (build it first: cmake --preset default && cmake --build build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=200 limit=60m out=campaign-$(date +%Y%m%d-%H%M)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) runs=$2; shift 2 ;;
+    --time-limit) limit=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -*) sed -n '2,22p' "$0" >&2; exit 64 ;;
+    *) break ;;
+  esac
+done
+campaigns=("$@")
+[ ${#campaigns[@]} -gt 0 ] ||
+  campaigns=(sqlite postgres redis etcd zookeeper etcd-members zookeeper-members)
+DLOCK=$PWD/build/dlock
+[ -x "$DLOCK" ] || { echo "campaign.sh: build/dlock is missing; build first" >&2; exit 69; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+servers=$out/servers
+trap 'for s in postgres redis etcd zookeeper; do
+        [ -d "$servers/$s" ] && scripts/servers/$s.sh stop "$servers/$s" >/dev/null 2>&1
+      done' EXIT
+
+# chaos NAME WORKLOAD ARGS...: one campaign's JSON in DIR/NAME-WORKLOAD.json.
+chaos() {
+  local name=$1 workload=$2
+  shift 2
+  mkdir -p "$out/runs"
+  echo "campaign.sh: $name, $workload (at most $runs runs, $limit)" >&2
+  # 3 and 4 (violations, recovery failures) are findings, not failures here.
+  "$DLOCK" chaos --workload "$workload" --runs "$runs" --time-limit "$limit" --json \
+    --dir "$out/runs" "$@" >"$out/$name-$workload.json" || [ $? -le 4 ]
+}
+
+# both NAME ARGS...: the fenced workload, then the unfenced control.
+both() {
+  chaos "$1" fenced "${@:2}"
+  chaos "$1" unfenced "${@:2}"
+}
+
+# server STORE: starts it (once) and prints its URI with one member's
+# address, which the proxies of the partition, delay and drop faults need.
+server() {
+  local store=$1 dir=$servers/$1 uri
+  [ -f "$dir/uri" ] || scripts/servers/$store.sh start "$dir" >/dev/null
+  case $store in
+    etcd) echo "etcd://$(scripts/servers/etcd.sh endpoint "$dir" 1)" ;;
+    zookeeper) echo "zk://127.0.0.1:$(scripts/servers/zookeeper.sh port "$dir" 1)/dlock" ;;
+    *) cat "$dir/uri" ;;
+  esac
+}
+
+restart() { echo --server-script "scripts/servers/$1.sh" --server-dir "$servers/$1"; }
+
+ALL=pause,kill,partition,delay,drop,clock-step
+MEMBERS=member-isolate,leader-isolate,leader-pause,leader-kill,pause
+for c in "${campaigns[@]}"; do
+  case $c in
+    sqlite) both sqlite --faults pause,kill,clock-step --duration 10s --ttl 500ms --seed 1000 ;;
+    postgres | zookeeper)
+      # shellcheck disable=SC2046  # restart's words are meant to split
+      both "$c" --backend "$(server "$c")" --faults "$ALL,store-restart" $(restart "$c") \
+        --duration 10s --ttl 500ms --seed 2000 ;;
+    redis) both redis --backend "$(server redis)" --faults "$ALL" --duration 10s --ttl 500ms \
+      --seed 3000 ;;
+    # shellcheck disable=SC2046
+    etcd) both etcd --backend "$(server etcd)" --faults "$ALL,store-restart" $(restart etcd) \
+      --duration 10s --ttl 1s --seed 4000 ;;
+    zookeeper-members) both "$c" --server-script scripts/servers/zookeeper.sh --faults "$MEMBERS" \
+      --duration 15s --ttl 500ms --seed 6000 ;;
+    etcd-members) both "$c" --server-script scripts/servers/etcd.sh --faults "$MEMBERS" \
+      --duration 20s --ttl 1s --seed 7000 ;;
+    *) echo "campaign.sh: unknown campaign '$c'" >&2; exit 64 ;;
+  esac
+done
+
+python3 - "$out" "${campaigns[@]}" >"$out/table.md" <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+print("| campaign | workload | runs | operations | faults | stale writes rejected "
+      "| violations (runs) | recovery failures |")
+print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+for name in names:
+    for workload in ("fenced", "unfenced"):
+        r = json.load(open(f"{out}/{name}-{workload}.json"))
+        kinds = " / ".join(f"{k} {n}" for k, n in sorted(r["faults_by_kind"].items()))
+        print(f"| {name} | {workload} | {r['runs']} | {r['operations']:,} | "
+              f"{r['faults_injected']} ({kinds}) | {r['stale_writes_rejected']} | "
+              f"**{r['violations']}** ({r['runs_with_violations']}) | {r['recovery_failures']} |")
+PY
+cat "$out/table.md"
