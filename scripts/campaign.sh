@@ -13,13 +13,13 @@
 #   etcd       the same, ttl 1 s (etcd leases are whole seconds)
 #   zookeeper  the same
 #   etcd-members, zookeeper-members
-#              faults inside the cluster: a member isolated, the leader
-#              isolated, paused or killed, plus holder pauses; the cluster is
-#              started by dlock chaos itself with proxies on its peer links
+#              faults inside the cluster only: a member isolated, the leader
+#              isolated, paused or killed; the cluster is started by dlock
+#              chaos itself with proxies on its peer links
 #
 # Writes DIR/<campaign>-<workload>.json (dlock chaos --json) and
 # DIR/table.md, one Markdown row per campaign and workload. Uses build/dlock
-# (build it first: cmake --preset default && cmake --build build).
+# (build it first: cmake --preset default && cmake --build build), or $DLOCK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=200 limit=60m out=campaign-$(date +%Y%m%d-%H%M)
@@ -35,7 +35,7 @@ done
 campaigns=("$@")
 [ ${#campaigns[@]} -gt 0 ] ||
   campaigns=(sqlite postgres redis etcd zookeeper etcd-members zookeeper-members)
-DLOCK=$PWD/build/dlock
+DLOCK=${DLOCK:-$PWD/build/dlock}
 [ -x "$DLOCK" ] || { echo "campaign.sh: build/dlock is missing; build first" >&2; exit 69; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -76,7 +76,8 @@ server() {
 restart() { echo --server-script "scripts/servers/$1.sh" --server-dir "$servers/$1"; }
 
 ALL=pause,kill,partition,delay,drop,clock-step
-MEMBERS=member-isolate,leader-isolate,leader-pause,leader-kill,pause
+# Member faults only: what the cluster's own faults do, nothing else.
+MEMBERS=member-isolate,leader-isolate,leader-pause,leader-kill
 for c in "${campaigns[@]}"; do
   case $c in
     sqlite) both sqlite --faults pause,kill,clock-step --duration 10s --ttl 500ms --seed 1000 ;;
