@@ -50,13 +50,16 @@ section_ok "$before" "Ctrl-Z stops command and dlock; fg with a lapsed lease kil
 
 # --- B: Ctrl-Z and fg within the lease: the command goes on and finishes.
 before=$failures
-script b "exec k2 --ttl 30s -- sh -c 'echo \$\$ >b.pid; for i in \$(seq 20); do echo \$i >>b; sleep 0.05; done'"
+# The command waits for b.go before its last 19 lines, so that it is still
+# running when Ctrl-Z comes, however slow the machine.
+script b "exec k2 --ttl 30s -- sh -c 'echo \$\$ >b.pid; echo 1 >>b; until [ -e b.go ]; do sleep 0.05; done; for i in \$(seq 2 20); do echo \$i >>b; sleep 0.01; done'"
 tmux_type "sh $W/b.sh"
 wait_for 30 test -s "$W/b" || fail "B: the command never ran"
 cmd=$(cat "$W/b.pid")
 tmux_keys C-z
-wait_for 30 is_stopped "$cmd" || fail "B: Ctrl-Z did not stop the command"
+wait_for 30 is_stopped "$cmd" || fail "B: Ctrl-Z did not stop the command (state $(proc_state "$cmd"))"
 "$DLOCK" status k2 | grep -q k2 || fail "B: the stopped holder's lease is gone within its ttl"
+touch "$W/b.go"
 tmux_type fg
 wait_for 60 test -s "$W/b.rc" || fail "B: the command did not finish after fg"
 [ "$(cat "$W/b.rc")" = rc=0 ] || fail "B: $(cat "$W/b.rc"), want rc=0"
