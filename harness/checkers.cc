@@ -286,6 +286,7 @@ CheckResult CheckMemberRecovery(const History& h, const CheckOptions& o) {
   const std::int64_t bound_ns = (h.ttl_ms + o.member_recovery_bound.count()) * 1'000'000;
   const std::int64_t end = h.events.empty() ? 0 : h.events.back().t_ns;
   int bad = 0, decided = 0;
+  std::int64_t slowest_ns = 0;
   for (std::size_t i = 0; i < h.events.size(); ++i) {
     const Event& f = h.events[i];
     if (!IsMemberFaultEnd(f)) continue;
@@ -298,6 +299,7 @@ CheckResult CheckMemberRecovery(const History& h, const CheckOptions& o) {
     if (again != h.events.end() && (!next || again->t_ns < *next)) continue;
     if (next) {
       ++decided;
+      slowest_ns = std::max(slowest_ns, *next - f.t_ns);
       if (*next - f.t_ns > bound_ns) {
         ++bad;
         Add(r, what + ": next grant after " + Ms(*next - f.t_ns) + ", bound " + Ms(bound_ns));
@@ -310,7 +312,8 @@ CheckResult CheckMemberRecovery(const History& h, const CheckOptions& o) {
   }
   Finish(r, bad, decided > 0,
          std::to_string(decided) + " member faults, each followed by a grant within ttl + " +
-             std::to_string(o.member_recovery_bound.count()) + " ms",
+             std::to_string(o.member_recovery_bound.count()) + " ms (slowest " +
+             Ms(slowest_ns) + ")",
          "no member fault whose recovery could be observed");
   return r;
 }
