@@ -257,8 +257,11 @@ void Run::OnEvent(WorkerProc& w, const Event& e) {
       return;
     }
     if (IsMemberFault(f.kind)) {
-      if (InjectMemberFault(f, w)) ++next_fault_;
+      // The holder goes on at once: finding the leader takes a while, and a
+      // holder kept waiting past its ttl would be a pause, not this fault.
+      // The fault lands on its write, its release or the hand-off after.
       Go(w);
+      if (InjectMemberFault(f, w)) ++next_fault_;
       return;
     }
     if (f.kind == "partition" && w.proxy) {
