@@ -12,8 +12,63 @@ bool IsMemberFault(std::string_view kind) {
          std::end(kMemberFaultKinds);
 }
 
-Status MemberFaults::Inject(std::string_view kind, double length_factor,
+MemberFaults::MemberFaults(LinkedCluster& cluster, Recorder record)
+    : cluster_(cluster),
+      record_(std::move(record)),
+      thread_([this](std::stop_token stop) { Loop(stop); }) {}
+
+MemberFaults::~MemberFaults() {
+  EndAll();
+  thread_.request_stop();
+  wake_.notify_all();
+}
+
+void MemberFaults::Loop(std::stop_token stop) {
+  for (;;) {
+    std::function<Status()> task;
+    {
+      std::unique_lock lock(mu_);
+      if (!wake_.wait(lock, stop, [&] { return !tasks_.empty(); })) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+      working_ = true;
+    }
+    const Status s = task();
+    if (!s.ok()) record_("member-fault-failed", -1, 0, s.message());
+    {
+      std::lock_guard lock(mu_);
+      working_ = false;
+    }
+    wake_.notify_all();
+  }
+}
+
+void MemberFaults::Post(std::function<Status()> task) {
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_all();
+}
+
+bool MemberFaults::TryStart(std::string_view kind, double length_factor,
                             std::chrono::milliseconds ttl, int holder_member) {
+  {
+    std::lock_guard lock(mu_);
+    if (starting_ || !active_.empty()) return false;
+    starting_ = true;
+  }
+  Post([this, kind = std::string(kind), length_factor, ttl, holder_member] {
+    const Status s = Start(kind, length_factor, ttl, holder_member);
+    std::lock_guard lock(mu_);
+    starting_ = false;
+    return s;
+  });
+  return true;
+}
+
+Status MemberFaults::Start(const std::string& kind, double length_factor,
+                           std::chrono::milliseconds ttl, int holder_member) {
   DLOCK_ASSIGN_OR_RETURN(const int leader, cluster_.Leader());
   const auto unit = std::max(ttl, std::chrono::milliseconds(1000));
   const auto length_ns = static_cast<std::int64_t>(
@@ -44,6 +99,7 @@ Status MemberFaults::Inject(std::string_view kind, double length_factor,
   }
   // Timed from now: finding the leader and cutting links take a while.
   fault.until_ns = MonotonicClock::now().time_since_epoch().count() + length_ns;
+  std::lock_guard lock(mu_);
   active_.push_back(std::move(fault));
   return Status::Ok();
 }
@@ -65,25 +121,36 @@ Status MemberFaults::End(const Active& fault) {
   return Status::Ok();
 }
 
-Status MemberFaults::EndDue(std::int64_t now_ns) {
+void MemberFaults::EndDue(std::int64_t now_ns) {
   std::vector<Active> due;
-  std::erase_if(active_, [&](const Active& f) {
-    if (f.until_ns > now_ns) return false;
-    due.push_back(f);
-    return true;
-  });
-  for (const Active& f : due) DLOCK_RETURN_IF_ERROR(End(f));
-  return Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(active_, [&](const Active& f) {
+      if (f.until_ns > now_ns) return false;
+      due.push_back(f);
+      return true;
+    });
+  }
+  for (Active& f : due) Post([this, f] { return End(f); });
 }
 
 std::int64_t MemberFaults::NextEnd() const {
+  std::lock_guard lock(mu_);
   std::int64_t next = std::numeric_limits<std::int64_t>::max();
   for (const Active& f : active_) next = std::min(next, f.until_ns);
   return next;
 }
 
-Status MemberFaults::EndAll() {
-  return EndDue(std::numeric_limits<std::int64_t>::max());
+void MemberFaults::EndAll() {
+  std::unique_lock lock(mu_);
+  // What is queued or running first (a start may add a fault), then the rest.
+  wake_.wait(lock, [&] { return tasks_.empty() && !working_; });
+  std::vector<Active> all = std::move(active_);
+  active_.clear();
+  lock.unlock();
+  for (const Active& f : all) {
+    if (const Status s = End(f); !s.ok()) record_("member-fault-failed", -1, 0, s.message());
+  }
 }
 
 }  // namespace dlock::harness

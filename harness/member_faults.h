@@ -17,8 +17,13 @@
 #define DLOCK_HARNESS_MEMBER_FAULTS_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <stop_token>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,24 +39,29 @@ bool IsMemberFault(std::string_view kind);
 
 class MemberFaults {
  public:
-  // Records one nemesis event: op, member, planned length, a note.
+  // Records one nemesis event: op, member, planned length, a note. Called
+  // from the faults' own thread.
   using Recorder =
       std::function<void(const std::string&, int, std::int64_t, const std::string&)>;
-  MemberFaults(LinkedCluster& cluster, Recorder record)
-      : cluster_(cluster), record_(std::move(record)) {}
+  MemberFaults(LinkedCluster& cluster, Recorder record);
+  ~MemberFaults();  // ends every fault
+  MemberFaults(const MemberFaults&) = delete;
+  MemberFaults& operator=(const MemberFaults&) = delete;
 
-  // Starts `kind` now, for length_factor x max(ttl, 1 s) from when it is in
-  // place. `holder_member` is the member the holder's client talks to.
-  Status Inject(std::string_view kind, double length_factor, std::chrono::milliseconds ttl,
+  // Starts `kind` soon, for length_factor x max(ttl, 1 s) from when it is
+  // in place, on the faults' own thread: finding the leader and running the
+  // store's script take a while, and the run must not wait (a holder kept
+  // waiting past its ttl would be a pause, not this fault). `holder_member`
+  // is the member the holder's client talks to. False, and nothing done,
+  // while another member fault is on: two would take the quorum away.
+  bool TryStart(std::string_view kind, double length_factor, std::chrono::milliseconds ttl,
                 int holder_member);
-  // Ends the faults that are due.
-  Status EndDue(std::int64_t now_ns);
+  // Ends the faults that are due (on the faults' thread).
+  void EndDue(std::int64_t now_ns);
   // When the next fault ends; INT64_MAX if none is on.
   std::int64_t NextEnd() const;
-  // Ends every fault now: the end of a run.
-  Status EndAll();
-  // One member fault at a time: two would take the quorum away.
-  bool busy() const { return !active_.empty(); }
+  // Ends every fault and waits until that is done: the end of a run.
+  void EndAll();
 
  private:
   struct Active {
@@ -59,11 +69,21 @@ class MemberFaults {
     int member = 0;
     std::int64_t until_ns = 0;
   };
+  Status Start(const std::string& kind, double length_factor, std::chrono::milliseconds ttl,
+               int holder_member);
   Status End(const Active& fault);
+  void Post(std::function<Status()> task);  // runs it on the thread
+  void Loop(std::stop_token stop);
 
   LinkedCluster& cluster_;
   Recorder record_;
-  std::vector<Active> active_;
+  mutable std::mutex mu_;
+  std::condition_variable_any wake_;
+  std::deque<std::function<Status()>> tasks_;  // guarded by mu_
+  std::vector<Active> active_;                 // guarded by mu_
+  bool starting_ = false;                      // a TryStart not yet in place; mu_
+  bool working_ = false;                       // the thread runs a task; mu_
+  std::jthread thread_;
 };
 
 }  // namespace dlock::harness

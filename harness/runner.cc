@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -111,7 +112,6 @@ class Run {
   void Go(WorkerProc& w);
 
   const RunOptions& o_;
-  std::optional<MemberFaults> member_faults_;  // with o_.cluster
   std::string backend_;
   std::string resource_;
   std::vector<WorkerProc> workers_;
@@ -135,12 +135,17 @@ class Run {
   };
   static constexpr int kOutliveTtls = 10;
   std::map<int, Outliving> outliving_;      // paused worker id ->
-  std::vector<Event> events_;
-  std::ofstream history_file_;
-  std::ofstream faults_file_;
+  // Record and Nemesis are called from the member faults' thread too.
+  std::mutex record_mu_;
+  std::vector<Event> events_;       // guarded by record_mu_
+  std::ofstream history_file_;      // guarded by record_mu_
+  std::ofstream faults_file_;       // guarded by record_mu_
+  // Last: destroyed first, while what it records into still exists.
+  std::optional<MemberFaults> member_faults_;  // with o_.cluster
 };
 
 void Run::Record(Event e) {
+  std::lock_guard lock(record_mu_);
   history_file_ << ToJsonLine(e) << '\n';
   events_.push_back(std::move(e));
 }
@@ -154,10 +159,12 @@ void Run::Nemesis(std::string op, int target, std::int64_t duration_ns, std::str
   e.duration_ns = duration_ns;
   e.error = note;
   const bool member_op = op == "isolate" || op == "rejoin" || op.starts_with("member-");
+  std::unique_lock lock(record_mu_);
   faults_file_ << "+" << (e.t_ns - start_ns_) / 1'000'000 << "ms " << op
                << (member_op ? " member " : " worker ") << target
                << (duration_ns ? " " + std::to_string(duration_ns / 1'000'000) + "ms" : "")
                << (note.empty() ? "" : " " + note) << std::endl;
+  lock.unlock();
   Record(std::move(e));
 }
 
@@ -403,10 +410,7 @@ Status Run::AttachToMember(WorkerProc& w) {
 }
 
 bool Run::InjectMemberFault(const PlannedFault& f, WorkerProc& w) {
-  if (!member_faults_ || member_faults_->busy()) return false;
-  const Status s = member_faults_->Inject(f.kind, f.ttl_factor, o_.ttl, w.member);
-  if (!s.ok()) Nemesis("member-fault-failed", -1, 0, f.kind + ": " + s.message());
-  return true;
+  return member_faults_ && member_faults_->TryStart(f.kind, f.ttl_factor, o_.ttl, w.member);
 }
 
 Status Run::Supervise() {
@@ -451,11 +455,7 @@ void Run::BeginEnding() {
       w.to_worker = -1;
     }
   }
-  if (member_faults_) {
-    if (Status s = member_faults_->EndAll(); !s.ok()) {
-      Nemesis("member-fault-failed", -1, 0, "ending: " + s.message());
-    }
-  }
+  if (member_faults_) member_faults_->EndAll();
   resume_at_.clear();
   outliving_.clear();
   restart_at_.clear();
@@ -469,7 +469,7 @@ void Run::BeginEnding() {
 }
 
 Status Run::FireTimers(std::int64_t now) {
-  if (member_faults_) DLOCK_RETURN_IF_ERROR(member_faults_->EndDue(now));
+  if (member_faults_) member_faults_->EndDue(now);
   for (auto it = resume_at_.begin(); it != resume_at_.end();) {
     const auto outliving = outliving_.find(it->first);
     if (it->second <= now && outliving != outliving_.end() && !outliving->second.overtaken &&
