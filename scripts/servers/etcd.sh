@@ -123,9 +123,28 @@ endpoints() {
   echo "${eps[*]}"
 }
 
+# member_pid N: member N's pid, if that process is still member N's etcd:
+# a pid file outlives its process, and on a busy machine the pid is soon
+# another process's, which a SIGSTOP or SIGKILL must never reach.
+member_pid() {
+  local pid
+  pid=$(cat "$(member_dir "$1")/pid" 2>/dev/null) || return 1
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | sed -n '1p;/^--name$/{n;p}' |
+    tr '\n' ' ' | grep -qx "etcd n$1 " || return 1
+  echo "$pid"
+}
+
+# signal_member SIGNAL N: fails, saying so, when member N is not running.
+signal_member() {
+  local pid
+  pid=$(member_pid "$2") || { echo "etcd.sh: member $2 is not running" >&2; exit 1; }
+  kill "-$1" "$pid"
+}
+
 running() {  # running N: member N's process exists and is not stopped
   local pid state
-  pid=$(cat "$(member_dir "$1")/pid" 2>/dev/null) || return 1
+  pid=$(member_pid "$1") || return 1
   state=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
   [[ $state != T* && $state != Z* ]]
 }
@@ -242,21 +261,23 @@ for m in json.loads(sys.argv[1])["members"]:
     [ -f "$dir/members" ] || exit 0
     # SIGKILL: the data is thrown away, and a gracefully stopping member
     # first tries (for seconds) to hand its leadership over.
+    pids=()
     for ((n = 1; n <= $(members); n++)); do
-      pid=$(cat "$(member_dir "$n")/pid" 2>/dev/null) || continue
+      pid=$(member_pid "$n") || continue
       kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$pid")
     done
-    for ((n = 1; n <= $(members); n++)); do gone "$(cat "$(member_dir "$n")/pid" 2>/dev/null)"; done
+    for pid in "${pids[@]}"; do gone "$pid"; done
     rm -rf "$dir"
     ;;
   kill)
     need_member "${3:-}"
-    pid=$(cat "$(member_dir "$3")/pid")
+    pid=$(member_pid "$3") || exit 0  # not running: nothing to kill
     kill -KILL "$pid" 2>/dev/null || true
     gone "$pid"
     ;;
-  pause) need_member "${3:-}"; kill -STOP "$(cat "$(member_dir "$3")/pid")" ;;
-  resume) need_member "${3:-}"; kill -CONT "$(cat "$(member_dir "$3")/pid")" ;;
+  pause) need_member "${3:-}"; signal_member STOP "$3" ;;
+  resume) need_member "${3:-}"; signal_member CONT "$3" ;;
   restart)
     if [ -z "${3:-}" ]; then
       n=$("$0" leader "$dir")
@@ -265,13 +286,17 @@ for m in json.loads(sys.argv[1])["members"]:
       exec "$0" health "$dir"
     fi
     need_member "${3:-}"
-    pid=$(cat "$(member_dir "$3")/pid" 2>/dev/null || true)
-    if [ -n "$pid" ] && state=$(ps -o stat= -p "$pid" 2>/dev/null) && [[ $state != Z* ]]; then
+    if pid=$(member_pid "$3") && state=$(ps -o stat= -p "$pid" 2>/dev/null) && [[ $state != Z* ]]; then
       echo "member $3 is still running (or paused): kill it first" >&2
       exit 1
     fi
     start_member "$3"
     wait_for_port "$(cat "$(member_dir "$3")/client_port")"
+    member_pid "$3" >/dev/null || {
+      echo "etcd.sh: member $3 exited after its restart; its log ends:" >&2
+      tail -3 "$(member_dir "$3")/log" >&2
+      exit 1
+    }
     ;;
   endpoint) need_member "${3:-}"; echo "$(host):$(cat "$(member_dir "$3")/client_port")" ;;
   health) wait_healthy ;;

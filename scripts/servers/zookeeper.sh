@@ -56,10 +56,38 @@ four_letter() {
   exec 3<&- 3>&-
 }
 
+# member_pid DIR N: member N's pid, if that process is still member N's
+# JVM: a pid file outlives its process, and on a busy machine the pid is
+# soon another process's, which a SIGSTOP or SIGKILL must never reach.
+member_pid() {
+  local pid
+  pid=$(cat "$1/$2/pid" 2>/dev/null) || return 1
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$1/$2/zoo.cfg" || return 1
+  echo "$pid"
+}
+
+# signal_member SIGNAL DIR N: fails, saying so, when member N is not running.
+signal_member() {
+  local pid
+  pid=$(member_pid "$2" "$3") || { echo "zookeeper.sh: member $3 is not running" >&2; exit 1; }
+  kill "-$1" "$pid"
+}
+
+# stop_member DIR N: SIGTERM, SIGKILL after 10 s (a member not running: nothing).
+stop_member() {
+  local pid i
+  pid=$(member_pid "$1" "$2") || return 0
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 member_mode() {  # member_mode DIR N
   local port
   port=$(cat "$1/$2/client_port" 2>/dev/null) || { echo down; return; }
-  if [ -f "$1/$2/pid" ] && ! kill -0 "$(cat "$1/$2/pid")" 2>/dev/null; then echo down; return; fi
+  if [ -f "$1/$2/pid" ] && ! member_pid "$1" "$2" >/dev/null; then echo down; return; fi
   local out
   out=$(four_letter "$port" srvr 2>/dev/null | sed -n 's/^Mode: //p')
   echo "${out:-down}"
@@ -183,17 +211,17 @@ EOF
     cat "$dir/uri"
     ;;
   stop)
-    for n in "${MEMBERS[@]}"; do kill_pidfile "$dir/$n/pid"; done
+    for n in "${MEMBERS[@]}"; do stop_member "$dir" "$n"; done
     rm -rf "$dir"
     ;;
   kill)
     n=${3:?member}
-    pid=$(cat "$dir/$n/pid")
+    pid=$(member_pid "$dir" "$n") || exit 0  # not running: nothing to kill
     kill -KILL "$pid" 2>/dev/null || true
     while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
     ;;
-  pause) kill -STOP "$(cat "$dir/${3:?member}/pid")" ;;
-  resume) kill -CONT "$(cat "$dir/${3:?member}/pid")" ;;
+  pause) signal_member STOP "$dir" "${3:?member}" ;;
+  resume) signal_member CONT "$dir" "${3:?member}" ;;
   restart)
     need_zookeeper
     targets=("${3:-}")
@@ -203,12 +231,12 @@ EOF
         [ "$(member_mode "$dir" "$n")" = down ] && targets+=("$n")
       done
       if [ ${#targets[@]} = 0 ]; then  # all up: a full restart
-        for n in "${MEMBERS[@]}"; do kill_pidfile "$dir/$n/pid"; done
+        for n in "${MEMBERS[@]}"; do stop_member "$dir" "$n"; done
         targets=("${MEMBERS[@]}")
       fi
     fi
     for n in "${targets[@]}"; do
-      if kill -0 "$(cat "$dir/$n/pid")" 2>/dev/null; then kill_pidfile "$dir/$n/pid"; fi
+      stop_member "$dir" "$n"
       launch "$dir" "$n"
     done
     wait_serving "$dir" 90 "${targets[@]}"
