@@ -36,6 +36,8 @@ packages=(
   # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
   tmux clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
+  # the install test builds the example with make, inspects libdlock.so
+  make binutils
   # chaos harness: wall-clock steps for one process (libfaketime)
   faketime
   # chaos report test: render the HTML report headless
