@@ -1,7 +1,8 @@
 # `cmake --install`: the public headers, libdlock (shared and static), the
 # test doubles (libdlock_testing.a), the CMake package (dlockConfig.cmake:
 # targets dlock::dlock, dlock::dlock_static, dlock::testing, and one
-# component per store this build has) and dlock.pc. docs/install.md.
+# component per store this build has) and dlock.pc; the command's man pages
+# and bash completion. docs/install.md.
 include(CMakePackageConfigHelpers)
 set(DLOCK_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/dlock)
 
@@ -77,3 +78,29 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/dlock.pc.in ${PROJECT_BINARY_DIR}/dlo
 install(FILES ${PROJECT_BINARY_DIR}/dlock.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
+# The man pages (help2man) and bash completion, generated from the command's
+# own --help after it is linked, so they cannot drift from it. Not in
+# sanitizer builds, which are not installed.
+if(NOT DLOCK_SANITIZE)
+  set(completion ${PROJECT_BINARY_DIR}/share/bash-completion/completions/dlock)
+  add_custom_command(OUTPUT ${completion}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/cmake/dlock_completion.sh $<TARGET_FILE:dlock_cli> ${completion}
+    DEPENDS dlock_cli ${PROJECT_SOURCE_DIR}/cmake/dlock_completion.sh
+    COMMENT "bash completion for dlock" VERBATIM)
+  set(DLOCK_DOCS ${completion})
+  install(FILES ${completion} DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
+          COMPONENT cli)
+  find_program(DLOCK_HELP2MAN help2man)
+  if(DLOCK_HELP2MAN)
+    set(man_dir ${PROJECT_BINARY_DIR}/share/man/man1)
+    add_custom_command(OUTPUT ${man_dir}/dlock.1
+      COMMAND bash ${PROJECT_SOURCE_DIR}/cmake/dlock_man.sh $<TARGET_FILE:dlock_cli> ${man_dir}
+      DEPENDS dlock_cli ${PROJECT_SOURCE_DIR}/cmake/dlock_man.sh
+      COMMENT "man pages for dlock" VERBATIM)
+    list(APPEND DLOCK_DOCS ${man_dir}/dlock.1)
+    install(DIRECTORY ${man_dir} DESTINATION ${CMAKE_INSTALL_MANDIR} COMPONENT cli)
+  else()
+    message(STATUS "dlock: man pages left out: help2man not found (apt-get install help2man)")
+  endif()
+  add_custom_target(dlock_docs ALL DEPENDS ${DLOCK_DOCS})
+endif()
