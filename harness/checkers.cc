@@ -192,13 +192,44 @@ CheckResult CheckNoLostUpdate(const History& h) {
   return r;
 }
 
+// When the next grant after `from` (index i onward) came, if any.
+std::optional<std::int64_t> NextGrant(const History& h, std::size_t i, std::int64_t from) {
+  for (std::size_t j = i; j < h.events.size(); ++j) {
+    const Event& e = h.events[j];
+    if (e.t_ns > from && e.op == "acquire" && e.type == EventType::kOk) return e.t_ns;
+  }
+  return std::nullopt;
+}
+
+// Recovery after one fault (checkers f, i): how long from `from` (event
+// index i onward) to the next grant, against `bound_ns`.
+struct Recoveries {
+  std::int64_t bound_ns = 0;
+  int bad = 0, decided = 0;
+  std::int64_t slowest_ns = 0;
+
+  void Judge(const History& h, std::size_t i, std::int64_t from, const std::string& what,
+             CheckResult& r) {
+    const std::int64_t end = h.events.empty() ? 0 : h.events.back().t_ns;
+    if (const std::optional<std::int64_t> next = NextGrant(h, i, from)) {
+      ++decided;
+      slowest_ns = std::max(slowest_ns, *next - from);
+      if (*next - from > bound_ns) {
+        ++bad;
+        Add(r, what + ": next grant after " + Ms(*next - from) + ", bound " + Ms(bound_ns));
+      }
+    } else if (end - from > bound_ns) {
+      ++decided;
+      ++bad;
+      Add(r, what + ": no grant in the rest of the run (" + Ms(end - from) + ")");
+    }
+  }
+};
+
 CheckResult CheckRecovery(const History& h, const CheckOptions& o) {
   CheckResult r{"f", "the key is granted again within ttl + bound after each fault"};
   r.safety = false;
-  const std::int64_t bound_ns =
-      (h.ttl_ms + o.recovery_bound.count()) * 1'000'000;
-  const std::int64_t end = h.events.empty() ? 0 : h.events.back().t_ns;
-  int bad = 0, decided = 0;
+  Recoveries rec{(h.ttl_ms + o.recovery_bound.count()) * 1'000'000};
   for (std::size_t i = 0; i < h.events.size(); ++i) {
     const Event& f = h.events[i];
     if (!IsFault(f)) continue;
@@ -212,42 +243,13 @@ CheckResult CheckRecovery(const History& h, const CheckOptions& o) {
         }
       }
     }
-    std::optional<std::int64_t> next;
-    for (std::size_t j = i + 1; j < h.events.size(); ++j) {
-      const Event& e = h.events[j];
-      if (e.t_ns > from && e.op == "acquire" && e.type == EventType::kOk) {
-        next = e.t_ns;
-        break;
-      }
-    }
-    if (next) {
-      ++decided;
-      if (*next - from > bound_ns) {
-        ++bad;
-        Add(r, f.op + " at +" + Ms(f.t_ns - h.events.front().t_ns) + ": next grant after " +
-                   Ms(*next - from) + ", bound " + Ms(bound_ns));
-      }
-    } else if (end - from > bound_ns) {
-      ++decided;
-      ++bad;
-      Add(r, f.op + " at +" + Ms(f.t_ns - h.events.front().t_ns) +
-                 ": no grant in the rest of the run (" + Ms(end - from) + ")");
-    }
+    rec.Judge(h, i + 1, from, f.op + " at +" + Ms(f.t_ns - h.events.front().t_ns), r);
   }
-  Finish(r, bad, decided > 0,
-         std::to_string(decided) + " faults, each followed by a grant within ttl + " +
+  Finish(r, rec.bad, rec.decided > 0,
+         std::to_string(rec.decided) + " faults, each followed by a grant within ttl + " +
              std::to_string(o.recovery_bound.count()) + " ms",
          "no fault whose recovery could be observed");
   return r;
-}
-
-// When the next grant after `from` (index i onward) came, if any.
-std::optional<std::int64_t> NextGrant(const History& h, std::size_t i, std::int64_t from) {
-  for (std::size_t j = i; j < h.events.size(); ++j) {
-    const Event& e = h.events[j];
-    if (e.t_ns > from && e.op == "acquire" && e.type == EventType::kOk) return e.t_ns;
-  }
-  return std::nullopt;
 }
 
 CheckResult CheckNoMinorityGrant(const History& h) {
@@ -283,37 +285,24 @@ CheckResult CheckNoMinorityGrant(const History& h) {
 CheckResult CheckMemberRecovery(const History& h, const CheckOptions& o) {
   CheckResult r{"i", "the key is granted again within ttl + bound after each member fault"};
   r.safety = false;
-  const std::int64_t bound_ns = (h.ttl_ms + o.member_recovery_bound.count()) * 1'000'000;
-  const std::int64_t end = h.events.empty() ? 0 : h.events.back().t_ns;
-  int bad = 0, decided = 0;
-  std::int64_t slowest_ns = 0;
+  Recoveries rec{(h.ttl_ms + o.member_recovery_bound.count()) * 1'000'000};
   for (std::size_t i = 0; i < h.events.size(); ++i) {
     const Event& f = h.events[i];
     if (!IsMemberFaultEnd(f)) continue;
-    const std::string what =
-        f.op + " of member " + std::to_string(f.value) + " at +" + Ms(f.t_ns - h.events.front().t_ns);
-    const std::optional<std::int64_t> next = NextGrant(h, i + 1, f.t_ns);
     // Another member fault before the grant: that one's end is measured.
+    const std::optional<std::int64_t> next = NextGrant(h, i + 1, f.t_ns);
     const auto again = std::find_if(h.events.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                                     h.events.end(), IsMemberFaultEvent);
     if (again != h.events.end() && (!next || again->t_ns < *next)) continue;
-    if (next) {
-      ++decided;
-      slowest_ns = std::max(slowest_ns, *next - f.t_ns);
-      if (*next - f.t_ns > bound_ns) {
-        ++bad;
-        Add(r, what + ": next grant after " + Ms(*next - f.t_ns) + ", bound " + Ms(bound_ns));
-      }
-    } else if (end - f.t_ns > bound_ns) {
-      ++decided;
-      ++bad;
-      Add(r, what + ": no grant in the rest of the run (" + Ms(end - f.t_ns) + ")");
-    }
+    rec.Judge(h, i + 1, f.t_ns,
+              f.op + " of member " + std::to_string(f.value) + " at +" +
+                  Ms(f.t_ns - h.events.front().t_ns),
+              r);
   }
-  Finish(r, bad, decided > 0,
-         std::to_string(decided) + " member faults, each followed by a grant within ttl + " +
+  Finish(r, rec.bad, rec.decided > 0,
+         std::to_string(rec.decided) + " member faults, each followed by a grant within ttl + " +
              std::to_string(o.member_recovery_bound.count()) + " ms (slowest " +
-             Ms(slowest_ns) + ")",
+             Ms(rec.slowest_ns) + ")",
          "no member fault whose recovery could be observed");
   return r;
 }
