@@ -940,7 +940,9 @@ bool Connection::Watch(const std::string& key, const std::string& range_end,
 // libraries are suppressed; dlock's own code stays checked
 // (every field the gRPC callbacks share with dlock's threads is guarded by
 // dlock's own mutexes).
-extern "C" const char* __tsan_default_suppressions() {
+// Default visibility: the sanitizer runtime finds these by name at run time,
+// and libdlock is built with hidden visibility (docs/install.md).
+extern "C" [[gnu::visibility("default")]] const char* __tsan_default_suppressions() {
   return "race:libabsl_*\n"
          "race:libgrpc*\n"
          "race:libgpr*\n"
@@ -968,6 +970,10 @@ extern "C" const char* __tsan_default_suppressions() {
 // for the life of the process; dlock never shuts gRPC down (see
 // KeepGrpcInitialized), so LeakSanitizer reports them at exit. Quietly: a
 // command's stderr is one line.
-extern "C" const char* __lsan_default_suppressions() { return "leak:libcares.so\n"; }
-extern "C" const char* __lsan_default_options() { return "print_suppressions=0"; }
+extern "C" [[gnu::visibility("default")]] const char* __lsan_default_suppressions() {
+  return "leak:libcares.so\n";
+}
+extern "C" [[gnu::visibility("default")]] const char* __lsan_default_options() {
+  return "print_suppressions=0";
+}
 #endif
