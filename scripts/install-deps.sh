@@ -36,9 +36,6 @@ packages=(
   # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
   tmux clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
-  # man pages generated from --help, and their test (man, col); the
-  # install test builds the example with make and inspects libdlock.so
-  help2man man-db bsdextrautils make binutils
   # chaos harness: wall-clock steps for one process (libfaketime)
   faketime
   # chaos report test: render the HTML report headless

@@ -49,7 +49,6 @@
 #include <vector>
 
 #include "dlock/clock.h"
-#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -137,7 +136,7 @@ struct SessionLiveness {
 // implementation keeps no thread-local state. Try is one step: at most one
 // round of requests to the store, bounded by the request's deadline; only
 // Wait blocks.
-class DLOCK_EXPORT Acquisition {
+class Acquisition {
  public:
   // Frees what the object holds locally (a subscription, a watch). It does
   // not leave the store's queue: an acquisition dropped without Abandon is a
@@ -160,7 +159,7 @@ class DLOCK_EXPORT Acquisition {
   virtual void Abandon() = 0;
 };
 
-class DLOCK_EXPORT Backend {
+class Backend {
  public:
   virtual ~Backend() = default;
 

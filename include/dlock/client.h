@@ -31,7 +31,6 @@
 
 #include "dlock/backend.h"
 #include "dlock/clock.h"
-#include "dlock/export.h"
 #include "dlock/lease.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
@@ -100,7 +99,7 @@ struct Leader {
   std::optional<std::chrono::milliseconds> held_for;
 };
 
-class DLOCK_EXPORT Client {
+class Client {
  public:
   // Opens the store named by `uri` (empty: $DLOCK_BACKEND, else the default
   // SQLite file). Errors: kInvalidArgument for a malformed or unknown URI,
@@ -174,7 +173,7 @@ class DLOCK_EXPORT Client {
   Status Ping();
 
  private:
-  DLOCK_INTERNAL explicit Client(std::shared_ptr<internal::ClientCore> core);
+  explicit Client(std::shared_ptr<internal::ClientCore> core);
   std::shared_ptr<internal::ClientCore> core_;
 };
 
@@ -184,10 +183,10 @@ struct DefaultBackend {
   std::string uri;
   std::string source;
 };
-DLOCK_EXPORT Result<DefaultBackend> ResolveDefaultBackend();
+Result<DefaultBackend> ResolveDefaultBackend();
 
 // Parses a session id as $DLOCK_SESSION carries it (16 hex digits, not 0).
-DLOCK_EXPORT Result<std::uint64_t> ParseSession(std::string_view hex);
+Result<std::uint64_t> ParseSession(std::string_view hex);
 
 }  // namespace dlock
 

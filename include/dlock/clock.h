@@ -22,11 +22,9 @@
 #include <memory>
 #include <stop_token>
 
-#include "dlock/export.h"
-
 namespace dlock {
 
-struct DLOCK_EXPORT MonotonicClock {
+struct MonotonicClock {
   using duration = std::chrono::nanoseconds;
   using rep = duration::rep;
   using period = duration::period;
@@ -40,7 +38,7 @@ using Duration = MonotonicClock::duration;
 
 // A periodic job started by Clock::StartLoop. Destroying the handle stops the
 // job and waits for a run in progress to finish.
-class DLOCK_EXPORT Loop {
+class Loop {
  public:
   virtual ~Loop() = default;
   // Asks for a run as soon as possible (e.g. a new lease needs an earlier
@@ -48,7 +46,7 @@ class DLOCK_EXPORT Loop {
   virtual void Wake() = 0;
 };
 
-class DLOCK_EXPORT Clock {
+class Clock {
  public:
   virtual ~Clock() = default;
 
@@ -65,7 +63,7 @@ class DLOCK_EXPORT Clock {
       std::function<TimePoint(TimePoint now)> run) = 0;
 };
 
-class DLOCK_EXPORT RealClock final : public Clock {
+class RealClock final : public Clock {
  public:
   TimePoint Now() const override { return MonotonicClock::now(); }
   bool SleepUntil(TimePoint deadline, std::stop_token stop) override;
@@ -74,10 +72,10 @@ class DLOCK_EXPORT RealClock final : public Clock {
 };
 
 // The process-wide real clock.
-DLOCK_EXPORT std::shared_ptr<Clock> DefaultClock();
+std::shared_ptr<Clock> DefaultClock();
 
 // Randomness for owner ids and backoff jitter.
-class DLOCK_EXPORT Random {
+class Random {
  public:
   virtual ~Random() = default;
   virtual std::uint64_t Next() = 0;
@@ -85,7 +83,7 @@ class DLOCK_EXPORT Random {
 
 // Reads the kernel's CSPRNG (getrandom), so owner ids from different
 // processes and machines do not collide.
-DLOCK_EXPORT std::shared_ptr<Random> DefaultRandom();
+std::shared_ptr<Random> DefaultRandom();
 
 }  // namespace dlock
 

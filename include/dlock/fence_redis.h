@@ -27,7 +27,6 @@
 #include <string>
 #include <string_view>
 
-#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -37,12 +36,12 @@ struct redisReply;
 namespace dlock::fence {
 
 // Owns a hiredis reply (freeReplyObject).
-struct DLOCK_EXPORT RedisReplyFree {
+struct RedisReplyFree {
   void operator()(redisReply* r) const;
 };
 using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyFree>;
 
-class DLOCK_EXPORT Redis {
+class Redis {
  public:
   // SET key value, if `token` is admitted for `lock_key`.
   static Status Set(redisContext* context, std::string_view lock_key, FencingToken token,
@@ -74,7 +73,7 @@ class DLOCK_EXPORT Redis {
 //
 // A broken connection is opened again at the next call (and the TLS files
 // read again). Thread-safety: one thread at a time.
-class DLOCK_EXPORT RedisConnection {
+class RedisConnection {
  public:
   // Connects now: a refused password or certificate is kPermissionDenied, a
   // bad URI kInvalidArgument, an unreachable server kUnavailable.
@@ -91,7 +90,7 @@ class DLOCK_EXPORT RedisConnection {
   struct Impl;  // the connection and how to open it again; opaque
 
  private:
-  DLOCK_INTERNAL explicit RedisConnection(std::unique_ptr<Impl> impl);
+  explicit RedisConnection(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

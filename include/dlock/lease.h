@@ -30,7 +30,6 @@
 #include <string>
 
 #include "dlock/clock.h"
-#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -41,7 +40,7 @@ class ClientCore;
 struct LeaseState;
 }  // namespace internal
 
-class DLOCK_EXPORT Lease {
+class Lease {
  public:
   Lease() = default;  // empty; every accessor but the bool is invalid
   Lease(Lease&& other) noexcept = default;
@@ -92,8 +91,8 @@ class DLOCK_EXPORT Lease {
  private:
   friend class internal::ClientCore;
   friend class Client;
-  DLOCK_INTERNAL Lease(std::shared_ptr<internal::ClientCore> core,
-                       std::shared_ptr<internal::LeaseState> state);
+  Lease(std::shared_ptr<internal::ClientCore> core,
+        std::shared_ptr<internal::LeaseState> state);
 
   std::shared_ptr<internal::ClientCore> core_;
   std::shared_ptr<internal::LeaseState> state_;

@@ -19,8 +19,6 @@
 #include <cstdint>
 #include <span>
 
-#include "dlock/export.h"
-
 namespace dlock {
 
 // Whether a request of `limit` is granted behind `ahead` holders and
@@ -54,7 +52,7 @@ struct QueueDecision {
 // queue order. `delayed`: the limits of holdings that ended uncleanly and
 // are still inside their lock-delay (they count, but no queue position
 // waits on them). `limit`: this request's.
-DLOCK_EXPORT QueueDecision DecideQueue(std::span<const std::uint32_t> ahead,
+QueueDecision DecideQueue(std::span<const std::uint32_t> ahead,
                           std::span<const std::uint32_t> delayed, std::uint32_t limit);
 
 }  // namespace dlock

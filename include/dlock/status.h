@@ -34,8 +34,6 @@
 #include <utility>
 #include <variant>
 
-#include "dlock/export.h"
-
 namespace dlock {
 
 enum class StatusCode {
@@ -55,9 +53,9 @@ enum class StatusCode {
 };
 
 // "LockHeld", "Unavailable", ...
-DLOCK_EXPORT std::string_view StatusCodeName(StatusCode code);
+std::string_view StatusCodeName(StatusCode code);
 
-class [[nodiscard]] DLOCK_EXPORT Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message)

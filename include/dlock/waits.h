@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "dlock/export.h"
 #include "dlock/types.h"
 
 namespace dlock {
@@ -57,13 +56,13 @@ struct WaitReport {
 };
 
 // Builds the graph from one listing of holders and waiters.
-DLOCK_EXPORT WaitReport AnalyzeWaits(std::span<const HolderInfo> holders,
+WaitReport AnalyzeWaits(std::span<const HolderInfo> holders,
                         std::span<const WaiterInfo> waiters);
 
 // Whether a holder's renewals are still arriving: it renewed within half its
 // ttl (renewals come every third). Unknown (true) when the store reports no
 // ttl.
-DLOCK_EXPORT bool RenewalsArriving(const HolderInfo& holder);
+bool RenewalsArriving(const HolderInfo& holder);
 
 }  // namespace dlock
 

@@ -10,8 +10,6 @@ dlock_store(postgres
   MISSING "libpq not found (apt-get install libpq-dev)"
   LIBS PkgConfig::LIBPQ
   HEADER backends/postgres/postgres_backend.h
-  PACKAGE "pkg_check_modules(LIBPQ REQUIRED QUIET IMPORTED_TARGET libpq)"
-  PC_REQUIRES libpq
   FULL_ONLY SERVER
   SCHEME postgres "postgres://user@host:5432/db" dlock::postgres::Open
   SCHEME postgresql "postgresql://user@host:5432/db" dlock::postgres::Open)
