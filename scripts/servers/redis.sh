@@ -30,13 +30,21 @@ source "$(dirname "$0")/lib.sh"
 
 # start_member DIR NAME [redis-server args...]: starts it, waits for its port.
 start_member() {
-  local dir=$1 name=$2 port conf=()
+  local dir=$1 name=$2 port
   shift 2
   port=$(free_port)
+  launch_member "$dir" "$name" "$port" --port "$port" "$@"
+}
+
+# launch_member DIR NAME PORT [redis-server args...]: runs member NAME (its
+# DIR/NAME.conf first, when there is one: redis-server's rule), waits for
+# PORT and its pid file, writes DIR/NAME.port.
+launch_member() {
+  local dir=$1 name=$2 port=$3 conf=() i
+  shift 3
   mkdir -p "$dir/$name.data"
-  # A config file, when there is one, comes first (redis-server's rule).
   [ -f "$dir/$name.conf" ] && conf=("$dir/$name.conf")
-  redis-server "${conf[@]}" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+  redis-server "${conf[@]}" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$dir/$name.data" --daemonize yes --pidfile "$dir/$name.pid" \
     --logfile "$dir/$name.log" --protected-mode no "$@" >/dev/null
   wait_for_port "$port" 20
@@ -170,7 +178,7 @@ EOF
 # start_tls_member DIR NAME [redis-server args...]: a server on TLS only with
 # dlock's users; its config file (0600) holds what must not show in ps.
 start_tls_member() {
-  local dir=$1 name=$2 port i
+  local dir=$1 name=$2 port
   shift 2
   port=$(free_port)
   mkdir -p "$dir/$name.data"
@@ -183,12 +191,7 @@ start_tls_member() {
       echo "masterauth $(cat "$dir/admin.password")"
     } >"$dir/$name.conf"
   )
-  redis-server "$dir/$name.conf" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$dir/$name.data" --daemonize yes --pidfile "$dir/$name.pid" \
-    --logfile "$dir/$name.log" --protected-mode no "$@" >/dev/null
-  wait_for_port "$port" 20
-  for ((i = 0; i < 100; i++)); do [ -s "$dir/$name.pid" ] && break; sleep 0.02; done
-  echo "$port" >"$dir/$name.port"
+  launch_member "$dir" "$name" "$port" "$@"
 }
 
 # tls_cli DIR PORT USER args...: redis-cli over TLS as USER ("" for the
