@@ -10,6 +10,13 @@
 #   DLOCK_SERVER_STORES_BUILT  those of them whose tests need a server
 #   DLOCK_STORE_<store>_LIBS   what tests and benchmarks link to reach the
 #                              store's client library directly
+#   DLOCK_STORE_<store>_PACKAGE      CMake code dlockConfig.cmake runs to find
+#                              the store's libraries for static linking
+#   DLOCK_STORE_<store>_PC_REQUIRES  pkg-config modules, and
+#   DLOCK_STORE_<store>_PC_LIBS      linker flags, that dlock.pc lists for
+#                              static linking
+#   DLOCK_STORE_<store>_DEB_DEV      the Debian -dev packages libdlock-dev
+#                              depends on for them (cmake/DlockPackaging.cmake)
 
 # dlock_store(<store>
 #   TITLE <text>        the store's name in configure messages
@@ -18,6 +25,13 @@
 #   [MISSING <text>]    what configure says when FOUND is false
 #   [LIBS <list>]       see DLOCK_STORE_<store>_LIBS
 #   HEADER <path>       declares the factories (relative to src/)
+#   [PACKAGE <code>]... installed libdlock.a's dependencies: one line of
+#                       CMake, run by dlockConfig.cmake (with
+#                       DLOCK_USE_STATIC), that defines an imported target
+#                       the store links (docs/install.md)
+#   [PC_REQUIRES <modules>]  the same as pkg-config modules ("a b")
+#   [PC_LIBS <flags>]   and as linker flags, for libraries without a module
+#   [DEB_DEV <packages>]  the same as Debian -dev packages ("a, b")
 #   [FULL_ONLY]         served by dlock-full only: the `dlock` command hands
 #                       its URIs over (its library costs start-up time)
 #   [SERVER]            tests run a server: scripts/servers/<store>.sh, CTest
@@ -35,6 +49,7 @@ function(dlock_store store)
   set(server OFF)
   set(found_var "")
   set(schemes 0)
+  set(value_PACKAGE "")
   set(i 1)
   while(i LESS ARGC)
     set(word "${ARGV${i}}")
@@ -43,7 +58,10 @@ function(dlock_store store)
       set(full_only ON)
     elseif(word STREQUAL "SERVER")
       set(server ON)
-    elseif(word MATCHES "^(TITLE|FOUND|MISSING|LIBS|HEADER)$")
+    elseif(word STREQUAL "PACKAGE")
+      string(APPEND value_PACKAGE "  ${ARGV${i}}\n")
+      math(EXPR i "${i} + 1")
+    elseif(word MATCHES "^(TITLE|FOUND|MISSING|LIBS|HEADER|PC_REQUIRES|PC_LIBS|DEB_DEV)$")
       set(value_${word} "${ARGV${i}}")
       math(EXPR i "${i} + 1")
     elseif(word MATCHES "^(SCHEME|REFUSED)$")
@@ -108,6 +126,10 @@ function(dlock_store store)
     set(DLOCK_STORE_${store}_FULL_ONLY ${full_only} PARENT_SCOPE)
     set(DLOCK_STORE_${store}_SERVER ${server} PARENT_SCOPE)
     set(DLOCK_STORE_${store}_LIBS "${value_LIBS}" PARENT_SCOPE)
+    set(DLOCK_STORE_${store}_PACKAGE "${value_PACKAGE}" PARENT_SCOPE)
+    set(DLOCK_STORE_${store}_PC_REQUIRES "${value_PC_REQUIRES}" PARENT_SCOPE)
+    set(DLOCK_STORE_${store}_PC_LIBS "${value_PC_LIBS}" PARENT_SCOPE)
+    set(DLOCK_STORE_${store}_DEB_DEV "${value_DEB_DEV}" PARENT_SCOPE)
     list(APPEND DLOCK_STORES_BUILT ${store})
     set(DLOCK_STORES_BUILT "${DLOCK_STORES_BUILT}" PARENT_SCOPE)
     if(server)

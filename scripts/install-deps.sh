@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package dlock needs to build and test. Idempotent:
-# packages already present are skipped, and apt is not touched at all when
-# nothing is missing.
+# Installs the Debian 12 packages dlock needs. Idempotent: packages already
+# present are skipped, and apt is not touched at all when nothing is
+# missing.
 #
-#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh            build + test dependencies (everything)
+#   scripts/install-deps.sh demo       only what `dlock demo` on the embedded
+#                                      SQLite store needs to build (the
+#                                      README's first command)
 #
 # Runs apt-get directly as root, through sudo otherwise.
 set -euo pipefail
 
-packages=(
-  # toolchain
+# The demo: a compiler, and the core, the SQLite store and the command.
+demo_packages=(
   g++ cmake ninja-build pkg-config
-  # core + embedded SQLite default + CLI
   libsqlite3-dev libcli11-dev nlohmann-json3-dev
+)
+packages=(
+  # toolchain, core, embedded SQLite default, CLI
+  "${demo_packages[@]}"
   # PostgreSQL backend: client library, and the server its tests start
   libpq-dev postgresql
   # Redis backend: client library, and the server its tests start
@@ -36,11 +42,26 @@ packages=(
   # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
   tmux clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
+  # man pages generated from --help, and their test (man, col); the
+  # install test builds the example with make and inspects libdlock.so
+  help2man man-db bsdextrautils make binutils
+  # Debian packages (CPack: dpkg-shlibdeps, file) and their check on a fresh
+  # Debian 12 (scripts/deb_check.sh)
+  dpkg-dev file lintian debootstrap
   # chaos harness: wall-clock steps for one process (libfaketime)
   faketime
   # chaos report test: render the HTML report headless
   chromium
 )
+
+case "${1:-}" in
+  "") ;;
+  demo) packages=("${demo_packages[@]}") ;;
+  *)
+    echo "install-deps: unknown set '$1' (accepted: demo, or nothing for everything)" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

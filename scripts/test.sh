@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, checks the code with clang-tidy
-# (scripts/tidy.sh), and runs the whole test suite: plainly and
+# (scripts/tidy.sh), and runs the whole test suite: plainly (then, on a
+# fresh Debian 12, the Debian packages and the README's first command:
+# scripts/deb_check.sh, scripts/demo_check.sh) and
 # under AddressSanitizer + UndefinedBehaviorSanitizer (every test, servers
 # included), then the threaded code under ThreadSanitizer. This is the
 # README's second command and what CI runs.
@@ -46,5 +48,14 @@ for preset in "${presets[@]}"; do
       ctest --preset "$preset" -j2 -R "$tsan_tests"
   else
     ctest --preset "$preset" -j2
+  fi
+  # Once, after the plain build's tests, each on a fresh Debian 12 (a
+  # debootstrap chroot): the build's Debian packages installed and used, and
+  # the README's first command (about 4 minutes together).
+  if [ "$preset" = default ]; then
+    as_root=()
+    [ "$(id -u)" = 0 ] || as_root=(sudo)
+    "${as_root[@]}" scripts/deb_check.sh build
+    "${as_root[@]}" scripts/demo_check.sh
   fi
 done

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "dlock/clock.h"
+#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -136,7 +137,7 @@ struct SessionLiveness {
 // implementation keeps no thread-local state. Try is one step: at most one
 // round of requests to the store, bounded by the request's deadline; only
 // Wait blocks.
-class Acquisition {
+class DLOCK_EXPORT Acquisition {
  public:
   // Frees what the object holds locally (a subscription, a watch). It does
   // not leave the store's queue: an acquisition dropped without Abandon is a
@@ -159,7 +160,7 @@ class Acquisition {
   virtual void Abandon() = 0;
 };
 
-class Backend {
+class DLOCK_EXPORT Backend {
  public:
   virtual ~Backend() = default;
 

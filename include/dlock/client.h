@@ -31,6 +31,7 @@
 
 #include "dlock/backend.h"
 #include "dlock/clock.h"
+#include "dlock/export.h"
 #include "dlock/lease.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
@@ -99,7 +100,7 @@ struct Leader {
   std::optional<std::chrono::milliseconds> held_for;
 };
 
-class Client {
+class DLOCK_EXPORT Client {
  public:
   // Opens the store named by `uri` (empty: $DLOCK_BACKEND, else the default
   // SQLite file). Errors: kInvalidArgument for a malformed or unknown URI,
@@ -173,7 +174,7 @@ class Client {
   Status Ping();
 
  private:
-  explicit Client(std::shared_ptr<internal::ClientCore> core);
+  DLOCK_INTERNAL explicit Client(std::shared_ptr<internal::ClientCore> core);
   std::shared_ptr<internal::ClientCore> core_;
 };
 
@@ -183,10 +184,10 @@ struct DefaultBackend {
   std::string uri;
   std::string source;
 };
-Result<DefaultBackend> ResolveDefaultBackend();
+DLOCK_EXPORT Result<DefaultBackend> ResolveDefaultBackend();
 
 // Parses a session id as $DLOCK_SESSION carries it (16 hex digits, not 0).
-Result<std::uint64_t> ParseSession(std::string_view hex);
+DLOCK_EXPORT Result<std::uint64_t> ParseSession(std::string_view hex);
 
 }  // namespace dlock
 

@@ -22,9 +22,11 @@
 #include <memory>
 #include <stop_token>
 
+#include "dlock/export.h"
+
 namespace dlock {
 
-struct MonotonicClock {
+struct DLOCK_EXPORT MonotonicClock {
   using duration = std::chrono::nanoseconds;
   using rep = duration::rep;
   using period = duration::period;
@@ -38,7 +40,7 @@ using Duration = MonotonicClock::duration;
 
 // A periodic job started by Clock::StartLoop. Destroying the handle stops the
 // job and waits for a run in progress to finish.
-class Loop {
+class DLOCK_EXPORT Loop {
  public:
   virtual ~Loop() = default;
   // Asks for a run as soon as possible (e.g. a new lease needs an earlier
@@ -46,7 +48,7 @@ class Loop {
   virtual void Wake() = 0;
 };
 
-class Clock {
+class DLOCK_EXPORT Clock {
  public:
   virtual ~Clock() = default;
 
@@ -63,7 +65,7 @@ class Clock {
       std::function<TimePoint(TimePoint now)> run) = 0;
 };
 
-class RealClock final : public Clock {
+class DLOCK_EXPORT RealClock final : public Clock {
  public:
   TimePoint Now() const override { return MonotonicClock::now(); }
   bool SleepUntil(TimePoint deadline, std::stop_token stop) override;
@@ -72,10 +74,10 @@ class RealClock final : public Clock {
 };
 
 // The process-wide real clock.
-std::shared_ptr<Clock> DefaultClock();
+DLOCK_EXPORT std::shared_ptr<Clock> DefaultClock();
 
 // Randomness for owner ids and backoff jitter.
-class Random {
+class DLOCK_EXPORT Random {
  public:
   virtual ~Random() = default;
   virtual std::uint64_t Next() = 0;
@@ -83,7 +85,7 @@ class Random {
 
 // Reads the kernel's CSPRNG (getrandom), so owner ids from different
 // processes and machines do not collide.
-std::shared_ptr<Random> DefaultRandom();
+DLOCK_EXPORT std::shared_ptr<Random> DefaultRandom();
 
 }  // namespace dlock
 

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -36,15 +37,15 @@ struct sqlite3;
 namespace dlock::fence {
 
 // kStaleToken with the canonical message naming both tokens and the key.
-Status StaleToken(FencingToken token, FencingToken highest, std::string_view key);
+DLOCK_EXPORT Status StaleToken(FencingToken token, FencingToken highest, std::string_view key);
 
 // kInvalidArgument for a token no store grants: 0, or 2^64-1 (a fence that
 // accepted it could never accept a newer one).
-Status CheckToken(FencingToken token);
+DLOCK_EXPORT Status CheckToken(FencingToken token);
 
 // Fences in-process state (a map, a cache, an in-memory model).
 // Thread-safe: Admit calls for one fence are serialised.
-class Memory {
+class DLOCK_EXPORT Memory {
  public:
   // Runs `write` if `token` is admitted for `key`, under the fence's lock, and
   // records the token only if `write` returns OK. A null `write` just records.
@@ -61,7 +62,7 @@ class Memory {
 // Fences rows of a SQLite database, on the caller's own connection: the
 // highest token per key lives in a table `dlock_fence` of the same database,
 // so the check and the caller's write commit or roll back together.
-class Sqlite {
+class DLOCK_EXPORT Sqlite {
  public:
   // Creates `dlock_fence` if it does not exist. Admit and Write call it
   // themselves; call it up front to keep DDL out of your first transaction.
@@ -87,7 +88,7 @@ class Sqlite {
 // DIR/.dlock-fence/, so it survives restarts. Writers in different processes
 // are serialised per key with flock(2) on that record. A crash between
 // recording a token and the rename loses that write, never admits a stale one.
-class Directory {
+class DLOCK_EXPORT Directory {
  public:
   explicit Directory(std::string dir) : dir_(std::move(dir)) {}
 

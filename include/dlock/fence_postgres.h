@@ -27,6 +27,7 @@
 #include <functional>
 #include <string_view>
 
+#include "dlock/export.h"
 #include "dlock/fence.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
@@ -37,7 +38,7 @@ typedef struct pg_conn PGconn;
 
 namespace dlock::fence {
 
-class Postgres {
+class DLOCK_EXPORT Postgres {
  public:
   // Creates `dlock_fence` if it does not exist, outside any transaction of
   // the caller (kFailedPrecondition inside one). Safe when many processes

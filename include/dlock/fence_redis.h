@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -36,12 +37,12 @@ struct redisReply;
 namespace dlock::fence {
 
 // Owns a hiredis reply (freeReplyObject).
-struct RedisReplyFree {
+struct DLOCK_EXPORT RedisReplyFree {
   void operator()(redisReply* r) const;
 };
 using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyFree>;
 
-class Redis {
+class DLOCK_EXPORT Redis {
  public:
   // SET key value, if `token` is admitted for `lock_key`.
   static Status Set(redisContext* context, std::string_view lock_key, FencingToken token,
@@ -73,7 +74,7 @@ class Redis {
 //
 // A broken connection is opened again at the next call (and the TLS files
 // read again). Thread-safety: one thread at a time.
-class RedisConnection {
+class DLOCK_EXPORT RedisConnection {
  public:
   // Connects now: a refused password or certificate is kPermissionDenied, a
   // bad URI kInvalidArgument, an unreachable server kUnavailable.
@@ -90,7 +91,7 @@ class RedisConnection {
   struct Impl;  // the connection and how to open it again; opaque
 
  private:
-  explicit RedisConnection(std::unique_ptr<Impl> impl);
+  DLOCK_INTERNAL explicit RedisConnection(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "dlock/clock.h"
+#include "dlock/export.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -40,7 +41,7 @@ class ClientCore;
 struct LeaseState;
 }  // namespace internal
 
-class Lease {
+class DLOCK_EXPORT Lease {
  public:
   Lease() = default;  // empty; every accessor but the bool is invalid
   Lease(Lease&& other) noexcept = default;
@@ -91,8 +92,8 @@ class Lease {
  private:
   friend class internal::ClientCore;
   friend class Client;
-  Lease(std::shared_ptr<internal::ClientCore> core,
-        std::shared_ptr<internal::LeaseState> state);
+  DLOCK_INTERNAL Lease(std::shared_ptr<internal::ClientCore> core,
+                       std::shared_ptr<internal::LeaseState> state);
 
   std::shared_ptr<internal::ClientCore> core_;
   std::shared_ptr<internal::LeaseState> state_;

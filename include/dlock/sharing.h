@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <span>
 
+#include "dlock/export.h"
+
 namespace dlock {
 
 // Whether a request of `limit` is granted behind `ahead` holders and
@@ -52,7 +54,7 @@ struct QueueDecision {
 // queue order. `delayed`: the limits of holdings that ended uncleanly and
 // are still inside their lock-delay (they count, but no queue position
 // waits on them). `limit`: this request's.
-QueueDecision DecideQueue(std::span<const std::uint32_t> ahead,
+DLOCK_EXPORT QueueDecision DecideQueue(std::span<const std::uint32_t> ahead,
                           std::span<const std::uint32_t> delayed, std::uint32_t limit);
 
 }  // namespace dlock

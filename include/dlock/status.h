@@ -34,6 +34,8 @@
 #include <utility>
 #include <variant>
 
+#include "dlock/export.h"
+
 namespace dlock {
 
 enum class StatusCode {
@@ -53,9 +55,9 @@ enum class StatusCode {
 };
 
 // "LockHeld", "Unavailable", ...
-std::string_view StatusCodeName(StatusCode code);
+DLOCK_EXPORT std::string_view StatusCodeName(StatusCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] DLOCK_EXPORT Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message)

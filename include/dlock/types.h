@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlock/export.h"
 #include "dlock/status.h"
 
 namespace dlock {
@@ -24,7 +25,7 @@ using FencingToken = std::uint64_t;
 // random per acquisition. Printed as 32 lowercase hex digits, which is also
 // how stores keep it. The session part is what lets `dlock status --waits`
 // see which waiter already holds which keys.
-class OwnerId {
+class DLOCK_EXPORT OwnerId {
  public:
   OwnerId() = default;
   OwnerId(std::uint64_t hi, std::uint64_t lo) : hi_(hi), lo_(lo) {}
@@ -51,9 +52,9 @@ inline constexpr std::chrono::milliseconds kMaxTtl = std::chrono::hours(24);
 inline constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(8760);
 
 // Keys are 1..1024 bytes of anything but NUL.
-Status ValidateKey(std::string_view key);
+DLOCK_EXPORT Status ValidateKey(std::string_view key);
 // TTLs are 10 ms .. 24 h.
-Status ValidateTtl(std::chrono::milliseconds ttl);
+DLOCK_EXPORT Status ValidateTtl(std::chrono::milliseconds ttl);
 
 // How many holders a key may have at once (LeaseRequest::limit): 1 is a
 // mutex or a read-write lock's writer, N a semaphore of N permits, and
@@ -64,7 +65,7 @@ inline constexpr std::uint32_t kMaxPermits = 65535;
 // A label names the holder for people (`dlock status`) and is an election's
 // leader value: up to 256 bytes of printable text. Default: "host:pid".
 inline constexpr std::size_t kMaxLabelBytes = 256;
-Status ValidateLabel(std::string_view label);
+DLOCK_EXPORT Status ValidateLabel(std::string_view label);
 
 // One held lock as a store reports it (Client::List, `dlock status`). A key
 // held in shared mode, or as a semaphore, has one entry per holder.

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dlock/export.h"
 #include "dlock/types.h"
 
 namespace dlock {
@@ -56,13 +57,13 @@ struct WaitReport {
 };
 
 // Builds the graph from one listing of holders and waiters.
-WaitReport AnalyzeWaits(std::span<const HolderInfo> holders,
+DLOCK_EXPORT WaitReport AnalyzeWaits(std::span<const HolderInfo> holders,
                         std::span<const WaiterInfo> waiters);
 
 // Whether a holder's renewals are still arriving: it renewed within half its
 // ttl (renewals come every third). Unknown (true) when the store reports no
 // ttl.
-bool RenewalsArriving(const HolderInfo& holder);
+DLOCK_EXPORT bool RenewalsArriving(const HolderInfo& holder);
 
 }  // namespace dlock
 

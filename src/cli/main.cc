@@ -21,14 +21,13 @@
 #include "cli/hide_secrets.h"
 #include "core/registry.h"
 #include "core/uri.h"
+#include "dlock/version.h"
 #include "harness/child_process.h"
 
 extern char** environ;
 
 namespace dlock::cli {
 namespace {
-
-constexpr const char* kVersion = "dlock " DLOCK_VERSION;
 
 // The store the command line names: --backend, else $DLOCK_BACKEND; empty
 // for the default SQLite file. Also removes --backend from `words`.
@@ -95,7 +94,7 @@ int ParseAndRun(CLI::App& app, Commands& commands, SplitCommandLine& split) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     return kExitOk;
   } catch (const CLI::CallForVersion&) {
-    std::cout << kVersion << "\n";
+    std::cout << "dlock " << dlock::Version() << "\n";
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     return Fail(kExitUsage, std::string(e.what()) + " (see 'dlock --help')");
@@ -116,7 +115,7 @@ int main(int argc, char** argv) {
   RememberInheritedDescriptors();  // before anything opens a file
   CLI::App app{"dlock: distributed locks with fencing tokens", "dlock"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", "dlock " + std::string(dlock::Version()));
   app.footer("Stores: " + dlock::internal::SupportedSchemes() +
              "\nExit codes: 64 usage, 65 stale token, 69 store unavailable, 74 damaged local "
              "state, 75 gave up waiting, 77 credentials or permission refused, 79 lease "

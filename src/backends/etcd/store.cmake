@@ -18,6 +18,12 @@ dlock_store(etcd
   MISSING "gRPC/protobuf not found (apt-get install libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)"
   LIBS dlock_etcd_proto
   HEADER backends/etcd/etcd_backend.h
+  PACKAGE "find_dependency(OpenSSL)"
+  PACKAGE "find_dependency(Protobuf)"
+  PACKAGE "find_dependency(gRPC CONFIG)"
+  PC_REQUIRES "grpc++ protobuf libcrypto"
+  PC_LIBS -ldlock_etcd_proto
+  DEB_DEV "libgrpc++-dev, libprotobuf-dev, libssl-dev"
   FULL_ONLY SERVER
   SCHEME etcd "etcd://h1:2379,h2:2379[/prefix]" dlock::etcd::Open
   SCHEME etcds "etcds://[user@]h1:2379,h2:2379[/prefix]?cacert=&cert=&key=" dlock::etcd::Open)

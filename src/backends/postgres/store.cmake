@@ -10,6 +10,9 @@ dlock_store(postgres
   MISSING "libpq not found (apt-get install libpq-dev)"
   LIBS PkgConfig::LIBPQ
   HEADER backends/postgres/postgres_backend.h
+  PACKAGE "pkg_check_modules(LIBPQ REQUIRED QUIET IMPORTED_TARGET libpq)"
+  PC_REQUIRES libpq
+  DEB_DEV libpq-dev
   FULL_ONLY SERVER
   SCHEME postgres "postgres://user@host:5432/db" dlock::postgres::Open
   SCHEME postgresql "postgresql://user@host:5432/db" dlock::postgres::Open)

@@ -9,6 +9,10 @@ dlock_store(redis
   MISSING "hiredis not found (apt-get install libhiredis-dev)"
   LIBS PkgConfig::HIREDIS
   HEADER backends/redis/redis_backend.h
+  PACKAGE "find_dependency(OpenSSL)"
+  PACKAGE "pkg_check_modules(HIREDIS REQUIRED QUIET IMPORTED_TARGET hiredis)"
+  PC_REQUIRES "hiredis openssl"
+  DEB_DEV "libhiredis-dev, libssl-dev"
   SERVER
   SCHEME redis "redis://host:6379/0" dlock::redis::Open
   SCHEME redis+sentinel "redis+sentinel://h1:26379,h2:26379/master" dlock::redis::OpenSentinel

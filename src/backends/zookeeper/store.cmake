@@ -18,6 +18,8 @@ dlock_store(zookeeper
   MISSING "the multi-threaded C client was not found (apt-get install libzookeeper-mt-dev)"
   LIBS dlock_zookeeper_mt
   HEADER backends/zookeeper/zookeeper_backend.h
+  PC_LIBS -lzookeeper_mt
+  DEB_DEV libzookeeper-mt-dev
   SERVER
   SCHEME zk "zk://h1:2181,h2:2181/chroot" dlock::zookeeper::Open
   REFUSED zks "zks://h1:2281/chroot"
