@@ -3,6 +3,7 @@
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
+#include <openssl/crypto.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -711,6 +712,13 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
 // read here, once per Start, so a rotated certificate is used by the next
 // client opened.
 Status Connection::LoadCredentials() {
+  // gRPC goes on handshaking on threads of its own after a failed call, and
+  // OpenSSL's clean-up at exit frees what such a thread still uses: a
+  // process exiting after a TLS failure could crash (or, under ASan, hang).
+  // OpenSSL honours this only before its first initialisation.
+  static const bool no_openssl_atexit =
+      OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+  (void)no_openssl_atexit;
   std::string key = "plaintext";
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (security_.tls) {
