@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "core/duration.h"
@@ -113,6 +114,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& op
   // it is granted or abandoned.
   std::unique_ptr<Acquisition> acquisition = backend_->Begin(request);
   Duration poll_interval = kFirstPollInterval;
+  std::optional<milliseconds> last_answer;  // holder's time left, when the store last answered
   for (;;) {
     if (options.cancel.stop_requested()) {
       acquisition->Abandon();
@@ -127,11 +129,17 @@ Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& op
       acquisition->Abandon();
       return attempt.status();
     }
+    if (attempt.ok()) last_answer = attempt->holder_ttl_remaining;
     const TimePoint now = clock_->Now();
     if (now >= deadline) {
       acquisition->Abandon();
-      if (!attempt.ok()) return attempt.status();
-      return GaveUpError(key, options, wait, attempt->holder_ttl_remaining);
+      // A store that answered "held" during the wait was reachable: an
+      // attempt cut short by the deadline does not make it "unavailable".
+      if (!last_answer) return attempt.status();
+      Status gave_up = GaveUpError(key, options, wait, *last_answer);
+      if (attempt.ok()) return gave_up;
+      return Status(gave_up.code(), gave_up.message() + "; the last attempt had no answer: " +
+                                        attempt.status().message());
     }
     TimePoint until = std::min(deadline, now + kQueueTtl / 3);
     const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);

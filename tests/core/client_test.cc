@@ -409,6 +409,49 @@ TEST_P(ClientTest, AcquireGivesUpAtItsDeadline) {
       << result->status().message();
 }
 
+// A waiter that saw the key held, whose last attempt (cut short by the
+// deadline) got no answer, timed out: the store was reachable.
+TEST_P(ClientTest, AWaitThatSawTheHolderEndsAsATimeoutEvenIfItsLastTryFailed) {
+  auto holder = NewClient()->TryAcquire("k", Ttl(seconds(30)));
+  ASSERT_TRUE(holder.ok());
+  auto waiter = NewClient();
+  std::optional<Result<Lease>> result;
+  std::jthread t([&] {
+    AcquireOptions o = Ttl(seconds(30));
+    o.wait = milliseconds(200);
+    result.emplace(waiter->Acquire("k", o));
+  });
+  clock_->AwaitSleepers(1);  // it saw the holder and waits
+  plan_->SetAcquireError(UnavailableError("no answer in time"));
+  clock_->Advance(milliseconds(200));
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result->status().message().find("the last attempt had no answer: no answer in time"),
+            std::string::npos)
+      << result->status().message();
+}
+
+// A store that never answered during the wait is reported as such.
+TEST_P(ClientTest, AWaitThatNeverReachedTheStoreReportsTheStore) {
+  plan_->SetAcquireError(UnavailableError("connection refused"));
+  auto waiter = NewClient();
+  std::optional<Result<Lease>> result;
+  std::jthread t([&] {
+    AcquireOptions o = Ttl(seconds(30));
+    o.wait = milliseconds(200);
+    result.emplace(waiter->Acquire("k", o));
+  });
+  const TimePoint start = clock_->Now();
+  while (clock_->Now() < start + milliseconds(200)) {
+    clock_->AwaitSleepers(1);
+    clock_->Advance(milliseconds(10));
+  }
+  t.join();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->status().code(), StatusCode::kUnavailable) << result->status().ToString();
+}
+
 TEST_P(ClientTest, WaitingAcquireGetsTheKeyAfterRelease) {
   auto holder = NewClient()->TryAcquire("k", Ttl(seconds(30)));
   ASSERT_TRUE(holder.ok());
