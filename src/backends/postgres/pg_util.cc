@@ -145,8 +145,39 @@ int PollFd(int fd, short events, SteadyTime deadline, int extra_fd) {
   }
 }
 
-Result<PgConnHandle> Connect(const ConnInfo& info, SteadyTime deadline,
-                             std::string_view where) {
+namespace {
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) {
+    parts.push_back(s.substr(start, comma - start));
+  }
+  parts.push_back(s.substr(start));
+  return parts;
+}
+
+const std::string* Find(const ConnInfo& info, std::string_view key) {
+  for (const auto& [k, v] : info) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+// `info` with its host list narrowed to host number i (libpq's rule: one
+// port applies to every host).
+ConnInfo OneHost(const ConnInfo& info, const std::vector<std::string>& hosts,
+                 const std::vector<std::string>& ports, std::size_t i) {
+  ConnInfo one = info;
+  for (auto& [k, v] : one) {
+    if (k == "host") v = hosts[i];
+    if (k == "port") v = ports.size() == 1 ? ports[0] : ports[i];
+  }
+  return one;
+}
+
+Result<PgConnHandle> ConnectOne(const ConnInfo& info, SteadyTime deadline,
+                                std::string_view where) {
   const auto budget = std::chrono::ceil<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   std::vector<const char*> keys, values;
@@ -182,6 +213,37 @@ Result<PgConnHandle> Connect(const ConnInfo& info, SteadyTime deadline,
   PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
   return conn;
 }
+
+}  // namespace
+
+// libpq driven without blocking (PQconnectPoll) applies no connect_timeout
+// per host: a host that takes the connection but never answers (a stopped
+// old primary) would hold the whole attempt, and the hosts after it would
+// never be tried. So several hosts are tried here one at a time, each with
+// its share of the time left; a refused login ends the attempt, as in libpq.
+Result<PgConnHandle> Connect(const ConnInfo& info, SteadyTime deadline,
+                             std::string_view where) {
+  const std::string* host = Find(info, "host");
+  if (host == nullptr || host->find(',') == std::string::npos) {
+    return ConnectOne(info, deadline, where);
+  }
+  const std::vector<std::string> hosts = SplitCommas(*host);
+  const std::string* port = Find(info, "port");
+  const std::vector<std::string> ports = port ? SplitCommas(*port) : std::vector<std::string>{};
+  std::string errors;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= SteadyTime::duration::zero()) break;
+    const auto share = left / static_cast<int>(hosts.size() - i);
+    auto conn = ConnectOne(OneHost(info, hosts, ports, i),
+                           std::chrono::steady_clock::now() + share, where);
+    if (conn.ok() || conn.status().code() == StatusCode::kPermissionDenied) return conn;
+    errors += "; " + conn.status().message();
+  }
+  return UnavailableError("connect (" + std::string(where) + "): no host of " + *host +
+                          " took the connection" + errors);
+}
+
 
 Result<PgResultHandle> Await(PGconn* conn, SteadyTime deadline, std::string_view what,
                              std::string_view where, bool* timed_out) {
