@@ -234,9 +234,10 @@ class RedisBackend final : public Backend {
                                   std::chrono::milliseconds place_ttl);
   Result<AcquireReply> ReadAcquireReply(std::span<const ReplyPtr> replies,
                                         const std::string& server, const std::string& what);
-  // kUnavailable unless WAIT's reply says wait_replicas confirmed a grant.
-  Status CheckGrantReplicated(const redisReply* wait_reply, const std::string& server,
-                              const std::string& what);
+  // kUnavailable unless WAIT's reply (after waiting up to `waited`) says
+  // wait_replicas confirmed a grant or a renewal.
+  Status CheckReplicated(const redisReply* wait_reply, const std::string& server,
+                         const std::string& what, milliseconds waited);
 
   // For List and Waiters: SCANs `pattern`, runs `script` over the names in
   // batches, checks each reply row of `fields` (the first is the 1-based
@@ -477,24 +478,24 @@ Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> re
   auto token = ParseToken(r->element[1]);
   if (!token.ok()) return OddReply("a positive token", server, what);
   if (options_.wait_replicas > 0) {
-    DLOCK_RETURN_IF_ERROR(CheckGrantReplicated(replies[1].get(), server, what));
+    DLOCK_RETURN_IF_ERROR(CheckReplicated(replies[1].get(), server, what, options_.wait_timeout));
   }
   return AcquireReply{Attempt{true, *token, milliseconds(0)}};
 }
 
-Status RedisBackend::CheckGrantReplicated(const redisReply* w, const std::string& server,
-                                          const std::string& what) {
+// The grant may not survive a failover: not granted as far as the caller
+// knows. The core retries with the same owner (which gets the same token,
+// and WAITs again) or releases when it gives up. A renewal likewise: not
+// renewed.
+Status RedisBackend::CheckReplicated(const redisReply* w, const std::string& server,
+                                     const std::string& what, milliseconds waited) {
   long long confirmed = 0;
   if (w->type == REDIS_REPLY_ERROR) return ReplyError(w, server, what);
   if (!ReplyInt(w, &confirmed)) return OddReply("WAIT's replica count", server, what);
   if (confirmed >= options_.wait_replicas) return Status::Ok();
-  // The grant may not survive a failover: not granted as far as the caller
-  // knows. The core retries with the same owner (which gets the same token,
-  // and WAITs again) or releases when it gives up.
   return UnavailableError(what + ": only " + std::to_string(confirmed) + " of " +
-                          std::to_string(options_.wait_replicas) +
-                          " replicas confirmed the grant within " +
-                          internal::FormatDuration(options_.wait_timeout) +
+                          std::to_string(options_.wait_replicas) + " replicas confirmed it within " +
+                          internal::FormatDuration(waited) +
                           " (wait_replicas); it could be lost in a failover");
 }
 
@@ -659,10 +660,24 @@ std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
   const milliseconds timeout = std::clamp(shortest / 3, milliseconds(1), options_.timeout);
   auto conn = Take("renew");
   if (!conn.ok()) return fail_all(conn.status());
-  auto replies = (*conn)->Eval(scripts::Renew(), keys, args, {}, timeout, "renew");
+  // With wait_replicas a renewal counts only once replicated: one the
+  // promoted replica lacks would leave the lease ending there before the
+  // holder believes (the campaigns' leader-lag-kill shows it).
+  std::vector<Command> wait;
+  if (options_.wait_replicas > 0) {
+    wait.push_back({"WAIT", std::to_string(options_.wait_replicas), std::to_string(timeout.count())});
+  }
+  auto replies = (*conn)->Eval(scripts::Renew(), keys, args, wait, timeout * (wait.empty() ? 1 : 2),
+                               "renew");
   if (!replies.ok()) return fail_all(replies.status());
   const redisReply* r = (*replies)[0].get();
   if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, (*conn)->server(), "renew"));
+  if (!wait.empty()) {
+    if (Status s = CheckReplicated((*replies)[1].get(), (*conn)->server(), "renew", timeout);
+        !s.ok()) {
+      return fail_all(s);
+    }
+  }
   if (r->type != REDIS_REPLY_ARRAY || r->elements != index.size()) {
     return fail_all(OddReply("one renewal result per lease", (*conn)->server(), "renew"));
   }
