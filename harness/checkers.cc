@@ -17,7 +17,8 @@ bool IsFault(const Event& e) {
 
 // The start of a fault inside the store (harness/member_faults.h).
 bool IsMemberFaultEvent(const Event& e) {
-  return e.worker < 0 && (e.op == "isolate" || e.op == "member-pause" || e.op == "member-kill");
+  return e.worker < 0 && (e.op == "isolate" || e.op == "member-pause" || e.op == "member-kill" ||
+                          e.op == "member-hold-back");
 }
 
 // The end of one: the member is back.

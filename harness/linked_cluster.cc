@@ -54,13 +54,36 @@ LinkedCluster::~LinkedCluster() {
   (void)Script({"stop", dir_});
 }
 
+Status LinkedCluster::CopyLogsTo(const std::string& dest) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dest, ec);
+  if (ec) return UnavailableError("cannot create " + dest + ": " + ec.message());
+  const auto copy = [&](const fs::path& from, const fs::path& to) {
+    fs::create_directories(to.parent_path(), ec);
+    if (!ec) fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  };
+  copy(dir_ + ".log", fs::path(dest) / "script.log");
+  for (fs::recursive_directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().extension() == ".log") {
+      copy(it->path(), dest / fs::relative(it->path(), dir_, ec));
+    }
+  }
+  if (ec) return UnavailableError("copying the cluster's logs to " + dest + ": " + ec.message());
+  return Status::Ok();
+}
+
 Status LinkedCluster::Script(std::vector<std::string> args, std::string* out) const {
   args.insert(args.begin(), {"/bin/bash", script_});
   return RunToLog(std::move(args), dir_ + ".log", out);
 }
 
 // DIR/links: "FROM TO LISTEN TARGET" per line; a proxy on each LISTEN port.
+// DIR/members, if there, names a count of members the links do not.
 Status LinkedCluster::ReadLinks() {
+  if (std::ifstream count(dir_ + "/members"); count && !(count >> members_)) {
+    return InvalidArgumentError(dir_ + "/members: not a number of members");
+  }
   std::ifstream in(dir_ + "/links");
   std::string line;
   while (std::getline(in, line)) {
@@ -76,8 +99,8 @@ Status LinkedCluster::ReadLinks() {
     members_ = std::max({members_, link.from, link.to});
     links_.push_back(std::move(link));
   }
-  if (members_ < 3) {
-    return InvalidArgumentError(script_ + " configure-linked wrote no links between 3 members");
+  if (members_ < 2) {
+    return InvalidArgumentError(script_ + " configure-linked named fewer than 2 members");
   }
   return Status::Ok();
 }
@@ -144,10 +167,22 @@ Status LinkedCluster::Restart(int member) {
   return Script({"restart", dir_, std::to_string(member)});
 }
 
+Result<int> LinkedCluster::HoldBack() {
+  std::string out;
+  DLOCK_RETURN_IF_ERROR(Script({"hold-back", dir_}, &out));
+  const int n = std::atoi(out.c_str());
+  if (n < 1 || n > members_) return UnavailableError(script_ + " hold-back printed '" + out + "'");
+  paused_.insert(n);
+  return n;
+}
+
 Status LinkedCluster::Heal() {
   for (int m : std::set<int>(isolated_)) Rejoin(m);
   for (int m : std::set<int>(paused_)) DLOCK_RETURN_IF_ERROR(Resume(m));
   for (int m : std::set<int>(killed_)) DLOCK_RETURN_IF_ERROR(Restart(m));
+  // A leader-follower store is whole again only once its follower follows
+  // the new leader: a run started earlier would find no replica to lose.
+  if (links_.empty()) return Script({"settle", dir_});
   return Status::Ok();
 }
 

@@ -15,6 +15,12 @@
 // such a proxy tells the members apart by the X-Server-From header etcd
 // puts on every peer request, and cuts only the isolated member's.
 //
+// A leader-follower store (Redis with Sentinel) has no links: its script
+// writes DIR/members instead, and has two more verbs: `hold-back DIR`,
+// which keeps the followers from replicating what the leader writes next
+// (leader-lag-kill), and `settle DIR`, which Heal runs between runs: until
+// every follower follows the current leader, in sync.
+//
 // Thread-compatible: one thread (the chaos run's) uses it.
 #ifndef DLOCK_HARNESS_LINKED_CLUSTER_H_
 #define DLOCK_HARNESS_LINKED_CLUSTER_H_
@@ -41,6 +47,7 @@ class LinkedCluster {
 
   const std::string& uri() const { return uri_; }  // every member
   int members() const { return members_; }         // numbered 1..members()
+  bool has_links() const { return !links_.empty(); }  // a quorum store's
   // Member n's client port (its own, not through a proxy).
   Result<int> ClientPort(int member) const;
   Result<int> Leader() const;
@@ -53,8 +60,15 @@ class LinkedCluster {
   Status Resume(int member);
   Status Kill(int member);
   Status Restart(int member);  // after Kill; waits until it serves
+  // Keeps the followers from replicating the leader's next writes; the
+  // member held back (resumed by Resume or Heal).
+  Result<int> HoldBack();
   // Every member joined, running and serving: between runs.
   Status Heal();
+  // Copies the members' logs and the script's own (every *.log under the
+  // cluster's directory, and its .log beside it) into `dest`: a kept run
+  // then shows what the store did.
+  Status CopyLogsTo(const std::string& dest) const;
 
  private:
   struct Link {

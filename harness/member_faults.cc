@@ -93,7 +93,14 @@ Status MemberFaults::Start(const std::string& kind, double length_factor,
   } else if (kind == "leader-kill") {
     DLOCK_RETURN_IF_ERROR(cluster_.Kill(member));
     fault.end_op = "member-restart";
-    record_("member-kill", member, length_ns, who + " killed (SIGKILL)");
+    record_("member-kill", member, length_ns, who + " killed (the script's kill)");
+  } else if (kind == "leader-lag-kill") {
+    DLOCK_ASSIGN_OR_RETURN(fault.held, cluster_.HoldBack());
+    fault.end_op = "kill-leader";
+    fault.length_ns = length_ns;
+    record_("member-hold-back", fault.held, length_ns,
+            "member " + std::to_string(fault.held) + " held back: what " + who +
+                " writes from now is not replicated; the leader is killed at the end");
   } else {
     return InvalidArgumentError("not a member fault: " + std::string(kind));
   }
@@ -104,7 +111,27 @@ Status MemberFaults::Start(const std::string& kind, double length_factor,
   return Status::Ok();
 }
 
-Status MemberFaults::End(const Active& fault) {
+// The second act of leader-lag-kill: the leader dies with its unreplicated
+// writes, the follower is let go and promoted; the leader comes back (as a
+// follower) after as long again.
+Status MemberFaults::KillLeader(const Active& fault, bool last) {
+  if (!last) {
+    DLOCK_RETURN_IF_ERROR(cluster_.Kill(fault.member));
+    record_("member-kill-unreplicated", fault.member, fault.length_ns,
+            "the leader, member " + std::to_string(fault.member) +
+                ", killed with writes its followers never had");
+  }
+  DLOCK_RETURN_IF_ERROR(cluster_.Resume(fault.held));
+  record_("member-resume", fault.held, 0, "");
+  if (last) return Status::Ok();
+  std::lock_guard lock(mu_);
+  active_.push_back({"member-restart", fault.member,
+                     MonotonicClock::now().time_since_epoch().count() + fault.length_ns});
+  return Status::Ok();
+}
+
+Status MemberFaults::End(const Active& fault, bool last) {
+  if (fault.end_op == "kill-leader") return KillLeader(fault, last);
   if (fault.end_op == "rejoin") {
     // Recorded before the links carry bytes again: whatever the member
     // commits from here on may have had the quorum (checker h).
@@ -131,7 +158,7 @@ void MemberFaults::EndDue(std::int64_t now_ns) {
       return true;
     });
   }
-  for (Active& f : due) Post([this, f] { return End(f); });
+  for (Active& f : due) Post([this, f] { return End(f, /*last=*/false); });
 }
 
 std::int64_t MemberFaults::NextEnd() const {
@@ -149,7 +176,9 @@ void MemberFaults::EndAll() {
   active_.clear();
   lock.unlock();
   for (const Active& f : all) {
-    if (const Status s = End(f); !s.ok()) record_("member-fault-failed", -1, 0, s.message());
+    if (const Status s = End(f, /*last=*/true); !s.ok()) {
+      record_("member-fault-failed", -1, 0, s.message());
+    }
   }
 }
 

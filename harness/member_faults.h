@@ -8,11 +8,18 @@
 //   leader-pause    SIGSTOP the leader
 //   leader-kill     SIGKILL the leader while the holder releases; it is
 //                   started again when the fault ends
+//   leader-lag-kill (leader-follower stores) the followers held back, so
+//                   that the leader's writes are not replicated; at the
+//                   fault's end the leader is killed and the followers let
+//                   go: a failover that loses what was granted meanwhile.
+//                   The old leader is started again after as long again.
 //
 // Each lasts 0.5-3 x max(ttl, 1 s): long enough, at the top, for the
 // members to notice and elect (ZooKeeper: syncLimit x tickTime = 2 s in
 // scripts/servers/zookeeper.sh). Their events (worker -1, value = member):
-// isolate/rejoin, member-pause/member-resume, member-kill/member-restart.
+// isolate/rejoin, member-pause/member-resume, member-kill/member-restart,
+// member-hold-back/member-resume (then member-kill-unreplicated, not a
+// fault of its own, and member-restart).
 #ifndef DLOCK_HARNESS_MEMBER_FAULTS_H_
 #define DLOCK_HARNESS_MEMBER_FAULTS_H_
 
@@ -34,7 +41,8 @@
 namespace dlock::harness {
 
 inline constexpr const char* kMemberFaultKinds[] = {"member-isolate", "leader-isolate",
-                                                    "leader-pause", "leader-kill"};
+                                                    "leader-pause", "leader-kill",
+                                                    "leader-lag-kill"};
 bool IsMemberFault(std::string_view kind);
 
 class MemberFaults {
@@ -65,13 +73,17 @@ class MemberFaults {
 
  private:
   struct Active {
-    std::string end_op;  // rejoin, member-resume, member-restart
+    std::string end_op;  // rejoin, member-resume, member-restart, kill-leader
     int member = 0;
     std::int64_t until_ns = 0;
+    int held = 0;               // kill-leader: the follower held back
+    std::int64_t length_ns = 0;  // kill-leader: how long the leader stays down
   };
   Status Start(const std::string& kind, double length_factor, std::chrono::milliseconds ttl,
                int holder_member);
-  Status End(const Active& fault);
+  // `last`: the run is ending; a fault's second act (a kill) is not begun.
+  Status End(const Active& fault, bool last);
+  Status KillLeader(const Active& fault, bool last);
   void Post(std::function<Status()> task);  // runs it on the thread
   void Loop(std::stop_token stop);
 

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <semaphore.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -225,6 +227,13 @@ void Run::CloseWorker(WorkerProc& w) {
   if (w.pid > 0) {
     ::kill(w.pid, SIGCONT);
     ::waitpid(w.pid, nullptr, 0);
+    // libfaketime names its shared memory after the process and removes it
+    // at exit, which a killed worker never reaches: /dev/shm would fill.
+    if (!w.faketime_file.empty()) {
+      const std::string pid = std::to_string(w.pid);
+      ::shm_unlink(("/faketime_shm_" + pid).c_str());
+      ::sem_unlink(("/faketime_sem_" + pid).c_str());
+    }
   }
   w.pid = -1;
 }
@@ -391,6 +400,12 @@ Status Run::StartWorkers(const std::optional<ProxyTarget>& proxy_target) {
 }
 
 Status Run::AttachToMember(WorkerProc& w) {
+  // A leader-follower store's clients find the leader themselves (through
+  // the sentinels, or libpq's list of hosts): the whole URI, no proxy.
+  if (!o_.cluster->has_links()) {
+    w.backend = backend_;
+    return Status::Ok();
+  }
   w.member = w.id % o_.cluster->members() + 1;
   DLOCK_ASSIGN_OR_RETURN(const int port, o_.cluster->ClientPort(w.member));
   DLOCK_ASSIGN_OR_RETURN(w.proxy, FaultProxy::Start("127.0.0.1", port));

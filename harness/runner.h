@@ -34,7 +34,8 @@ namespace dlock::harness {
 //   member-isolate, leader-isolate, leader-pause, leader-kill
 inline constexpr const char* kFaultKinds[] = {
     "pause",          "kill",           "partition",    "clock-step",  "delay", "drop",
-    "store-restart",  "member-isolate", "leader-isolate", "leader-pause", "leader-kill"};
+    "store-restart",  "member-isolate", "leader-isolate", "leader-pause", "leader-kill",
+    "leader-lag-kill"};
 // Faults that need a network store behind a proxy, or a server script.
 bool NeedsProxy(std::string_view kind);
 bool InCriticalSection(std::string_view kind);

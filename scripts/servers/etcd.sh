@@ -225,15 +225,53 @@ configure_cluster() {
   (IFS=,; echo "${cluster[*]}") >"$dir/cluster"
 }
 
-# start_cluster [secure]: the start and start-secure verbs.
+# start_cluster [secure]: the start and start-secure verbs. A port that
+# free_port found free can be taken before etcd binds it (by any program's
+# outgoing connection, on a busy machine); the member then exits and the
+# launch fails. The cluster is then set up again on new ports, 3 times at
+# most. The launch runs as a process of its own, where a failing step ends
+# it (set -e does not act inside a function whose status is tested).
 start_cluster() {
-  configure_cluster "${1:-}"
-  launch_cluster
+  local attempt
+  for attempt in 1 2 3; do
+    configure_cluster "${1:-}"
+    "$0" launch "$dir" && return 0
+    kill_members
+    echo "etcd.sh: the cluster in $dir did not start (attempt $attempt of 3)" >&2
+  done
+  return 1
+}
+
+# member_up N: until member N accepts on its client port, and is still
+# running then (another program may have the port). Fails, with the end of
+# its log, if the member exits first or 30 s go by.
+member_up() {
+  local m
+  m=$(member_dir "$1")
+  wait_for_port "$(cat "$m/client_port")" 30 "$(cat "$m/pid")" && member_pid "$1" >/dev/null &&
+    return 0
+  echo "etcd.sh: member $1 is not serving; its log ends:" >&2
+  tail -3 "$m/log" >&2
+  return 1
+}
+
+# kill_members: SIGKILL every member still running; returns once all are
+# gone. SIGKILL: the data is thrown away, and a gracefully stopping member
+# first tries (for seconds) to hand its leadership over.
+kill_members() {
+  local n pid pids=()
+  [ -f "$dir/members" ] || return 0
+  for ((n = 1; n <= $(members); n++)); do
+    pid=$(member_pid "$n") || continue
+    kill -KILL "$pid" 2>/dev/null || true
+    pids+=("$pid")
+  done
+  for pid in "${pids[@]}"; do gone "$pid"; done
 }
 
 launch_cluster() {
   for ((n = 1; n <= $(members); n++)); do start_member "$n"; done
-  for ((n = 1; n <= $(members); n++)); do wait_for_port "$(cat "$(member_dir "$n")/client_port")"; done
+  for ((n = 1; n <= $(members); n++)); do member_up "$n"; done
   wait_healthy
   if secure; then
     secure_users
@@ -259,15 +297,7 @@ for m in json.loads(sys.argv[1])["members"]:
   start-secure) start_cluster secure ;;
   stop)
     [ -f "$dir/members" ] || exit 0
-    # SIGKILL: the data is thrown away, and a gracefully stopping member
-    # first tries (for seconds) to hand its leadership over.
-    pids=()
-    for ((n = 1; n <= $(members); n++)); do
-      pid=$(member_pid "$n") || continue
-      kill -KILL "$pid" 2>/dev/null || true
-      pids+=("$pid")
-    done
-    for pid in "${pids[@]}"; do gone "$pid"; done
+    kill_members
     rm -rf "$dir"
     ;;
   kill)
@@ -291,12 +321,7 @@ for m in json.loads(sys.argv[1])["members"]:
       exit 1
     fi
     start_member "$3"
-    wait_for_port "$(cat "$(member_dir "$3")/client_port")"
-    member_pid "$3" >/dev/null || {
-      echo "etcd.sh: member $3 exited after its restart; its log ends:" >&2
-      tail -3 "$(member_dir "$3")/log" >&2
-      exit 1
-    }
+    member_up "$3"
     ;;
   endpoint) need_member "${3:-}"; echo "$(host):$(cat "$(member_dir "$3")/client_port")" ;;
   health) wait_healthy ;;

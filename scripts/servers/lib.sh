@@ -8,16 +8,33 @@
 # Servers listen on 127.0.0.1 only and never use systemd.
 set -euo pipefail
 
-# A TCP port nobody listens on now (the kernel picks it).
+# A TCP port nobody listens on now (the kernel picks it), and none picked
+# before for the same server directory ($dir, when it exists): the kernel
+# may hand a closed port out again, and two members of one cluster must
+# never be given the same one.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  local port picked=${dir:+$dir/ports-picked}
+  while :; do
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+    [ -n "$picked" ] && [ -d "$dir" ] || break
+    grep -qx "$port" "$picked" 2>/dev/null && continue
+    echo "$port" >>"$picked"
+    break
+  done
+  echo "$port"
 }
 
-# wait_for_port PORT [SECONDS]: until something accepts on 127.0.0.1:PORT.
+# wait_for_port PORT [SECONDS] [PID]: until something accepts on
+# 127.0.0.1:PORT. With PID, the server's process: fails at once if it exits
+# (or is a zombie) first, instead of waiting out SECONDS.
 wait_for_port() {
-  local port=$1 seconds=${2:-30} i
+  local port=$1 seconds=${2:-30} pid=${3:-} state i
   for ((i = 0; i < seconds * 20; i++)); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    if [ -n "$pid" ] && ! { state=$(ps -o stat= -p "$pid" 2>/dev/null) && [[ $state != Z* ]]; }; then
+      echo "server on port $port exited before it served" >&2
+      return 1
+    fi
     sleep 0.05
   done
   echo "server on port $port did not come up within ${seconds}s" >&2
@@ -98,4 +115,14 @@ subjectAltName=DNS:localhost'
     rm -f ./*.srl
     chmod 0644 ./*.pem
   )
+}
+
+# configure_leader_follower DIR: what `configure-linked` writes for a store
+# whose members are a leader and one follower with no links to proxy
+# (harness/linked_cluster.h): a fresh DIR, no links, 2 members.
+configure_leader_follower() {
+  rm -rf "$1"
+  mkdir -p "$1"
+  : >"$1/links"
+  echo 2 >"$1/members"
 }

@@ -35,27 +35,7 @@
 # refused. Durability settings are PostgreSQL's defaults (fsync and
 # synchronous_commit on).
 source "$(dirname "$0")/lib.sh"
-
-pg_bin() {
-  if [ -n "${PG_BIN:-}" ]; then echo "$PG_BIN"; return; fi
-  local d
-  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-  if [ -z "$d" ] || [ ! -x "$d/initdb" ]; then
-    echo "postgres.sh: PostgreSQL server binaries not found under /usr/lib/postgresql;" \
-         "install them with scripts/install-deps.sh (Debian package postgresql)" >&2
-    return 1
-  fi
-  echo "$d"
-}
-
-# as_owner CMD...: runs CMD as the cluster's owner.
-as_owner() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
+source "$(dirname "$0")/pg_lib.sh"
 
 usage() {
   echo "usage: postgres.sh start|start-secure|stop|restart|crash|down|up|psql DIR [ARGS...]" >&2

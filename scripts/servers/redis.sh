@@ -25,6 +25,22 @@
 #   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
 #   redis.sh port DIR NAME            print a member's port
 #
+# For `dlock chaos --server-script` (harness/linked_cluster.h), the sentinel
+# topology with members numbered 1 = p and 2 = r (NAME may be the number):
+#   redis.sh configure-linked DIR     no links (replication is not proxied);
+#                                     DIR/members = 2
+#   redis.sh launch DIR               start-sentinel; prints the URI
+#   redis.sh leader DIR               the member the sentinels name primary
+#   redis.sh restart DIR N            start a killed member again, empty, on
+#                                     its port (the sentinels make it a replica)
+#   redis.sh settle DIR               until the replica follows the primary the
+#                                     sentinels name, in sync (a resumed old
+#                                     primary is made to follow at once)
+#   redis.sh hold-back DIR            stop the replica and fill the primary's
+#                                     replication buffer, so that what the
+#                                     primary writes next is not replicated
+#                                     before it could die; prints the replica
+#
 # Each member NAME keeps DIR/NAME.port, DIR/NAME.pid and DIR/NAME.log.
 source "$(dirname "$0")/lib.sh"
 
@@ -85,16 +101,32 @@ stop_all() {
   done
 }
 
+# A sentinel rewrites and fsyncs its config file at each change of state,
+# on its main thread; an fsync behind a busy disk's writeback can take
+# seconds, and a sentinel whose timer slips 2 s enters TILT mode and makes
+# no failover for 30 s. So their config files live in memory (/dev/shm)
+# where there is one; DIR/sentinel-home says where, for stop.
+sentinel_home() {
+  local dir=$1 home
+  if [ ! -f "$dir/sentinel-home" ]; then
+    home=$(mktemp -d /dev/shm/dlock-sentinels.XXXXXX 2>/dev/null) || home=$dir
+    echo "$home" >"$dir/sentinel-home"
+  fi
+  cat "$dir/sentinel-home"
+}
+
 start_sentinel_topology() {
-  local dir=$1 p r s port hosts="" ok i
+  local dir=$1 p r s port hosts="" ok i home
   start_member "$dir" p --repl-diskless-sync yes --repl-diskless-sync-delay 0
   p=$(cat "$dir/p.port")
   start_member "$dir" r --replicaof 127.0.0.1 "$p" --repl-diskless-load swapdb \
+    --repl-diskless-sync yes --repl-diskless-sync-delay 0 \
     --replica-priority 100
   r=$(cat "$dir/r.port")
+  home=$(sentinel_home "$dir")
   for s in s1 s2 s3; do
     port=$(free_port)
-    cat >"$dir/$s.conf" <<EOF
+    cat >"$home/$s.conf" <<EOF
 port $port
 bind 127.0.0.1
 protected-mode no
@@ -107,7 +139,7 @@ sentinel down-after-milliseconds dlock-primary 500
 sentinel failover-timeout dlock-primary 3000
 sentinel parallel-syncs dlock-primary 1
 EOF
-    redis-server "$dir/$s.conf" --sentinel >/dev/null
+    redis-server "$home/$s.conf" --sentinel >/dev/null
     wait_for_port "$port" 20
     echo "$port" >"$dir/$s.port"
     hosts+="${hosts:+,}127.0.0.1:$port"
@@ -129,6 +161,72 @@ EOF
   done
   [ "$ok" = 1 ] || { echo "redis.sh: sentinel topology in $dir did not become ready" >&2; exit 1; }
   echo "redis+sentinel://$hosts/dlock-primary" >"$dir/uri"
+}
+
+# member_name N: the member numbered N (1 = p, 2 = r), or N itself.
+member_name() {
+  case "$1" in
+    1) echo p ;;
+    2) echo r ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# The member the sentinels name primary (the first that answers).
+current_leader() {
+  local dir=$1 s addr port
+  for s in s1 s2 s3; do
+    addr=$(cli "$(cat "$dir/$s.port")" sentinel get-master-addr-by-name dlock-primary 2>/dev/null) ||
+      continue
+    port=$(echo "$addr" | sed -n 2p | tr -d '\r')
+    [ "$port" = "$(cat "$dir/p.port")" ] && { echo 1; return 0; }
+    [ "$port" = "$(cat "$dir/r.port")" ] && { echo 2; return 0; }
+  done
+  echo "redis.sh: no sentinel under $dir names a primary" >&2
+  return 1
+}
+
+# Stops the replica, then writes 48 MB through the primary: the replica's
+# socket buffers fill, and what the primary writes next stays in its own
+# memory, lost if it dies (tests/backends/redis, WithoutWait...).
+hold_back() {
+  local dir=$1 leader other
+  leader=$(current_leader "$dir") || return 1
+  other=$((3 - leader))
+  kill -STOP "$(member_pid "$dir" "$(member_name "$other")")"
+  head -c $((48 << 20)) /dev/zero | tr '\0' x |
+    cli "$(cat "$dir/$(member_name "$leader").port")" -x set dlock-chaos-filler >/dev/null
+  echo "$other"
+}
+
+# await_failover_from DIR N: until the sentinels name another primary than
+# member N (killed): started before that, N would come back an empty
+# primary that clients could still be sent to.
+await_failover_from() {
+  local dir=$1 member=$2 i
+  for ((i = 0; i < 300; i++)); do
+    [ "$(current_leader "$dir" 2>/dev/null)" = "$member" ] || return 0
+    sleep 0.1
+  done
+  echo "redis.sh: the sentinels still name member $member primary after 30 s" >&2
+  return 1
+}
+
+# A restarted member follows the primary at once, as an operator would make
+# it (the sentinels would too, but only at their next 10 s look), and is
+# ready when it is in sync: the next failover has a replica to promote.
+restart_as_replica() {
+  local dir=$1 name=$2 leader primary i
+  leader=$(current_leader "$dir") || return 1
+  primary=$(cat "$dir/$(member_name "$leader").port")
+  [ "$primary" = "$(cat "$dir/$name.port")" ] && return 0
+  cli "$(cat "$dir/$name.port")" replicaof 127.0.0.1 "$primary" >/dev/null
+  for ((i = 0; i < 400; i++)); do
+    cli "$(cat "$dir/$name.port")" info replication | grep -q 'master_link_status:up' && return 0
+    sleep 0.05
+  done
+  echo "redis.sh: $name did not catch up with the primary on $primary within 20 s" >&2
+  return 1
 }
 
 # The commands dlock runs, directly and inside its Lua scripts (Redis
@@ -234,7 +332,7 @@ EOF
 }
 
 start_secure_sentinel_topology() {
-  local dir=$1 p r s port hosts="" ok i info
+  local dir=$1 p r s port hosts="" ok i info home
   secure_files "$dir"
   start_tls_member "$dir" p --replica-announce-ip localhost \
     --repl-diskless-sync yes --repl-diskless-sync-delay 0
@@ -242,10 +340,11 @@ start_secure_sentinel_topology() {
   start_tls_member "$dir" r --replicaof localhost "$p" --replica-announce-ip localhost \
     --repl-diskless-load swapdb --replica-priority 100
   r=$(cat "$dir/r.port")
+  home=$(sentinel_home "$dir")
   for s in s1 s2 s3; do
     port=$(free_port)
-    (umask 077; sentinel_conf "$dir" "$s" "$port" "$p" >"$dir/$s.conf")
-    redis-server "$dir/$s.conf" --sentinel >/dev/null
+    (umask 077; sentinel_conf "$dir" "$s" "$port" "$p" >"$home/$s.conf")
+    redis-server "$home/$s.conf" --sentinel >/dev/null
     wait_for_port "$port" 20
     echo "$port" >"$dir/$s.port"
     hosts+="${hosts:+,}localhost:$port"
@@ -267,7 +366,7 @@ start_secure_sentinel_topology() {
 
 verb=${1:-}
 dir=${2:-}
-[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|kill|pause|resume|port DIR [...]" >&2; exit 64; }
+[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|configure-linked|launch|leader|settle|hold-back|restart|kill|pause|resume|port DIR [...]" >&2; exit 64; }
 
 case "$verb" in
   start)
@@ -317,12 +416,32 @@ case "$verb" in
   stop)
     [ -d "$dir" ] || exit 0
     stop_all "$dir"
+    [ -f "$dir/sentinel-home" ] && rm -rf "$(cat "$dir/sentinel-home")"
     rm -rf "$dir"
     ;;
-  kill) kill -KILL "$(member_pid "$dir" "${3:?member name}")" ;;
-  pause) kill -STOP "$(member_pid "$dir" "${3:?member name}")" ;;
-  resume) kill -CONT "$(member_pid "$dir" "${3:?member name}")" ;;
-  port) cat "$dir/${3:?member name}.port" ;;
+  configure-linked) configure_leader_follower "$dir" ;;
+  launch)
+    start_sentinel_topology "$dir"
+    cat "$dir/uri"
+    ;;
+  leader) current_leader "$dir" ;;
+  hold-back) hold_back "$dir" ;;
+  settle)
+    leader=$(current_leader "$dir")
+    restart_as_replica "$dir" "$(member_name $((3 - leader)))"
+    ;;
+  restart)
+    name=$(member_name "${3:?member}")
+    port=$(cat "$dir/$name.port")
+    await_failover_from "$dir" "$3"
+    launch_member "$dir" "$name" "$port" --port "$port" --repl-diskless-sync yes \
+      --repl-diskless-sync-delay 0 --repl-diskless-load swapdb
+    restart_as_replica "$dir" "$name"
+    ;;
+  kill) kill -KILL "$(member_pid "$dir" "$(member_name "${3:?member name}")")" ;;
+  pause) kill -STOP "$(member_pid "$dir" "$(member_name "${3:?member name}")")" ;;
+  resume) kill -CONT "$(member_pid "$dir" "$(member_name "${3:?member name}")")" ;;
+  port) cat "$dir/$(member_name "${3:?member name}").port" ;;
   *)
     echo "redis.sh: unknown verb '$verb'" >&2
     exit 64

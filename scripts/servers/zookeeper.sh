@@ -166,6 +166,10 @@ case $cmd in
     : >"$dir/links"
     declare -A quorum election
     for n in "${MEMBERS[@]}"; do
+      # Nothing of an earlier ensemble in this directory (a run that was
+      # interrupted before its stop): its znodes carry ACLs for passwords
+      # this start replaces.
+      rm -rf "${dir:?}/$n"
       mkdir -p "$dir/$n/data"
       echo "$n" >"$dir/$n/data/myid"
       free_port >"$dir/$n/client_port"

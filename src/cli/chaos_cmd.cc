@@ -50,7 +50,7 @@ Result<std::vector<std::string>> ParseFaults(const std::string& text) {
       return InvalidArgumentError("--faults: unknown fault '" + item +
                                   "': accepted: pause, kill, partition, clock-step, delay, drop, "
                                   "store-restart, member-isolate, leader-isolate, leader-pause, "
-                                  "leader-kill (comma-separated), or none");
+                                  "leader-kill, leader-lag-kill (comma-separated), or none");
     }
     out.push_back(item);
   }
@@ -214,6 +214,11 @@ int OneRun(const ChaosFlags& f, harness::RunOptions o, const std::filesystem::pa
   const bool keep = f.keep || (failed && o.fenced);
   std::error_code ec;
   if (!keep) std::filesystem::remove_all(dir, ec);
+  if (keep && o.cluster) {
+    if (const Status s = o.cluster->CopyLogsTo(dir + "/cluster-logs"); !s.ok()) {
+      std::cerr << "dlock chaos: " << s.message() << '\n';
+    }
+  }
   totals.Add(*result);
   totals.runs.push_back(RunJson(*result, seed, keep));
   if (!f.json) {
@@ -276,8 +281,43 @@ Result<std::unique_ptr<harness::LinkedCluster>> StartClusterIfWanted(
         "member faults run on a cluster dlock chaos starts itself: give --server-script "
         "scripts/servers/zookeeper.sh, and no --backend");
   }
-  return harness::LinkedCluster::Start(
-      f.server_script, (base / ("dlock-chaos-cluster-" + std::to_string(seed))).string());
+  const auto wants = [&](std::string_view kind) {
+    return std::find(o.faults.begin(), o.faults.end(), kind) != o.faults.end();
+  };
+  DLOCK_ASSIGN_OR_RETURN(auto cluster,
+                         harness::LinkedCluster::Start(
+                             f.server_script,
+                             (base / ("dlock-chaos-cluster-" + std::to_string(seed))).string()));
+  if (cluster->has_links() && wants("leader-lag-kill")) {
+    return InvalidArgumentError(
+        "leader-lag-kill is for leader-follower stores (scripts/servers/redis.sh): a quorum "
+        "store replicates a write before it grants");
+  }
+  if (!cluster->has_links() && (wants("member-isolate") || wants("leader-isolate"))) {
+    return InvalidArgumentError(f.server_script +
+                                " starts no links between members to cut: member-isolate and "
+                                "leader-isolate need etcd.sh or zookeeper.sh");
+  }
+  if (!cluster->has_links() && std::any_of(o.faults.begin(), o.faults.end(), harness::NeedsProxy)) {
+    return InvalidArgumentError(
+        "partition, delay and drop need a proxy per worker, which a leader-follower store's "
+        "clients (who find the leader themselves) do not have here");
+  }
+  return cluster;
+}
+
+// --store-params: query parameters for the URI a server script printed.
+Result<std::string> WithStoreParams(std::string uri, const std::string& params) {
+  if (params.empty()) return uri;
+  if (params.find_first_of("?# \t\n") != std::string::npos || params.front() == '&') {
+    return InvalidArgumentError("--store-params '" + params +
+                                "': give NAME=VALUE pairs joined by &, e.g. "
+                                "wait_replicas=1&wait_timeout=1s");
+  }
+  uri += (uri.find('?') == std::string::npos ? "?" : "&") + params;
+  auto store = OpenStore(uri);
+  if (!store.ok()) return store.status().WithContext("--store-params");
+  return uri;
 }
 
 int RunChaos(const ChaosFlags& flags) {
@@ -321,9 +361,15 @@ int RunChaos(const ChaosFlags& flags) {
   ::sigaction(SIGTERM, &stop, nullptr);
   auto cluster = StartClusterIfWanted(f, *options, base, *seed);
   if (!cluster.ok()) return Fail(cluster.status());
+  if (!f.store_params.empty() && !*cluster) {
+    return Fail(InvalidArgumentError("--store-params goes with member faults (a cluster dlock "
+                                     "chaos starts); with --backend, put them in its URI"));
+  }
   if (*cluster) {
+    auto uri = WithStoreParams((*cluster)->uri(), f.store_params);
+    if (!uri.ok()) return Fail(uri.status());
     options->cluster = cluster->get();
-    options->backend = f.backend = (*cluster)->uri();
+    options->backend = f.backend = *uri;
   }
   if (!f.json) {
     std::cout << "dlock chaos: " << Redact(f.backend) << ", " << f.workload << " workload, faults "
@@ -362,8 +408,8 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
       ->capture_default_str();
   cmd->add_option("--faults", chaos->faults,
                   "comma-separated: pause, kill, partition, clock-step, delay, drop, "
-                  "store-restart, member-isolate, leader-isolate, leader-pause, leader-kill; "
-                  "or none")
+                  "store-restart, member-isolate, leader-isolate, leader-pause, leader-kill, "
+                  "leader-lag-kill; or none")
       ->capture_default_str();
   cmd->add_option("--duration", chaos->duration, "length of each run")->capture_default_str();
   cmd->add_option("--ttl", chaos->ttl, "the workers' lease")->capture_default_str();
@@ -380,6 +426,9 @@ void AddChaosCommands(CLI::App& app, Commands& commands) {
                   "faults: the script that starts the cluster");
   cmd->add_option("--server-dir", chaos->server_dir,
                   "store-restart: the directory the script started the store in");
+  cmd->add_option("--store-params", chaos->store_params,
+                  "member faults: query parameters for the URI the server script prints "
+                  "(e.g. wait_replicas=1&wait_timeout=1s)");
   cmd->add_option("--time-limit", chaos->time_limit,
                   "start no run after this long (e.g. 2h with --runs 200): a bounded campaign");
   cmd->add_flag("--keep", chaos->keep,

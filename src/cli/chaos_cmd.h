@@ -21,6 +21,7 @@ struct ChaosFlags {
   bool keep = false;
   std::string server_script;  // store-restart, member faults
   std::string server_dir;
+  std::string store_params;  // added to the URI the server script prints
   std::string time_limit;  // empty: none; else no run starts after it
 };
 

@@ -52,11 +52,13 @@ rc=$?
 grep -q "seed 11" "$WORK/mixed.txt" || fail "the seed is not printed"
 grep -q "id=checks" "$WORK/report.html" || fail "report has no checker table"
 
-# A store restart, where the store's script can do one (redis.sh cannot: its
-# servers keep no data to come back with). The harness only notes a failed
-# restart script in the fault log, so look there: a restart that did not
-# happen tested nothing.
-if [ -n "${DLOCK_TEST_SERVER_SCRIPT:-}" ] && grep -q '^  restart)' "$DLOCK_TEST_SERVER_SCRIPT"; then
+# A store restart, where the store's script can do one: its header lists
+# `restart DIR` for the whole store (redis.sh restarts only a chaos
+# cluster's member, `restart DIR N`: its servers keep no data to come back
+# with). The harness only notes a failed restart script in the fault log,
+# so look there: a restart that did not happen tested nothing.
+if [ -n "${DLOCK_TEST_SERVER_SCRIPT:-}" ] &&
+  grep -Eq "^#   [a-z_]+\.sh restart DIR( \[N\])?  " "$DLOCK_TEST_SERVER_SCRIPT"; then
   # A quote and a space in the run directory: the script runs from argv,
   # never through a shell.
   restart_dir="$WORK/it's a dir"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# dlock chaos on a leader-follower store: Redis with Sentinel, started by
+# chaos itself (scripts/servers/redis.sh). leader-lag-kill holds the replica
+# back, so that grants are not replicated, then kills the primary: the
+# promoted replica has an older counter. Without wait_replicas the tokens
+# go back (checker d); with it, no grant is made that a failover can lose.
+source "$(dirname "$0")/lib.sh"
+SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis.sh
+trap 'pkill -KILL -f "$WORK/dlock-chaos-cluster" 2>/dev/null; cleanup' EXIT
+
+# What the setup cannot do is refused before anything starts.
+expect_exit 64 "need etcd.sh or zookeeper.sh" -- \
+  "$DLOCK" chaos --server-script "$SCRIPT" --faults leader-isolate --duration 4s --dir "$WORK"
+expect_exit 64 "NAME=VALUE pairs" -- \
+  "$DLOCK" chaos --server-script "$SCRIPT" --faults leader-lag-kill --store-params 'a b' \
+  --duration 4s --dir "$WORK"
+expect_exit 64 "bad wait_replicas" -- \
+  "$DLOCK" chaos --server-script "$SCRIPT" --faults leader-lag-kill \
+  --store-params wait_replicas=x --duration 4s --dir "$WORK"
+expect_exit 64 "need a proxy per worker" -- \
+  "$DLOCK" chaos --server-script "$SCRIPT" --faults leader-lag-kill,partition --duration 4s \
+  --dir "$WORK"
+expect_exit 64 "goes with member faults" -- \
+  "$DLOCK" chaos --store-params wait_replicas=1 --faults pause --duration 4s --dir "$WORK"
+pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "a refused run left members running"
+
+# run WORKLOAD [PARAMS]: one 10 s run, ttl 1 s, the primary killed once;
+# kept, with the members' logs, for show_logs.
+run() {
+  "$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed 5 --ttl 1s \
+    --duration 10s --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
+}
+
+# show_logs JSON: what the sentinels and members logged in a failed run.
+show_logs() {
+  local dir f
+  dir=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run_results"][0]["dir"])' "$1")
+  for f in "$dir"/cluster-logs/*.log; do
+    echo "== $f"
+    tail -n 40 "$f"
+  done >&2
+}
+
+out=$(run unfenced)
+rc=$?
+[ "$rc" = 3 ] || { fail "without wait_replicas: exited $rc, want 3 (tokens went back): $out"; show_logs "$out"; }
+python3 - "$out" <<'PY' || { fail "without wait_replicas: $out"; show_logs "$out"; }
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["backend"].startswith("redis+sentinel://"), r["backend"]
+assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
+checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
+assert checks["d"]["verdict"].lower() == "fail", checks["d"]
+PY
+
+out=$(run fenced "wait_replicas=1&wait_timeout=300ms")
+rc=$?
+# 4: only recovery failures, which a loaded machine may cause.
+[ "$rc" = 0 ] || [ "$rc" = 4 ] || { fail "with wait_replicas: exited $rc: $out"; show_logs "$out"; }
+python3 - "$out" <<'PY' || { fail "with wait_replicas: $out"; show_logs "$out"; }
+import json, sys
+r = json.loads(sys.argv[1])
+assert "wait_replicas=1" in r["backend"], r["backend"]
+assert r["violations"] == 0, r["violations"]
+assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
+checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
+assert checks["d"]["verdict"].lower() == "pass", checks["d"]
+assert checks["i"]["verdict"].lower() == "pass", checks["i"]
+PY
+pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "members left running"
+
+[ "$failures" = 0 ] || exit 1
+echo "chaos failover on redis: ok"
