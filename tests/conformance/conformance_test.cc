@@ -21,6 +21,7 @@
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
+#include "eventually.h"
 #include "sharing_cases.h"
 
 namespace dlock {
@@ -51,6 +52,18 @@ std::string StoreUri() {
 std::string UniqueKey(std::string_view name) {
   static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
   return "conformance/" + run + "/" + std::string(name);
+}
+
+// One attempt, made again (up to five times) when the store did not answer
+// it in time: on a busy machine a server may miss an attempt's bound, and
+// the core's Acquire makes such an attempt again too. An acquisition's
+// attempts are safe to repeat (backend.h); what is checked is the answer.
+Result<Attempt> TryAnswered(Acquisition& a) {
+  Result<Attempt> r = a.Try();
+  for (int i = 1; i < 5 && !r.ok() && r.status().code() == StatusCode::kUnavailable; ++i) {
+    r = a.Try();
+  }
+  return r;
 }
 
 class ConformanceTest : public ::testing::Test {
@@ -190,11 +203,9 @@ TEST_F(ConformanceTest, ExpiredLeaseIsLostBeforeTheNextHolderIsGranted) {
   // lease lost before the store grants the key to anybody else.
   auto plan = std::make_shared<FaultPlan>();
   auto a = NewClient(plan);
-  std::atomic<std::int64_t> lost_at_ns{0};
+  std::atomic<bool> told{false};
   AcquireOptions o = Opts(milliseconds(400));
-  o.on_lost = [&](const Status&) {
-    lost_at_ns = MonotonicClock::now().time_since_epoch().count();
-  };
+  o.on_lost = [&](const Status&) { told = true; };
   const std::string key = UniqueKey("expire");
   auto held = a->TryAcquire(key, o);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
@@ -203,12 +214,18 @@ TEST_F(ConformanceTest, ExpiredLeaseIsLostBeforeTheNextHolderIsGranted) {
 
   auto b = NewClient();
   auto next = b->Acquire(key, Opts(milliseconds(400), milliseconds(10'000)));
-  const std::int64_t granted_at_ns = MonotonicClock::now().time_since_epoch().count();
+  const TimePoint granted_at = MonotonicClock::now();
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_GT(next->token(), held->token());
+  // What the old holder believes is its valid_until: Check() says lost from
+  // then on. It must come before the new grant.
   EXPECT_EQ(held->Check().code(), StatusCode::kLeaseLost);
-  ASSERT_NE(lost_at_ns.load(), 0) << "the old holder was not told";
-  EXPECT_LT(lost_at_ns.load(), granted_at_ns) << "two holders believed they held the key";
+  EXPECT_LT(held->valid_until(), granted_at) << "two holders believed they held the key";
+  // on_lost runs on the client's renewal thread, which a busy machine may
+  // schedule late: it must come, not necessarily before the new grant.
+  EXPECT_TRUE(testing_support::Eventually([&] { return told.load(); }, milliseconds(10'000),
+                                          milliseconds(1)))
+      << "the old holder was not told";
 }
 
 TEST_F(ConformanceTest, WaitingAcquireGetsTheKeyAfterRelease) {
@@ -361,24 +378,24 @@ TEST_F(ConformanceTest, AQueuedWriterIsNotStarvedByNewReaders) {
   ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit))->granted);
   // The writer waits (it takes a place in the queue)...
   auto writer = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
-  auto w = writer->Try();
+  auto w = TryAnswered(*writer);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   ASSERT_FALSE(w->granted);
   // ...so readers arriving after it wait too, though the key is read-held.
   std::vector<std::unique_ptr<Acquisition>> readers;
   for (std::uint64_t i = 10; i < 13; ++i) {
     readers.push_back(b->Begin(Shared(key, OwnerId(i, i), kSharedLimit, milliseconds(10'000))));
-    auto late = readers.back()->Try();
+    auto late = TryAnswered(*readers.back());
     ASSERT_TRUE(late.ok()) << late.status().ToString();
     EXPECT_FALSE(late->granted) << "a reader overtook a waiting writer";
   }
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  auto w2 = writer->Try();
+  auto w2 = TryAnswered(*writer);
   ASSERT_TRUE(w2.ok() && w2->granted) << "the writer comes first";
   ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
   // Then the queued readers, together.
   for (auto& reader : readers) {
-    auto r = reader->Try();
+    auto r = TryAnswered(*reader);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_TRUE(r->granted);
   }
@@ -396,7 +413,7 @@ TEST_F(ConformanceTest, SharingFollowsTheTableOfCases) {
     std::vector<bool> holds;
     auto owner = [](std::size_t i) { return OwnerId(0x7a, 100 + i); };
     auto attempt = [&](std::size_t who, bool want, std::size_t step) {
-      auto r = arrivals[who]->Try();
+      auto r = TryAnswered(*arrivals[who]);
       ASSERT_TRUE(r.ok()) << c.name << ", step " << step << ": " << r.status().ToString();
       EXPECT_EQ(r->granted, want) << c.name << ", step " << step << " (arrival " << who << ")";
       holds[who] = r->granted;
@@ -487,7 +504,7 @@ TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
   const std::string key = UniqueKey("waiters");
   ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), 1))->granted);
   auto waiter = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
-  auto queued = waiter->Try();
+  auto queued = TryAnswered(*waiter);
   ASSERT_TRUE(queued.ok() && !queued->granted);
   auto waiters = b->Waiters(key);
   if (!waiters.ok() && waiters.status().code() == StatusCode::kFailedPrecondition) {
@@ -508,13 +525,20 @@ TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
   // A waiter that dies (drops its acquisition without abandoning it) leaves
   // when its place expires.
   auto dying = b->Begin(Shared(key, OwnerId(3, 3), 1, milliseconds(300)));
-  ASSERT_FALSE(dying->Try()->granted);
+  ASSERT_FALSE(TryAnswered(*dying)->granted);
   ASSERT_EQ(b->Waiters(key)->size(), 1u);
   dying.reset();
-  std::this_thread::sleep_for(milliseconds(1500));
-  waiters = b->Waiters(key);
-  ASSERT_TRUE(waiters.ok());
-  EXPECT_TRUE(waiters->empty()) << "a dead waiter's record outlived its place";
+  // Its place is 300 ms; a store sweeps expired places on its own clock
+  // (etcd's leases in whole seconds), so allow what a busy machine needs.
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] {
+        waiters = b->Waiters(key);
+        return waiters.ok() && waiters->empty();
+      },
+      milliseconds(10'000), milliseconds(50)))
+      << "a dead waiter's record outlived its place by 10 s: "
+      << (waiters.ok() ? std::to_string(waiters->size()) + " waiters listed"
+                       : waiters.status().ToString());
   EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
 }
 
@@ -565,7 +589,7 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   LeaseRequest waiting = Req(key, waiter, milliseconds(10'000));
   waiting.queue_ttl = milliseconds(5'000);
   auto acquisition = backend->Begin(waiting);
-  auto queued = acquisition->Try();
+  auto queued = TryAnswered(*acquisition);
   ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
   EXPECT_EQ(backend->MarkDone(key, waiter).code(), StatusCode::kNotOwner) << "a waiter";
   acquisition->Abandon();  // leaves the queue

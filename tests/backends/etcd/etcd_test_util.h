@@ -15,16 +15,6 @@
 
 namespace dlock::etcd::testing {
 
-// Latency bounds in these tests are the figures for the plain build;
-// sanitizers slow every hop, so bounds are multiplied by this.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr int kTimeScale = 4;
-#elif defined(__SANITIZE_ADDRESS__)
-inline constexpr int kTimeScale = 2;
-#else
-inline constexpr int kTimeScale = 1;
-#endif
-
 // From $DLOCK_TEST_URI, else the file $DLOCK_TEST_URI_FILE names.
 std::string ClusterUri();
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ class Topology {
                             " > " + dir_ + ".out 2>&1";
     ok_ = !ServerScript().empty() && std::system(cmd.c_str()) == 0;
     if (ok_) uri_ = ReadFirstLine(dir_ + "/uri");
+    if (!ok()) {
+      std::ifstream out(dir_ + ".out");
+      why_.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
+    }
   }
   ~Topology() {
     (void)std::system(("bash " + ServerScript() + " stop " + dir_ + " >/dev/null 2>&1").c_str());
@@ -72,6 +77,8 @@ class Topology {
   bool ok() const { return ok_ && !uri_.empty(); }
   const std::string& uri() const { return uri_; }
   const std::string& dir() const { return dir_; }
+  // What the script said when the topology did not start.
+  const std::string& why() const { return why_; }
   int Port(const std::string& member) const { return std::atoi(ReadFirstLine(dir_ + "/" + member + ".port").c_str()); }
   bool Signal(const std::string& verb, const std::string& member) const {
     return std::system(("bash " + ServerScript() + " " + verb + " " + dir_ + " " + member).c_str()) == 0;
@@ -80,6 +87,7 @@ class Topology {
  private:
   std::string dir_;
   std::string uri_;
+  std::string why_;
   bool ok_ = false;
 };
 

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/zookeeper/zk_backend_impl.h"
 #include "backends/zookeeper/zk_path.h"
 #include "backends/zookeeper/zk_session.h"
 #include "backends/zookeeper/zookeeper_backend.h"
@@ -26,6 +27,7 @@
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "harness/proxy.h"
+#include "timing.h"
 #include "zk_fixture.h"
 
 namespace dlock::zookeeper {
@@ -34,6 +36,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using namespace dlock::zookeeper::testing;
+using testing_support::FastPath;
 
 // The fault proxy writes to sockets its peers may have reset.
 const bool kSigpipeIgnored = [] {
@@ -148,6 +151,18 @@ AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
   return o;
 }
 
+// A waiter whose wake-up (a watch) is lost is still granted, by the core's
+// next attempt: it re-arms a wait at least every third of its queue ttl
+// (3 s, src/core/client_core.cc). A hand-off is prompt only if it beats that.
+constexpr milliseconds kRearmEvery{1000};
+// Below this a hand-off is prompt whatever the measured round trip says:
+// room for a thread to be woken and scheduled on a quiet machine.
+constexpr milliseconds kPromptFloor{50};
+
+Duration GrantAndReleaseCost(Client& client, std::string_view name) {
+  return testing_support::GrantAndReleaseCost(client, UniqueKey(name), seconds(10));
+}
+
 // A client whose only way to the ensemble is through a fault proxy to one
 // member.
 struct ProxiedClient {
@@ -172,22 +187,30 @@ TEST(ZooKeeperBackendTest, FifoOrderAndFastHandOffWithFiveQueuedWaiters) {
   Observer zk;
   const std::string key = UniqueKey("fifo");
   auto holder_client = NewClient();
-  auto holder = holder_client->TryAcquire(key, Opts(seconds(10)));
+  // Acquire, not TryAcquire: often the suite's first request, which a
+  // freshly started ensemble on a busy machine may answer later than one
+  // attempt's bound (1 s); Acquire tries again, as the same owner, until the
+  // key (free: a fresh name) is granted.
+  auto holder = holder_client->Acquire(key, Opts(seconds(10), seconds(10)));
   ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+
+  const auto prompt =
+      FastPath(GrantAndReleaseCost(*holder_client, "fifo-probe"), kPromptFloor, kRearmEvery);
 
   constexpr int kWaiters = 5;
   std::mutex mu;
   std::vector<int> order;
   std::vector<TimePoint> granted(kWaiters), releasing(kWaiters);
   std::vector<FencingToken> tokens(kWaiters);
+  std::vector<std::unique_ptr<Client>> clients;  // outlives the threads using it
   std::vector<std::jthread> threads;
-  std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kWaiters; ++i) clients.push_back(NewClient());
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
       auto lease = clients[i]->Acquire(key, Opts(seconds(10), seconds(30)));
       const TimePoint at = MonotonicClock::now();
-      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+      EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+      if (!lease.ok()) return;
       {
         std::lock_guard l(mu);
         order.push_back(i);
@@ -210,8 +233,8 @@ TEST(ZooKeeperBackendTest, FifoOrderAndFastHandOffWithFiveQueuedWaiters) {
   for (int i = 0; i < kWaiters; ++i) {
     const TimePoint from = i == 0 ? released_at : releasing[i - 1];
     const auto gap = std::chrono::duration_cast<milliseconds>(granted[i] - from);
-    EXPECT_LT(gap, milliseconds(50)) << "hand-off to waiter " << i << " took " << gap.count()
-                                     << " ms";
+    EXPECT_LT(gap, prompt.limit) << "hand-off to waiter " << i << " took " << gap.count()
+                                 << " ms; " << prompt;
     EXPECT_GT(tokens[i], last);
     last = tokens[i];
   }
@@ -576,18 +599,21 @@ TEST(ZooKeeperBackendTest, BadInputIsRefusedWithinTheDeadline) {
     EXPECT_EQ(Client::Connect(uri).status().code(), StatusCode::kInvalidArgument) << uri;
   }
   // An unreachable ensemble and a server that is not ZooKeeper: kUnavailable
-  // within the caller's wait (plus one attempt's bound).
+  // within the caller's wait plus the one attempt that may have begun just
+  // before it ran out. Half an attempt's bound is the slack: one more
+  // attempt past the wait would take a whole one.
+  constexpr milliseconds kWait{1500};
   NotZooKeeper imposter;
   for (const int port : {FreePort(), imposter.port()}) {
     auto client = NewClient("zk://127.0.0.1:" + std::to_string(port) + "/dlock");
     ASSERT_TRUE(client);
     const TimePoint t0 = MonotonicClock::now();
-    auto r = client->Acquire("k", Opts(seconds(5), milliseconds(1500)));
+    auto r = client->Acquire("k", Opts(seconds(5), kWait));
     const auto took = MonotonicClock::now() - t0;
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
     EXPECT_NE(r.status().message().find("is the ensemble running"), std::string::npos)
         << r.status().ToString();
-    EXPECT_LT(took, milliseconds(1500 + 1100)) << "port " << port;
+    EXPECT_LT(took, kWait + kAttemptTimeout + kAttemptTimeout / 2) << "port " << port;
   }
 }
 
@@ -601,20 +627,22 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   auto writer_client = NewClient();
   auto writer = writer_client->TryAcquire(key, Opts(seconds(5)));
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  const auto prompt =
+      FastPath(GrantAndReleaseCost(*writer_client, "rw-probe"), kPromptFloor, kRearmEvery);
   AcquireOptions read = Opts(seconds(5), seconds(20));
   read.shared = true;
   std::vector<std::unique_ptr<Client>> clients;
-  std::vector<std::jthread> threads;
   std::vector<TimePoint> granted_at(2);
   std::vector<Lease> leases(2);
+  std::vector<std::jthread> threads;  // joined before what they write goes
   for (int i = 0; i < 2; ++i) {
     clients.push_back(NewClient());
     Client* c = clients.back().get();
     threads.emplace_back([&, c, i] {
       auto lease = c->Acquire(key, read);
       granted_at[i] = MonotonicClock::now();
-      ASSERT_TRUE(lease.ok()) << lease.status().ToString();
-      leases[i] = std::move(*lease);
+      EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+      if (lease.ok()) leases[i] = std::move(*lease);
     });
     ASSERT_TRUE(observer.WaitForContenders(key, static_cast<std::size_t>(i + 2)));
   }
@@ -630,7 +658,8 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   for (auto& t : threads) t.join();
   for (int i = 0; i < 2; ++i) {
     const auto gap = std::chrono::duration_cast<milliseconds>(granted_at[i] - released);
-    EXPECT_LT(gap, milliseconds(200)) << "reader " << i << " woke after " << gap.count() << " ms";
+    EXPECT_LT(gap, prompt.limit) << "reader " << i << " woke after " << gap.count() << " ms; "
+                                 << prompt;
   }
   ASSERT_TRUE(leases[0] && leases[1]);
   EXPECT_GT(leases[1].token(), leases[0].token());
@@ -647,19 +676,23 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::optional<Result<Lease>> third;
   TimePoint third_at;
+  std::atomic<bool> third_done{false};
   std::jthread t3([&] {
     third.emplace(writer_client->Acquire(sem, permit));
     third_at = MonotonicClock::now();
+    third_done = true;
   });
   ASSERT_TRUE(observer.WaitForContenders(sem, 3));
-  std::this_thread::sleep_for(milliseconds(50));
-  EXPECT_FALSE(third.has_value()) << "a third holder of two permits";
+  // Time for a wrong grant to show: a few of its round trips.
+  std::this_thread::sleep_for(prompt.limit);
+  EXPECT_FALSE(third_done) << "a third holder of two permits";
   const TimePoint freed = MonotonicClock::now();
   ASSERT_TRUE(b->Release().ok());
   t3.join();
   ASSERT_TRUE(third->ok()) << third->status().ToString();
   const auto gap = std::chrono::duration_cast<milliseconds>(third_at - freed);
-  EXPECT_LT(gap, milliseconds(200)) << "the semaphore waiter woke after " << gap.count() << " ms";
+  EXPECT_LT(gap, prompt.limit) << "the semaphore waiter woke after " << gap.count() << " ms; "
+                               << prompt;
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
@@ -689,18 +722,25 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   ASSERT_TRUE(other->ok() && !(*other)->granted) << other->status().ToString();
   EXPECT_EQ(zk.Contenders(key).size(), 3u);
 
+  // Unwoken, the wait lasts to its deadline.
+  constexpr milliseconds kWaitDeadline{10000};
+  auto probe_client = NewClient();
+  const auto prompt =
+      FastPath(GrantAndReleaseCost(*probe_client, "threads-probe"), kPromptFloor, kWaitDeadline);
   bool woke = false;
   TimePoint woke_at;
   std::jthread wait([&] {
-    woke = w->Wait(MonotonicClock::now() + seconds(10), {});
+    woke = w->Wait(MonotonicClock::now() + kWaitDeadline, {});
     woke_at = MonotonicClock::now();
   });
-  std::this_thread::sleep_for(milliseconds(100));  // the waiter's watch is set
+  // Most likely the watch is set by then; one set after the release finds
+  // the node gone and wakes the wait at once, as promptly.
+  std::this_thread::sleep_for(milliseconds(100));
   const TimePoint released = MonotonicClock::now();
   EXPECT_TRUE(backend->Release(key, holder).ok());
   wait.join();
   EXPECT_TRUE(woke);
-  EXPECT_LT(woke_at - released, seconds(2)) << "the wait outlasted the release";
+  EXPECT_LT(woke_at - released, prompt.limit) << "the wait outlasted the release; " << prompt;
 
   std::optional<Result<Attempt>> second;
   on_a_thread([&] { second.emplace(w->Try()); });
@@ -753,6 +793,9 @@ TEST(ZooKeeperBackendTest, LockDelayKeepsALostHoldersKeyByTheEnsemblesClock) {
   for (int i = 0; i < 500 && granted_by == 0; ++i) {
     const std::int64_t before = zk.StoreNowMs();
     auto a = other->TryAcquire(Req(key, n));
+    // An attempt's reply later than its bound (1 s) on a busy machine: the
+    // outcome is unknown, so it says nothing; ask again.
+    if (!a.ok() && a.status().code() == StatusCode::kUnavailable) continue;
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     const std::int64_t after = zk.StoreNowMs();
     if (a->granted) {
