@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/duration.h"
+#include "core/leak_suppressions.h"
 #include "core/tls_files.h"
 
 namespace dlock::etcd {
@@ -539,6 +540,7 @@ void KeepGrpcInitialized() {
   static const bool once = [] {
     if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
     grpc_init();
+    internal::UseLeakSuppressions();  // c-ares's resolver keeps a few bytes
     return true;
   }();
   (void)once;
@@ -972,16 +974,3 @@ extern "C" [[gnu::visibility("default")]] const char* __tsan_default_suppression
 }
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
-// Under AddressSanitizer: gRPC resolves host names (etcds:// URIs name
-// "localhost", the certificate's name) with c-ares, which keeps a few bytes
-// for the life of the process; dlock never shuts gRPC down (see
-// KeepGrpcInitialized), so LeakSanitizer reports them at exit. Quietly: a
-// command's stderr is one line.
-extern "C" [[gnu::visibility("default")]] const char* __lsan_default_suppressions() {
-  return "leak:libcares.so\n";
-}
-extern "C" [[gnu::visibility("default")]] const char* __lsan_default_options() {
-  return "print_suppressions=0";
-}
-#endif

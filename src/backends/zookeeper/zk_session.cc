@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/leak_suppressions.h"
+
 namespace dlock::zookeeper {
 namespace {
 
@@ -36,6 +38,7 @@ void SetLogLevelOnce() {
     const char* v = std::getenv("DLOCK_ZK_LOG");
     zoo_set_debug_level(v && *v && std::strcmp(v, "0") != 0 ? ZOO_LOG_LEVEL_INFO
                                                            : static_cast<ZooLogLevel>(0));
+    internal::UseLeakSuppressions();  // zookeeper_close's own leak
     return true;
   }();
   (void)done;
