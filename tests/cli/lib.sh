@@ -65,6 +65,21 @@ wait_for() {
   done
 }
 
+# slowest_ms N command...: runs the command N times and prints the slowest
+# run in milliseconds: what one run costs on this machine now, for bounds
+# that follow a loaded machine or a sanitizer build. 1 if a run fails.
+slowest_ms() {
+  local n=$1 i start took slowest=0
+  shift
+  for ((i = 0; i < n; i++)); do
+    start=$(date +%s%3N)
+    "$@" >/dev/null 2>&1 || return 1
+    took=$(($(date +%s%3N) - start))
+    [ "$took" -gt "$slowest" ] && slowest=$took
+  done
+  echo "$slowest"
+}
+
 # The state letter of process PID (R, S, T, Z...), or nothing if it is gone.
 proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
 proc_parent() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
