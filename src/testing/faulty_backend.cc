@@ -40,7 +40,11 @@ class FaultyAcquisition final : public Acquisition {
     return LostReply();
   }
   bool Wait(TimePoint until, std::stop_token stop) override {
-    return inner_->Wait(until, std::move(stop));
+    const bool told = inner_->Wait(until, std::move(stop));
+    std::lock_guard lock(plan_->mu);
+    ++plan_->waits;
+    if (!told) ++plan_->waits_blind;
+    return told;
   }
   void Abandon() override {
     inner_->Abandon();

@@ -35,10 +35,20 @@ struct FaultPlan {
   int lose_acquire_replies = 0;
   // Counts, for assertions.
   int renew_batches = 0;  // Renew calls (one per tick, however many leases)
+  int waits = 0;           // Acquisition::Wait calls
+  int waits_blind = 0;     // ... that returned false: the core then polled
 
   int RenewBatches() {
     std::lock_guard l(mu);
     return renew_batches;
+  }
+  int Waits() {
+    std::lock_guard l(mu);
+    return waits;
+  }
+  int BlindWaits() {
+    std::lock_guard l(mu);
+    return waits_blind;
   }
 
   void SetRenewError(std::optional<Status> s) {

@@ -13,6 +13,7 @@
 
 #include "core/registry.h"
 #include "dlock/client.h"
+#include "dlock/testing/faulty_backend.h"
 #include "timing.h"
 
 namespace dlock {
@@ -61,6 +62,17 @@ class SqliteWaitingTest : public ::testing::Test {
     return std::move(*c);
   }
 
+  // A client whose acquisitions count their waits in `plan` (nothing else
+  // of the plan is set): how many the store could not tell, so that the
+  // core polled.
+  std::unique_ptr<Client> CountingClient(const std::shared_ptr<testing::FaultPlan>& plan) {
+    internal::BackendParams params;
+    params.clock = DefaultClock();
+    auto inner = internal::OpenBackend(uri_, params);
+    EXPECT_TRUE(inner.ok()) << inner.status().ToString();
+    return Client::FromBackend(std::make_unique<testing::FaultyBackend>(std::move(*inner), plan));
+  }
+
   // What a hand-off costs now but for the wake under test: an uncontended
   // grant and release of another key in the same database by a woken
   // thread, the slowest of three.
@@ -100,7 +112,8 @@ TEST_F(SqliteWaitingTest, FiveWaitersAcquireInArrivalOrderAndHandOffFast) {
   std::atomic<std::int64_t> released_at{0};
   std::vector<std::unique_ptr<Client>> clients;  // outlives the threads using it
   std::vector<std::jthread> waiters;
-  for (int i = 0; i < 5; ++i) clients.push_back(NewClient());
+  auto plan = std::make_shared<testing::FaultPlan>();
+  for (int i = 0; i < 5; ++i) clients.push_back(CountingClient(plan));
   for (int i = 0; i < 5; ++i) {
     waiters.emplace_back([&, i] {
       auto lease = clients[static_cast<std::size_t>(i)]->Acquire("k", opts);
@@ -123,6 +136,10 @@ TEST_F(SqliteWaitingTest, FiveWaitersAcquireInArrivalOrderAndHandOffFast) {
   ASSERT_TRUE(held->Release().ok());
   for (auto& t : waiters) t.join();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  // The mechanism, directly: every waiter waited on the database's writes
+  // and none fell back to polling.
+  EXPECT_GE(plan->Waits(), 5);
+  EXPECT_EQ(plan->BlindWaits(), 0) << "of " << plan->Waits() << " waits";
   // A polled hand-off takes up to the poll cap (and a grant): one slower
   // than that met a stall of the machine and tells neither way. Of the
   // rest, one may be slow; if the waiters were polled rather than woken,
