@@ -28,13 +28,15 @@ std::optional<std::string> EtcdSender(std::string_view head) {
 }  // namespace
 
 Result<std::unique_ptr<LinkedCluster>> LinkedCluster::Start(const std::string& script,
-                                                            const std::string& dir) {
+                                                            const std::string& dir,
+                                                            const Check& check) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
   std::unique_ptr<LinkedCluster> c(new LinkedCluster(script, dir));
   DLOCK_RETURN_IF_ERROR(c->Script({"configure-linked", dir}));
   DLOCK_RETURN_IF_ERROR(c->ReadLinks());
+  if (check) DLOCK_RETURN_IF_ERROR(check(*c));
   DLOCK_RETURN_IF_ERROR(c->Script({"launch", dir}, &c->uri_));
   while (!c->uri_.empty() && (c->uri_.back() == '\n' || c->uri_.back() == ' ')) c->uri_.pop_back();
   if (c->uri_.empty()) return UnavailableError(script + " launch printed no URI");

@@ -25,6 +25,7 @@
 #ifndef DLOCK_HARNESS_LINKED_CLUSTER_H_
 #define DLOCK_HARNESS_LINKED_CLUSTER_H_
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -38,9 +39,13 @@ namespace dlock::harness {
 class LinkedCluster {
  public:
   // Starts the store with `script` in `dir` (created; removed by the
-  // destructor, which stops the members).
+  // destructor, which stops the members). `check`, if given, sees the
+  // cluster configured, its links known, before any member starts: what it
+  // refuses costs no start-up.
+  using Check = std::function<Status(const LinkedCluster&)>;
   static Result<std::unique_ptr<LinkedCluster>> Start(const std::string& script,
-                                                      const std::string& dir);
+                                                      const std::string& dir,
+                                                      const Check& check = {});
   ~LinkedCluster();
   LinkedCluster(const LinkedCluster&) = delete;
   LinkedCluster& operator=(const LinkedCluster&) = delete;

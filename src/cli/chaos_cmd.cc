@@ -284,26 +284,29 @@ Result<std::unique_ptr<harness::LinkedCluster>> StartClusterIfWanted(
   const auto wants = [&](std::string_view kind) {
     return std::find(o.faults.begin(), o.faults.end(), kind) != o.faults.end();
   };
-  DLOCK_ASSIGN_OR_RETURN(auto cluster,
-                         harness::LinkedCluster::Start(
-                             f.server_script,
-                             (base / ("dlock-chaos-cluster-" + std::to_string(seed))).string()));
-  if (cluster->has_links() && wants("leader-lag-kill")) {
-    return InvalidArgumentError(
-        "leader-lag-kill is for leader-follower stores (scripts/servers/redis.sh): a quorum "
-        "store replicates a write before it grants");
-  }
-  if (!cluster->has_links() && (wants("member-isolate") || wants("leader-isolate"))) {
-    return InvalidArgumentError(f.server_script +
-                                " starts no links between members to cut: member-isolate and "
-                                "leader-isolate need etcd.sh or zookeeper.sh");
-  }
-  if (!cluster->has_links() && std::any_of(o.faults.begin(), o.faults.end(), harness::NeedsProxy)) {
-    return InvalidArgumentError(
-        "partition, delay and drop need a proxy per worker, which a leader-follower store's "
-        "clients (who find the leader themselves) do not have here");
-  }
-  return cluster;
+  // Refused before any member starts.
+  const auto playable = [&](const harness::LinkedCluster& cluster) -> Status {
+    if (cluster.has_links() && wants("leader-lag-kill")) {
+      return InvalidArgumentError(
+          "leader-lag-kill is for leader-follower stores (scripts/servers/redis.sh): a quorum "
+          "store replicates a write before it grants");
+    }
+    if (!cluster.has_links() && (wants("member-isolate") || wants("leader-isolate"))) {
+      return InvalidArgumentError(f.server_script +
+                                  " starts no links between members to cut: member-isolate "
+                                  "and leader-isolate need etcd.sh or zookeeper.sh");
+    }
+    if (!cluster.has_links() &&
+        std::any_of(o.faults.begin(), o.faults.end(), harness::NeedsProxy)) {
+      return InvalidArgumentError(
+          "partition, delay and drop need a proxy per worker, which a leader-follower store's "
+          "clients (who find the leader themselves) do not have here");
+    }
+    return Status::Ok();
+  };
+  return harness::LinkedCluster::Start(
+      f.server_script, (base / ("dlock-chaos-cluster-" + std::to_string(seed))).string(),
+      playable);
 }
 
 // --store-params: query parameters for the URI a server script printed.

@@ -18,6 +18,10 @@ expect_exit 64 "give --server-script" -- \
 expect_exit 64 "no --backend" -- \
   "$DLOCK" chaos --backend zk://127.0.0.1:1/x --server-script "$SCRIPT" --faults leader-pause \
   --duration 4s --dir "$WORK"
+# Refused once the links are known, before any member starts.
+expect_exit 64 "is for leader-follower stores" -- \
+  "$DLOCK" chaos --server-script "$SCRIPT" --faults leader-lag-kill --duration 4s --dir "$WORK"
+pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "a refused run left members running"
 out=$("$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed 3 --ttl "$TTL" \
   --duration "$DURATION" --faults member-isolate,leader-isolate,leader-pause,leader-kill,pause)
 rc=$?
