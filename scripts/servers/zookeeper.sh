@@ -168,7 +168,9 @@ case $cmd in
     for n in "${MEMBERS[@]}"; do
       # Nothing of an earlier ensemble in this directory (a run that was
       # interrupted before its stop): its znodes carry ACLs for passwords
-      # this start replaces.
+      # this start replaces, and a member of it still running would be left
+      # behind, nobody's to stop.
+      stop_member "$dir" "$n"
       rm -rf "${dir:?}/$n"
       mkdir -p "$dir/$n/data"
       echo "$n" >"$dir/$n/data/myid"
