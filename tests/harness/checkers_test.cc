@@ -183,6 +183,20 @@ TEST(CheckersTest, I_NoGrantLongAfterAMemberFaultEndsFails) {
   EXPECT_FALSE(c.safety);
 }
 
+TEST(CheckersTest, I_AFaultEndAfterTheWorkloadIsNotJudged) {
+  // The workers stopped 100 ms after the member came back; the run wound
+  // down for 69 s more (a failover awaited, in vain): no grant was missed,
+  // and only Clean()'s rejoin is judged.
+  History h = Clean();
+  h.events.push_back(Ev(500, -1, "member-hold-back", EventType::kInfo, 0, 2));
+  h.events.push_back(Ev(900, -1, "member-resume", EventType::kInfo, 0, 2));
+  h.events.push_back(Ev(1000, 2, "acquire", EventType::kInvoke));
+  h.events.push_back(Ev(70000, -1, "member-fault-failed", EventType::kInfo));
+  auto c = Find(RunCheckers(h, {}), "i");
+  EXPECT_EQ(c.verdict, Verdict::kPass) << c.detail;
+  EXPECT_TRUE(c.violations.empty());
+}
+
 TEST(CheckersTest, I_AFaultBeforeTheNextGrantMovesTheMeasure) {
   // The second fault never ends: nothing after the first can be judged.
   History h = Clean();
