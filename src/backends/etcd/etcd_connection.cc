@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "backends/etcd/plaintext_probe.h"
 #include "core/duration.h"
 #include "core/leak_suppressions.h"
 #include "core/tls_files.h"
@@ -47,14 +48,21 @@ constexpr std::string_view kClosedInHandshake = "connection closed while it was 
 // gRPC 1.51 reports a server that refuses this client's certificate (under
 // TLS 1.3 that comes after the client's side of the handshake is done) as a
 // failed read (or a reset) while connecting, and the server's reason ("bad
-// certificate") only in its log. Such a failure over TLS is marked for
+// certificate") only in its log. A plaintext etcd that closes before it has
+// read the whole TLS hello resets the connection too (one CI run in many):
+// the server is asked which it is. A failure over TLS is then marked for
 // TlsFailure; the same close on a plaintext channel is what a TLS-only
 // server does.
-grpc::Status Annotated(const grpc::Status& s, bool tls) {
+grpc::Status Annotated(const grpc::Status& s, bool tls, const std::string& address) {
   if (s.error_code() != grpc::StatusCode::UNAVAILABLE || !Contains(s, "failed to connect")) {
     return s;
   }
   if (tls && (Contains(s, "Endpoint read failed") || Contains(s, "Connection reset by peer"))) {
+    if (AnswersPlaintextHttp2(address, milliseconds(1000))) {
+      return grpc::Status(s.error_code(), s.error_message() +
+                                              " (the server answers HTTP/2 in plaintext: it "
+                                              "serves plaintext, use etcd://)");
+    }
     return grpc::Status(s.error_code(), std::string(kClosedInHandshake) + s.error_message());
   }
   if (Contains(s, "Socket closed")) {
@@ -673,7 +681,7 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     const std::string token = with_token ? Token() : "";
     if (!token.empty()) context.AddMetadata("token", token);
     Resp response;
-    const grpc::Status status = Annotated(fn(ep, &context, &response), security_.tls);
+    const grpc::Status status = Annotated(fn(ep, &context, &response), security_.tls, ep.address);
     if (status.ok()) {
       looks_down_.store(false);
       return response;
