@@ -1,14 +1,12 @@
 #include "backends/etcd/plaintext_probe.h"
 
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <memory>
 #include <string_view>
 
+#include "core/connect.h"
 #include "core/fd.h"
 
 namespace dlock::etcd {
@@ -32,36 +30,18 @@ bool SplitAddress(const std::string& address, std::string& host, std::string& po
   return true;
 }
 
-// Until `fd` is ready for `events`, or the deadline.
-bool Await(int fd, short events, Clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  if (left <= 0) return false;
-  pollfd p{fd, events, 0};
-  return ::poll(&p, 1, static_cast<int>(left)) == 1 && (p.revents & events) != 0;
-}
-
-bool Connected(int fd, const addrinfo& a, Clock::time_point deadline) {
-  if (::connect(fd, a.ai_addr, a.ai_addrlen) == 0) return true;
-  if (errno != EINPROGRESS || !Await(fd, POLLOUT, deadline)) return false;
-  int error = 0;
-  socklen_t size = sizeof error;
-  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
-}
-
 // One address: the hello sent whole, and the first 9 bytes back a SETTINGS
 // frame's header.
 bool SettingsCameBack(const addrinfo& a, Clock::time_point deadline) {
-  const internal::Fd socket(
-      ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol));
+  const internal::Fd socket(internal::ConnectBefore(&a, deadline));
   const int fd = socket.get();
-  if (!socket.valid() || !Connected(fd, a, deadline)) return false;
+  if (!socket.valid()) return false;
   if (::send(fd, kHello.data(), kHello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(kHello.size())) {
     return false;
   }
   unsigned char header[9];
   std::size_t got = 0;
-  while (got < sizeof header && Await(fd, POLLIN, deadline)) {
+  while (got < sizeof header && internal::WaitFor(fd, POLLIN, deadline)) {
     const ssize_t n = ::recv(fd, header + got, sizeof header - got, 0);
     if (n <= 0) return false;
     got += static_cast<std::size_t>(n);

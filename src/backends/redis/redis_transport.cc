@@ -18,55 +18,16 @@
 #include <cstring>
 
 #include "backends/redis/redis_conn.h"
+#include "core/connect.h"
 #include "core/tls_files.h"
 
 namespace dlock::redis {
 
 using std::chrono::milliseconds;
 using SteadyTime = std::chrono::steady_clock::time_point;
+using internal::WaitFor;
 
 namespace {
-
-int MillisLeft(SteadyTime deadline) {
-  const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
-  return static_cast<int>(std::max<long long>(0, left.count()));
-}
-
-// Waits until `fd` is ready for `events` or `deadline`; false on timeout.
-bool WaitFor(int fd, short events, SteadyTime deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, MillisLeft(deadline));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) return true;  // the next call reports the error
-  }
-}
-
-// A socket connected to `ai` before `deadline`, or -1 with errno set.
-int ConnectOne(const addrinfo* ai, SteadyTime deadline) {
-  const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                        ai->ai_protocol);
-  if (fd < 0) return -1;
-  int err = 0;
-  if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-    err = errno;
-    if (err == EINPROGRESS) {
-      if (!WaitFor(fd, POLLOUT, deadline)) {
-        err = ETIMEDOUT;
-      } else {
-        socklen_t len = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      }
-    }
-  }
-  if (err != 0) {
-    close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
-}
 
 void SetBlocking(int fd, bool blocking) {
   const int flags = fcntl(fd, F_GETFL);
@@ -241,7 +202,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const Endpoint& endpoint, con
   }
   int fd = -1, err = 0;
   for (const addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ConnectOne(ai, deadline);
+    fd = internal::ConnectBefore(ai, deadline);
     if (fd < 0 && err != ECONNREFUSED) err = errno;  // a refusal says the most
   }
   freeaddrinfo(found);
