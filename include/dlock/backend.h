@@ -117,8 +117,9 @@ struct SessionLiveness {
   // from the client for this long.
   std::chrono::milliseconds timeout{0};
   // The send time (on the backend's clock, the client's) of the newest
-  // request the store has answered on this session. The store heard from the
-  // client no earlier than that, so it keeps the session at least until
+  // request on this session whose answer proves the store as a whole heard
+  // it (ZooKeeper: a write, which a quorum logs; not a read, which one member
+  // answers alone). The store keeps the session at least until
   // heard_at + timeout.
   TimePoint heard_at{};
 };

@@ -147,6 +147,7 @@ struct ZooKeeperBackendImpl {
   void KeeperLoop(std::stop_token stop);
   // The heartbeat starts with the first lease or acquisition.
   void WakeKeeperForHeartbeatLocked();
+  MultiOp Heartbeat() const;
 
   // --- listing (zookeeper_backend.cc) ------------------------------------
 

@@ -37,6 +37,16 @@ void ZooKeeperBackendImpl::WakeKeeperForHeartbeatLocked() {
   }
 }
 
+// The heartbeat is a write, a version check of the root that changes
+// nothing: only the leader answers it, after a quorum logged it, so its
+// answer proves the ensemble still keeps the session. A read would not: a
+// member cut off from the leader answers reads on its own until it gives
+// up on the leader (syncLimit x tickTime), while the quorum may already
+// have ended the session and handed its locks on.
+MultiOp ZooKeeperBackendImpl::Heartbeat() const {
+  return MultiOp{MultiOp::Kind::kCheck, root, "", 0, -1};
+}
+
 void ZooKeeperBackendImpl::ReapLaterLocked(Reap reap) {
   to_reap.push_back(std::move(reap));
   keeper_cv.notify_all();
@@ -67,7 +77,7 @@ void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
     }
     lock.unlock();
 
-    if (beat) (void)s->Exists(root, false);  // its answer moves heard_at
+    if (beat) (void)s->Multi({Heartbeat()});  // its answer moves heard_at
     RunReaps(s, g, connected, std::move(due));
     s.reset();
 

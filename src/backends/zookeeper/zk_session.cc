@@ -175,7 +175,7 @@ void Op::Finish(Reply reply) {
     std::lock_guard lock(mu_);
     reply.sent = reply_.sent;
     // Before anyone sees the reply: a waiter reads heard_at right after.
-    if (Answered(reply.rc)) session_->NoteHeard(reply.sent);
+    if (write_ && Answered(reply.rc)) session_->NoteHeard(reply.sent);
     reply_ = std::move(reply);
     done_ = true;
     on_done.swap(on_done_);
@@ -311,15 +311,17 @@ void Session::NoteHeard(TimePoint sent) {
 }
 
 template <typename Submit>
-std::shared_ptr<Op> Session::Start(DoneHandler on_done, Submit submit) {
+std::shared_ptr<Op> Session::Start(Kind kind, DoneHandler on_done, Submit submit) {
   auto op = std::make_shared<Op>(this);
   op->on_done_ = std::move(on_done);
+  op->write_ = kind == Kind::kWrite;
   op->reply_.sent = clock_->Now();
   auto* holder = new std::shared_ptr<Op>(op);
   const int rc = submit(static_cast<const void*>(holder));
   if (rc != ZOK) {
-    // Not queued: no completion will run.
+    // Not queued: no completion will run, and nobody answered.
     delete holder;
+    op->write_ = false;
     Reply r;
     r.rc = rc;
     op->Finish(std::move(r));
@@ -329,27 +331,27 @@ std::shared_ptr<Op> Session::Start(DoneHandler on_done, Submit submit) {
 
 std::shared_ptr<Op> Session::Create(const std::string& path, std::string_view data, int flags,
                                     DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kWrite, std::move(on_done), [&](const void* ctx) {
     return zoo_acreate2(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
                         &acl_, flags, &Completions::StringStat, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::Children(const std::string& path, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kRead, std::move(on_done), [&](const void* ctx) {
     return zoo_aget_children2(zh_, path.c_str(), 0, &Completions::StringsStat, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::WatchChildren(const std::string& path, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kRead, std::move(on_done), [&](const void* ctx) {
     return zoo_awget_children2(zh_, path.c_str(), &Session::OnWatch, this,
                                &Completions::StringsStat, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::Exists(const std::string& path, bool watch, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kRead, std::move(on_done), [&](const void* ctx) {
     if (watch) {
       return zoo_awexists(zh_, path.c_str(), &Session::OnWatch, this, &Completions::StatOnly, ctx);
     }
@@ -358,26 +360,26 @@ std::shared_ptr<Op> Session::Exists(const std::string& path, bool watch, DoneHan
 }
 
 std::shared_ptr<Op> Session::Get(const std::string& path, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kRead, std::move(on_done), [&](const void* ctx) {
     return zoo_aget(zh_, path.c_str(), 0, &Completions::Data, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::Delete(const std::string& path, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kWrite, std::move(on_done), [&](const void* ctx) {
     return zoo_adelete(zh_, path.c_str(), -1, &Completions::Void, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::Sync(const std::string& path, DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kRead, std::move(on_done), [&](const void* ctx) {
     return zoo_async(zh_, path.c_str(), &Completions::String, ctx);
   });
 }
 
 std::shared_ptr<Op> Session::Set(const std::string& path, std::string_view data, int version,
                                  DoneHandler on_done) {
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kWrite, std::move(on_done), [&](const void* ctx) {
     return zoo_aset(zh_, path.c_str(), data.data(), static_cast<int>(data.size()), version,
                     &Completions::StatOnly, ctx);
   });
@@ -404,7 +406,7 @@ std::shared_ptr<Op> Session::Multi(std::vector<MultiOp> ops, DoneHandler on_done
                          b->path_bufs[i].data(), static_cast<int>(b->path_bufs[i].size()));
     }
   }
-  return Start(std::move(on_done), [&](const void* ctx) {
+  return Start(Kind::kWrite, std::move(on_done), [&](const void* ctx) {
     // The Op is not yet shared with anyone: its buffers go with it.
     (*static_cast<const std::shared_ptr<Op>*>(ctx))->multi_ = b;
     return zoo_amulti(zh_, static_cast<int>(n), b->zops.data(), b->results.data(),

@@ -11,7 +11,10 @@
 //
 // The session tracks what the core needs about liveness: its state
 // (connecting, connected, expired), the timeout the ensemble negotiated, and
-// heard_at, the send time of the newest request the ensemble answered.
+// heard_at, the send time of the newest request a quorum answered: a
+// write. A read is answered by the member the client is connected to, on
+// its own, even by a member cut off from the leader, so it proves nothing
+// about whether the ensemble still keeps the session.
 //
 // Thread-safety: all methods are thread-safe. Destroying a Session closes
 // the handle; requests still pending complete first, with ZCLOSING, so the
@@ -109,6 +112,7 @@ class Op {
   bool done_ = false;
   Reply reply_;
   std::function<void(const Reply&)> on_done_;  // set before submission
+  bool write_ = false;  // answered only through the leader and a quorum
   std::shared_ptr<MultiBuffers> multi_;        // a multi's; set before submission
 };
 
@@ -142,6 +146,7 @@ class Session {
   const std::string& hosts() const { return hosts_; }
 
   // The requests dlock makes. `on_done` runs on the completion thread.
+  // Create, Delete, Set and Multi are writes: their answers move heard_at.
   std::shared_ptr<Op> Create(const std::string& path, std::string_view data, int flags,
                              DoneHandler on_done = {});
   std::shared_ptr<Op> Children(const std::string& path, DoneHandler on_done = {});
@@ -157,7 +162,8 @@ class Session {
   std::shared_ptr<Op> Set(const std::string& path, std::string_view data, int version,
                           DoneHandler on_done = {});
   // zoo_async: a read sent after it on this session sees every write the
-  // ensemble committed before the sync reached its leader.
+  // ensemble committed before the sync reached its leader. Not a write: a
+  // leader that lost its quorum still answers it until it steps down.
   std::shared_ptr<Op> Sync(const std::string& path, DoneHandler on_done = {});
   // zoo_amulti: all of `ops` are applied, or none. Reply::rc is ZOK, or the
   // error of the first operation that failed; Reply::results has each one's.
@@ -173,8 +179,9 @@ class Session {
   static void OnWatch(zhandle_t* zh, int type, int state, const char* path, void* ctx);
   void HandleWatch(zhandle_t* zh, int type, int state, const char* path);
   void NoteHeard(TimePoint sent);
+  enum class Kind { kRead, kWrite };
   template <typename Submit>
-  std::shared_ptr<Op> Start(DoneHandler on_done, Submit submit);
+  std::shared_ptr<Op> Start(Kind kind, DoneHandler on_done, Submit submit);
 
   const std::string hosts_;
   const std::shared_ptr<Clock> clock_;

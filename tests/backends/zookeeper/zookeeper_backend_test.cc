@@ -430,6 +430,33 @@ TEST(ZooKeeperBackendTest, KillingTheLeaderKeepsTheHeldLease) {
   EXPECT_EQ(Member("restart", std::stoi(leader)), "");
 }
 
+// A member cut off from its leader (here: the leader paused) still answers
+// its clients' reads until it gives up on the leader, syncLimit x tickTime
+// later (2 s in the fixture), while the quorum may end the session a session
+// timeout after the cut. So no answer from that member may extend the lease:
+// valid_until must stay within a session timeout of the pause.
+TEST(ZooKeeperBackendTest, AMemberWithoutItsLeaderDoesNotExtendTheLease) {
+  const std::string leader = Member("leader");
+  ASSERT_FALSE(leader.empty());
+  const int follower = leader == "1" ? 2 : 1;
+  auto client = NewClient("zk://127.0.0.1:" + Member("port", follower) + FixtureOptions().chroot);
+  ASSERT_NE(client, nullptr);
+  constexpr milliseconds kSession{2000};  // the ttl asks for it; the fixture allows it
+  auto lease = client->TryAcquire(UniqueKey("cut-off"), Opts(kSession));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  Member("pause", std::stoi(leader));
+  // After the stop: any answer through the leader was sent before this.
+  const TimePoint paused_at = DefaultClock()->Now();
+  // Heartbeats go out every quarter of the session; a read-based one would
+  // be answered twice or more in this time, short of the member's 2 s.
+  std::this_thread::sleep_for(milliseconds(1500));
+  const TimePoint valid_until = lease->valid_until();
+  Member("resume", std::stoi(leader));
+  EXPECT_LE(valid_until, paused_at + kSession)
+      << "valid_until is " << (valid_until - paused_at).count() / 1'000'000
+      << " ms after the pause: the member's answers extended it";
+}
+
 // A listener that is not ZooKeeper: accepts, answers garbage, closes.
 class NotZooKeeper {
  public:
