@@ -24,7 +24,7 @@
 namespace dlock::redis {
 
 using std::chrono::milliseconds;
-using SteadyTime = std::chrono::steady_clock::time_point;
+using internal::SteadyTime;
 using internal::WaitFor;
 
 namespace {
