@@ -72,7 +72,9 @@ Result<int> OptionWord(const CLI::App& app, const std::string& word) {
   }
   const CLI::Option* opt = app.get_option_no_throw(name);
   if (opt == nullptr) return Unknown("option", name, NearestName(name, OptionNames(app)), app);
-  const bool takes_value = opt->get_type_size() != 0;
+  // Not get_type_size(): CLI11 2.1 reports 1 for a flag too, and a flag
+  // would then take the next word (`--no-wait --ttl 5s` lost its --ttl).
+  const bool takes_value = opt->get_expected_min() > 0;
   return takes_value && word.find('=') == std::string::npos ? 1 : 0;
 }
 

@@ -19,6 +19,14 @@ out=$("$DLOCK" once job/1 echo done --wait 1s)
 [ "$out" = "done --wait 1s" ] || fail "once job/1 echo done --wait 1s printed '$out'"
 echo "ok: every word from the command on is the command's"
 
+# A flag takes no value: the option after it keeps its own (CLI11 2.1 says a
+# flag has a value's size, and --no-wait once swallowed the --ttl after it).
+out=$("$DLOCK" exec k --no-wait --ttl 5s -- echo ran)
+[ "$out" = ran ] || fail "exec k --no-wait --ttl 5s -- echo ran printed '$out'"
+out=$("$DLOCK" exec k --shared --label reader --ttl 5s echo ran)
+[ "$out" = ran ] || fail "exec k --shared --label reader --ttl 5s echo ran printed '$out'"
+echo "ok: a flag before an option with a value"
+
 # Every key from --key.
 out=$("$DLOCK" exec --key a --key b -- sh -c 'echo "$DLOCK_KEY_COUNT $DLOCK_KEY_0 $DLOCK_KEY_1"')
 [ "$out" = "2 a b" ] || fail "exec --key a --key b -- CMD: '$out'"
