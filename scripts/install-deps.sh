@@ -52,6 +52,8 @@ packages=(
   faketime
   # chaos report test: render the HTML report headless
   chromium
+  # metrics: promtool checks the Prometheus text dlock writes
+  prometheus
 )
 
 case "${1:-}" in

@@ -33,6 +33,7 @@
 #include "dlock/clock.h"
 #include "dlock/export.h"
 #include "dlock/lease.h"
+#include "dlock/metrics.h"
 #include "dlock/status.h"
 #include "dlock/types.h"
 
@@ -55,6 +56,15 @@ struct ClientOptions {
   // Names this client's holdings and waits for people (HolderInfo::label).
   // Empty: "host:pid".
   std::string label;
+  // Client::Metrics() records what the client does (a few relaxed atomic
+  // adds per call); false records nothing.
+  bool record_metrics = true;
+  // Called after every recorded event, on the thread it happened on (the
+  // caller's, or the renewal thread's for renewals and losses): to feed
+  // the application's own metrics system. Never called under the client's
+  // own locks; still, keep it short and never block in it: the renewal
+  // thread waits for it.
+  std::function<void(const MetricEvent&)> on_metric;
 };
 
 struct AcquireOptions {
@@ -168,6 +178,9 @@ class DLOCK_EXPORT Client {
   std::string Describe() const;
   // This client's session: the first 64 bits of its owner ids.
   std::uint64_t Session() const;
+
+  // What this client has done since it was made (dlock/metrics.h).
+  ClientMetrics Metrics() const;
 
   // One round trip to the store of the kind a grant costs, touching no lock
   // (Backend::Ping): a health check, and the floor `dlock bench` measures.

@@ -176,4 +176,6 @@ std::uint64_t Client::Session() const { return core_->Session(); }
 
 Status Client::Ping() { return core_->Ping(); }
 
+ClientMetrics Client::Metrics() const { return core_->Metrics(); }
+
 }  // namespace dlock

@@ -46,7 +46,8 @@ ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
       clock_(options.clock ? std::move(options.clock) : DefaultClock()),
       random_(options.random ? std::move(options.random) : DefaultRandom()),
       session_(options.session ? *options.session : random_->Next()),
-      label_(options.label.empty() ? DefaultLabel() : std::move(options.label)) {}
+      label_(options.label.empty() ? DefaultLabel() : std::move(options.label)),
+      metrics_(options.record_metrics, std::move(options.on_metric)) {}
 
 ClientCore::~ClientCore() { loop_.reset(); }
 
@@ -106,9 +107,29 @@ LeaseRequest ClientCore::MakeRequest(std::string_view key, const AcquireOptions&
 
 Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& options,
                                   bool wait) {
+  AcquireTimes times{clock_->Now()};
+  Result<Lease> lease = AcquireTimed(key, options, wait, times);
+  RecordAcquire(key, lease, times);
+  return lease;
+}
+
+void ClientCore::RecordAcquire(std::string_view key, const Result<Lease>& lease,
+                               const AcquireTimes& times) {
+  const TimePoint end = lease.ok() ? lease->state_->granted_at : clock_->Now();
+  if (times.held_since) metrics_.Waited(end - *times.held_since);
+  if (!lease.ok()) {
+    metrics_.AcquireFailed(lease.status().code());
+    return;
+  }
+  metrics_.Grant(key, end - times.start);
+  if (times.held_since && times.woke != TimePoint{}) metrics_.Handoff(end - times.woke);
+}
+
+Result<Lease> ClientCore::AcquireTimed(std::string_view key, const AcquireOptions& options,
+                                       bool wait, AcquireTimes& times) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   DLOCK_RETURN_IF_ERROR(CheckOptions(options, wait));
-  const TimePoint deadline = clock_->Now() + (wait ? options.wait : milliseconds(0));
+  const TimePoint deadline = times.start + (wait ? options.wait : milliseconds(0));
   const LeaseRequest request = MakeRequest(key, options, wait, deadline);
   // The acquisition owns this attempt's place in the store (if any) until
   // it is granted or abandoned.
@@ -125,12 +146,14 @@ Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& op
     if (attempt.ok() && attempt->granted) return StartLease(request, options, *attempt, sent);
     // kUnavailable: the outcome is unknown; trying again with the same
     // owner re-grants a grant whose reply was lost.
+    if (!attempt.ok()) metrics_.StoreCall(attempt.status());
     if (!attempt.ok() && attempt.status().code() != StatusCode::kUnavailable) {
       acquisition->Abandon();
       return attempt.status();
     }
     if (attempt.ok()) last_answer = attempt->holder_ttl_remaining;
     const TimePoint now = clock_->Now();
+    if (wait && attempt.ok() && !times.held_since) times.held_since = now;
     if (now >= deadline) {
       acquisition->Abandon();
       // A store that answered "held" during the wait was reachable: an
@@ -144,8 +167,10 @@ Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& op
     TimePoint until = std::min(deadline, now + kQueueTtl / 3);
     const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);
     if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
-    if (attempt.ok() && acquisition->Wait(until, options.cancel)) continue;
-    Backoff(std::min(deadline, until), poll_interval, options.cancel);
+    if (!attempt.ok() || !acquisition->Wait(until, options.cancel)) {
+      Backoff(std::min(deadline, until), poll_interval, options.cancel);
+    }
+    times.woke = clock_->Now();
   }
 }
 
@@ -197,6 +222,7 @@ Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireO
     if (!options.drift_margin) state->drift = DefaultDrift(state->effective_ttl);
   }
   if (options.max_hold) state->renew_until = sent + *options.max_hold;
+  state->granted_at = clock_->Now();
   // A session-based store may vouch for the lease only from its session's
   // last keep-alive, sent before this request.
   const TimePoint from =
@@ -246,19 +272,19 @@ Result<std::vector<Lease>> ClientCore::AcquireAll(std::vector<std::string> keys,
 
 Result<bool> ClientCore::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
-  return backend_->IsDone(key);
+  return Counted(backend_->IsDone(key));
 }
 
 Status ClientCore::MarkDone(const LeaseState& state) {
   DLOCK_RETURN_IF_ERROR(Check(state));
-  return backend_->MarkDone(state.key, state.owner);
+  return Counted(backend_->MarkDone(state.key, state.owner));
 }
 
 Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {
   if (prefix.size() > kMaxKeyBytes) {
     return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
   }
-  return backend_->List(prefix);
+  return Counted(backend_->List(prefix));
 }
 
 Result<std::vector<WaiterInfo>> ClientCore::Waiters(std::string_view prefix) {
@@ -270,7 +296,7 @@ Result<std::vector<WaiterInfo>> ClientCore::Waiters(std::string_view prefix) {
 
 Result<std::optional<Leader>> ClientCore::CurrentLeader(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
-  DLOCK_ASSIGN_OR_RETURN(const std::vector<HolderInfo> holders, backend_->List(key));
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<HolderInfo> holders, Counted(backend_->List(key)));
   std::optional<Leader> leader;
   for (const HolderInfo& h : holders) {
     if (h.key != key) continue;  // a longer key with this prefix
@@ -300,14 +326,16 @@ Result<std::optional<Leader>> ClientCore::AwaitLeader(std::string_view key,
 }
 
 void ClientCore::MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why,
-                                LeaseList& newly_lost) {
+                                LossCause cause, LeaseList& newly_lost) {
   state->phase = LeaseState::Phase::kLost;
   state->lost_reason = std::move(why);
+  state->lost_cause = cause;
   newly_lost.push_back(state);
 }
 
 void ClientCore::NotifyLost(const LeaseList& newly_lost) {
   for (const auto& state : newly_lost) {
+    metrics_.Lost(state->key, state->lost_cause, clock_->Now() - state->granted_at);
     state->lost.request_stop();
     if (state->on_lost) {
       try {
@@ -350,6 +378,7 @@ ClientCore::LeaseList ClientCore::TakeDueLocked(TimePoint now, LeaseList& newly_
                                           " reached its valid_until without a successful "
                                           "renewal")
                          : state->lost_reason,
+                     state->lost_reason.ok() ? LossCause::kExpired : LossCause::kMaxHold,
                      newly_lost);
     } else if (now >= state->renew_until) {
       // Bounded holding: let it run out; the loss is reported at
@@ -376,6 +405,7 @@ ClientCore::LeaseList ClientCore::RenewAtStore(const LeaseList& due, LeaseList& 
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(requests);
   const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};
+  CountRenewal(renewal, due, results);
 
   LeaseList give_back;
   std::lock_guard lock(mu_);
@@ -399,18 +429,30 @@ Status ClientCore::ApplyRenewalLocked(const std::shared_ptr<LeaseState>& state, 
     if (result.ok()) give_back.push_back(state);
     result = LeaseLostError("renewal of key " + Quoted(state->key) +
                             " was answered after the lease's valid_until");
-    MarkLostLocked(state, result, newly_lost);
-  } else if (result.ok()) {
+    MarkLostLocked(state, result, LossCause::kLateRenewal, newly_lost);
+    return result;
+  }
+  if (result.ok()) {
     ExtendLocked(*state, renewal.sent, renewal.session);
   } else if (result.code() == StatusCode::kNotOwner ||
              result.code() == StatusCode::kLeaseLost) {
     result = LeaseLostError("the store no longer holds key " + Quoted(state->key) +
                             " for this owner: " + result.message());
-    MarkLostLocked(state, result, newly_lost);
+    MarkLostLocked(state, result, LossCause::kNotOwner, newly_lost);
   } else {
     state->next_renew_at = renewal.replied + RenewRetryInterval(state->effective_ttl);
   }
   return result;
+}
+
+void ClientCore::CountRenewal(const Renewal& renewal, const LeaseList& leases,
+                              const std::vector<Status>& results) {
+  metrics_.Renewal(renewal.replied - renewal.sent);
+  for (std::size_t i = 0; i < results.size() && i < leases.size(); ++i) {
+    if (results[i].ok()) continue;
+    metrics_.RenewalFailed(leases[i]->key, results[i].code());
+    metrics_.StoreCall(results[i]);
+  }
 }
 
 void ClientCore::DropLostLocked() {
@@ -447,15 +489,17 @@ TimePoint ClientCore::Tick(TimePoint now) {
 
 Status ClientCore::Release(LeaseState& state) {
   bool was_lost = false;
+  bool expired_now = false;  // lost, but not yet counted as lost
   Status lost_reason;
+  const TimePoint now = clock_->Now();
   {
     std::lock_guard lock(mu_);
     if (state.phase == LeaseState::Phase::kReleased) return Status::Ok();
     if (state.phase == LeaseState::Phase::kLost) {
       was_lost = true;
       lost_reason = state.lost_reason;
-    } else if (clock_->Now() >= state.valid_until) {
-      was_lost = true;
+    } else if (now >= state.valid_until) {
+      was_lost = expired_now = true;
       lost_reason = LeaseLostError("lease on key " + Quoted(state.key) +
                                    " passed its valid_until before release");
     }
@@ -464,11 +508,16 @@ Status ClientCore::Release(LeaseState& state) {
   }
   // Owner-checked at the store, so this never drops another owner's lock.
   Status released = backend_->Release(state.key, state.owner);
+  metrics_.StoreCall(released);
+  const Duration held = now - state.granted_at;
+  if (expired_now) metrics_.Lost(state.key, LossCause::kExpired, held);
   if (was_lost) return lost_reason;
   if (released.code() == StatusCode::kNotOwner) {
+    metrics_.Lost(state.key, LossCause::kNotOwner, held);
     return LeaseLostError("lease on key " + Quoted(state.key) +
                           " was lost before release: " + released.message());
   }
+  metrics_.Released(state.key, held);
   return released;
 }
 
@@ -478,6 +527,7 @@ Status ClientCore::RenewNow(const std::shared_ptr<LeaseState>& state) {
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(std::span<const LeaseRequest>(&request, 1));
   const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};
+  CountRenewal(renewal, {state}, results);
   Status result =
       results.size() == 1 ? results[0] : InternalError("backend returned no renewal result");
   LeaseList newly_lost, give_back;

@@ -16,12 +16,15 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dlock/backend.h"
 #include "dlock/client.h"
 #include "dlock/clock.h"
 #include "dlock/lease.h"
+#include "dlock/metrics.h"
+#include "core/metrics_recorder.h"
 
 namespace dlock::internal {
 
@@ -43,12 +46,14 @@ struct LeaseState {
   std::stop_source lost;  // requested on loss
   // No renewal from then on (AcquireOptions::max_hold); max() if unbounded.
   TimePoint renew_until = TimePoint::max();
+  TimePoint granted_at{};  // when the grant's answer came: hold time counts from it
 
   // Guarded by ClientCore::mu_.
   Phase phase = Phase::kHeld;
   TimePoint valid_until{};
   TimePoint next_renew_at{};
   Status lost_reason;
+  LossCause lost_cause = LossCause::kExpired;
 };
 
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
@@ -73,6 +78,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::string Describe() const { return backend_->Describe(); }
   std::uint64_t Session() const { return session_; }
   Status Ping() { return backend_->Ping(); }
+  ClientMetrics Metrics() const { return metrics_.Read(); }
   Result<bool> IsDone(std::string_view key);
   Status MarkDone(const LeaseState& state);
 
@@ -85,6 +91,17 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
  private:
   // The options' own errors (kInvalidArgument), and what this store cannot do.
   Status CheckOptions(const AcquireOptions& options, bool wait) const;
+  // When one acquire started, first found the key held, and last woke from
+  // a wait: what its metrics are made of.
+  struct AcquireTimes {
+    TimePoint start;
+    std::optional<TimePoint> held_since;
+    TimePoint woke{};
+  };
+  Result<Lease> AcquireTimed(std::string_view key, const AcquireOptions& options, bool wait,
+                             AcquireTimes& times);
+  void RecordAcquire(std::string_view key, const Result<Lease>& lease,
+                     const AcquireTimes& times);
   LeaseRequest MakeRequest(std::string_view key, const AcquireOptions& options, bool wait,
                            TimePoint deadline);
   // The lease a granted attempt sent at `sent` starts; renewed from now on.
@@ -100,6 +117,16 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // bounded by the store's session when it has one. Under mu_ for `state`.
   void ExtendLocked(LeaseState& state, TimePoint sent,
                     const std::optional<SessionLiveness>& session);
+  // Counts a store call's error in the metrics, and passes the answer on.
+  template <typename T>
+  T Counted(T answer) {
+    if constexpr (std::is_same_v<T, Status>) {
+      metrics_.StoreCall(answer);
+    } else if (!answer.ok()) {
+      metrics_.StoreCall(answer.status());
+    }
+    return answer;
+  }
   using LeaseList = std::vector<std::shared_ptr<LeaseState>>;
   // One renewal tick; returns when it wants to run next.
   TimePoint Tick(TimePoint now);
@@ -122,10 +149,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // after it; a lease the store extended too late joins `give_back`.
   Status ApplyRenewalLocked(const std::shared_ptr<LeaseState>& state, Status result,
                             const Renewal& renewal, LeaseList& newly_lost, LeaseList& give_back);
+  // Records one renewal call in the metrics: its round trip, and each lease
+  // it failed to renew. Outside mu_, as every metrics hook call is.
+  void CountRenewal(const Renewal& renewal, const LeaseList& leases,
+                    const std::vector<Status>& results);
   // Forgets the leases no longer held. Under mu_.
   void DropLostLocked();
   // Marks `state` lost (under mu_) and queues it for notification.
-  void MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why, LeaseList& newly_lost);
+  void MarkLostLocked(const std::shared_ptr<LeaseState>& state, Status why, LossCause cause,
+                      LeaseList& newly_lost);
   void NotifyLost(const LeaseList& newly_lost);
 
   std::unique_ptr<Backend> backend_;
@@ -133,6 +165,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::shared_ptr<Random> random_;
   const std::uint64_t session_;
   const std::string label_;
+  MetricsRecorder metrics_;
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<LeaseState>> held_;  // phase == kHeld

@@ -24,6 +24,7 @@
 #include "core/fd.h"
 #include "dlock/clock.h"
 #include "dlock/fence.h"
+#include "dlock/metrics.h"
 
 namespace dlock::fence {
 namespace {
@@ -229,7 +230,11 @@ Status Directory::Write(std::string_view key, FencingToken token, std::string_vi
   const std::string base = meta + "/" + RecordName(key);
   DLOCK_ASSIGN_OR_RETURN(ScopedFd lock, LockKey(base + ".lock"));
   DLOCK_ASSIGN_OR_RETURN(const FencingToken highest, ReadHighest(base + ".token", key));
-  if (token < highest) return StaleToken(token, highest, key);
+  if (token < highest) {
+    Status stale = StaleToken(token, highest, key);
+    RecordFenceDecision("directory", stale);
+    return stale;
+  }
 
   const std::string target = dir_ + "/" + std::string(name);
   const std::string temp = meta + "/" + RecordName(std::string(name)) + ".tmp." + TempSuffix();
@@ -245,7 +250,9 @@ Status Directory::Write(std::string_view key, FencingToken token, std::string_vi
     ::unlink(temp.c_str());
     return s;
   }
-  return SyncDir(dir_);
+  Status synced = SyncDir(dir_);
+  RecordFenceDecision("directory", synced);
+  return synced;
 }
 
 Result<FencingToken> Directory::Highest(std::string_view key) const {

@@ -1,4 +1,5 @@
 #include "dlock/fence.h"
+#include "dlock/metrics.h"
 
 #include <limits>
 
@@ -28,13 +29,18 @@ Status Memory::Admit(std::string_view key, FencingToken token,
   std::lock_guard lock(mu_);
   auto it = highest_.find(key);
   const FencingToken highest = it == highest_.end() ? 0 : it->second;
-  if (token < highest) return StaleToken(token, highest, key);
+  if (token < highest) {
+    Status stale = StaleToken(token, highest, key);
+    RecordFenceDecision("memory", stale);
+    return stale;
+  }
   if (write) DLOCK_RETURN_IF_ERROR(write());
   if (it == highest_.end()) {
     highest_.emplace(std::string(key), token);
   } else {
     it->second = token;
   }
+  RecordFenceDecision("memory", Status::Ok());
   return Status::Ok();
 }
 

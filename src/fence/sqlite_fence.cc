@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "dlock/fence.h"
+#include "dlock/metrics.h"
 
 namespace dlock::fence {
 namespace {
@@ -68,10 +69,15 @@ Status Sqlite::Admit(sqlite3* db, std::string_view key, FencingToken token) {
   sqlite3_bind_text(upsert->get(), 1, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(upsert->get(), 2, static_cast<sqlite3_int64>(token));
   if (sqlite3_step(upsert->get()) != SQLITE_DONE) return Error(db, "admit");
-  if (sqlite3_changes(db) == 1) return Status::Ok();
+  if (sqlite3_changes(db) == 1) {
+    RecordFenceDecision("sqlite", Status::Ok());
+    return Status::Ok();
+  }
   auto highest = Highest(db, key);
   if (!highest.ok()) return highest.status();
-  return StaleToken(token, *highest, key);
+  Status stale = StaleToken(token, *highest, key);
+  RecordFenceDecision("sqlite", stale);
+  return stale;
 }
 
 Status Sqlite::Write(sqlite3* db, std::string_view key, FencingToken token,

@@ -6,6 +6,7 @@
 
 #include "backends/postgres/pg_util.h"
 #include "dlock/fence_postgres.h"
+#include "dlock/metrics.h"
 
 namespace dlock::fence {
 namespace {
@@ -153,7 +154,9 @@ Status Postgres::EnsureSchema(PGconn* conn) {
 
 Status Postgres::Admit(PGconn* conn, std::string_view key, FencingToken token) {
   bool missing_table = false;
-  return AdmitImpl(conn, key, token, &missing_table);
+  Status decision = AdmitImpl(conn, key, token, &missing_table);
+  RecordFenceDecision("postgres", decision);
+  return decision;
 }
 
 Status Postgres::Write(PGconn* conn, std::string_view key, FencingToken token,
@@ -168,6 +171,7 @@ Status Postgres::Write(PGconn* conn, std::string_view key, FencingToken token,
     DLOCK_RETURN_IF_ERROR(ExecPlain(conn, "BEGIN", "begin"));
     bool missing_table = false;
     Status s = AdmitImpl(conn, key, token, &missing_table);
+    RecordFenceDecision("postgres", s);
     if (s.ok() && write) s = write();
     if (s.ok()) s = ExecPlain(conn, "COMMIT", "commit");
     if (!s.ok() && PQtransactionStatus(conn) != PQTRANS_IDLE) {

@@ -11,6 +11,7 @@
 #include "backends/redis/redis_keys.h"
 #include "dlock/fence.h"
 #include "dlock/fence_redis.h"
+#include "dlock/metrics.h"
 
 namespace dlock::fence {
 namespace {
@@ -115,13 +116,16 @@ Result<redis::ReplyPtr> RunWith(const Evaluator& eval, const std::string& server
       const std::string highest = text.substr(kStale.size());
       FencingToken h = 0;
       std::from_chars(highest.data(), highest.data() + highest.size(), h);
-      return StaleToken(token, h, lock_key);
+      Status stale = StaleToken(token, h, lock_key);
+      RecordFenceDecision("redis", stale);
+      return stale;
     }
     if (user_script && text.find("user_script") != std::string::npos) {
       return FailedPreconditionError(what + ": the caller's script failed: " + text);
     }
     return redis::ReplyError(reply.get(), server, what);
   }
+  RecordFenceDecision("redis", Status::Ok());
   return reply;
 }
 
