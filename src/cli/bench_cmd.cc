@@ -4,7 +4,9 @@
 //
 //   floor     Client::Ping(): one round trip of the kind a grant costs
 //   cycle     TryAcquire + Release, uncontended: two round trips of work,
-//             compared with two pings
+//             compared with two pings; and the same on a client that
+//             records no metrics, in alternating blocks, to show what
+//             recording costs
 //   hand-off  N contenders on one key: release invoked -> next holder granted
 //   hot key   grants per second on that key, against the ideal 1 / hold
 //   many keys C clients, one key each: cycles per second, against the same
@@ -76,6 +78,7 @@ namespace {
 struct BenchFigures {
   bool have_floor = false;  // the store has Ping
   Summary floor, cycle, handoff;
+  Summary cycle_unrecorded;  // the cycle on a client recording no metrics
   int retried = 0;  // requests not answered in time, tried again
   std::vector<int> per_contender;
   double hot_ops = 0, ideal_ops = 0;
@@ -107,6 +110,8 @@ class Bench {
   Status WithRetries(const std::function<Status()>& op);
   // `op` timed f_.iterations times after a tenth as many untimed.
   Result<Summary> Sample(const std::function<Status()>& op);
+  // `op` timed `n` times into `ns`.
+  Status SampleInto(const std::function<Status()>& op, int n, std::vector<std::int64_t>& ns);
   std::unique_ptr<Client> OpenClient() const;
   // One contender of the hot-key run, until `stop_`.
   void Contend(std::size_t index);
@@ -142,13 +147,20 @@ Status Bench::WithRetries(const std::function<Status()>& op) {
 }
 
 Result<Summary> Bench::Sample(const std::function<Status()>& op) {
-  std::vector<std::int64_t> samples;
-  for (int i = 0; i < f_.iterations + f_.iterations / 10; ++i) {
+  std::vector<std::int64_t> samples, warm_up;
+  DLOCK_RETURN_IF_ERROR(SampleInto(op, f_.iterations / 10, warm_up));
+  DLOCK_RETURN_IF_ERROR(SampleInto(op, f_.iterations, samples));
+  return Summarise(samples);
+}
+
+Status Bench::SampleInto(const std::function<Status()>& op, int n,
+                         std::vector<std::int64_t>& ns) {
+  for (int i = 0; i < n; ++i) {
     const auto t0 = NowNs();
     DLOCK_RETURN_IF_ERROR(WithRetries(op));
-    if (i >= f_.iterations / 10) samples.push_back(NowNs() - t0);
+    ns.push_back(NowNs() - t0);
   }
-  return Summarise(samples);
+  return Status::Ok();
 }
 
 std::unique_ptr<Client> Bench::OpenClient() const {
@@ -168,11 +180,27 @@ Status Bench::Floor() {
 }
 
 Status Bench::Cycle() {
-  DLOCK_ASSIGN_OR_RETURN(out_.cycle, Sample([&]() -> Status {
-                           auto lease = client_.TryAcquire(prefix_ + "cycle", opts_);
-                           if (!lease.ok()) return lease.status();
-                           return lease->Release();
-                         }));
+  ClientOptions unrecorded;
+  unrecorded.record_metrics = false;
+  DLOCK_ASSIGN_OR_RETURN(std::unique_ptr<Client> quiet, Client::Connect(store_.uri, unrecorded));
+  auto cycle_on = [&](Client& c) {
+    return [&c, this]() -> Status {
+      auto lease = c.TryAcquire(prefix_ + "cycle", opts_);
+      if (!lease.ok()) return lease.status();
+      return lease->Release();
+    };
+  };
+  // Ten alternating blocks, so that both clients see the same machine.
+  std::vector<std::int64_t> recorded, unrecorded_ns, warm_up;
+  DLOCK_RETURN_IF_ERROR(SampleInto(cycle_on(client_), f_.iterations / 10, warm_up));
+  DLOCK_RETURN_IF_ERROR(SampleInto(cycle_on(*quiet), f_.iterations / 10, warm_up));
+  const int block = std::max(f_.iterations / 10, 1);
+  for (int i = 0; i < 10; ++i) {
+    DLOCK_RETURN_IF_ERROR(SampleInto(cycle_on(client_), block, recorded));
+    DLOCK_RETURN_IF_ERROR(SampleInto(cycle_on(*quiet), block, unrecorded_ns));
+  }
+  out_.cycle = Summarise(recorded);
+  out_.cycle_unrecorded = Summarise(unrecorded_ns);
   return Status::Ok();
 }
 
@@ -288,7 +316,10 @@ void PrintLatencies(const BenchFlags& f, const BenchFigures& b) {
             << "                                         p50 us    p99 us\n";
   if (b.have_floor) line("floor: one round trip (Ping)", b.floor);
   line("cycle: TryAcquire + Release", b.cycle);
+  line("cycle, recording no metrics", b.cycle_unrecorded);
   line("hand-off, " + std::to_string(f.contenders) + " contenders", b.handoff);
+  std::cout << "  cycle / cycle recording nothing   "
+            << Fixed(Ratio(b.cycle.p50_us, b.cycle_unrecorded.p50_us), 3) << "\n";
   if (b.retried > 0) {
     std::cout << "  (" << b.retried << " request(s) not answered in time were retried)\n";
   }
@@ -325,6 +356,8 @@ json FiguresJson(const BenchFlags& f, const BenchFigures& b, milliseconds hold,
           {"floor_rtt_us", b.have_floor ? json(b.floor.p50_us) : none},
           {"floor", b.have_floor ? ToJson(b.floor) : none},
           {"cycle", ToJson(b.cycle)},
+          {"cycle_unrecorded", ToJson(b.cycle_unrecorded)},
+          {"metrics_cost_ratio", Ratio(b.cycle.p50_us, b.cycle_unrecorded.p50_us)},
           {"cycle_ratio_to_floor",
            b.have_floor ? json(Ratio(b.cycle.p50_us, 2 * b.floor.p50_us)) : none},
           // No hand-off seen (the releaser always took the key back): null,

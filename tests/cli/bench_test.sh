@@ -16,7 +16,9 @@ positive(b["floor_rtt_us"], "floor_rtt_us")
 for k in ("p50_us", "p99_us"):
     positive(b["floor"][k], "floor " + k)
     positive(b["cycle"][k], "cycle " + k)
+    positive(b["cycle_unrecorded"][k], "cycle without metrics " + k)
 positive(b["cycle_ratio_to_floor"], "cycle ratio")
+positive(b["metrics_cost_ratio"], "metrics cost ratio")
 if b["handoff"] is not None:
     positive(b["handoff"]["p50_us"], "handoff p50")
     positive(b["handoff_ratio_to_floor"], "handoff ratio")
@@ -28,6 +30,8 @@ assert b["memory"]["leases"] == 50
 assert b["memory"]["bytes_per_lease"] >= 0
 PY
 grep -q "cycle / two round trips" "$WORK/out" || fail "no ratio printed: $(cat "$WORK/out")"
+grep -q "cycle / cycle recording nothing" "$WORK/out" ||
+  fail "no metrics cost printed: $(cat "$WORK/out")"
 "$DLOCK" plan --rate 10/s --hold 40ms --from-bench "$WORK/bench.json" >"$WORK/plan" ||
   fail "plan --from-bench rejected the bench file: $(cat "$WORK/plan")"
 expect_exit 64 "--contenders" -- "$DLOCK" bench --contenders 1
