@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/exec_metrics.h"
 #include "cli/exported_store.h"
 #include "cli/job_control.h"
 #include "cli/signals.h"
@@ -229,12 +230,16 @@ int ExitCodeOfCommand(int wait_status) {
 // the store checks the owner), release, and turn what happened into an exit
 // code.
 int Finish(const ExecFlags& flags, const ExecPlan& plan, Store& store,
-           std::vector<Lease>& leases, const CommandOutcome& outcome) {
+           std::vector<Lease>& leases, const CommandOutcome& outcome, ExecRecord& record) {
   Status marked;
   if (flags.once && !outcome.terminated && ExitCodeOfCommand(outcome.wait_status) == 0) {
     marked = store.client->MarkDone(leases.front());
   }
   Status released = ReleaseAll(leases);
+  record.released = MonotonicClock::now();
+  record.lease_lost = outcome.terminated || released.code() == StatusCode::kLeaseLost ||
+                      marked.code() == StatusCode::kLeaseLost;
+  record.done_not_recorded = !marked.ok();
   const std::string key = "'" + plan.primary + "'";
   if (!marked.ok()) {
     return Fail(marked.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitLeaseLost,
@@ -262,7 +267,8 @@ Result<bool> IsDone(const ExecFlags& flags, Store& store, const std::string& key
 }
 
 int RunUnderLeases(const ExecFlags& flags, const ExecPlan& plan, Store& store,
-                   std::vector<Lease>& leases, SignalChannel& signals, int lost_fd) {
+                   std::vector<Lease>& leases, SignalChannel& signals, int lost_fd,
+                   ExecRecord& record) {
   // Somebody may have finished it while we waited for the lock.
   if (auto done = IsDone(flags, store, plan.primary); !done.ok() || *done) {
     (void)ReleaseAll(leases);
@@ -296,14 +302,14 @@ int RunUnderLeases(const ExecFlags& flags, const ExecPlan& plan, Store& store,
     (void)ReleaseAll(leases);
     return Fail(outcome.status());
   }
-  return Finish(flags, plan, store, leases, *outcome);
+  record.command_ran = true;
+  return Finish(flags, plan, store, leases, *outcome, record);
 }
 
-}  // namespace
-
-int RunExec(const ExecFlags& flags) {
+int RunRecorded(const ExecFlags& flags, ExecRecord& record) {
   Result<ExecPlan> plan = CheckFlags(flags);
   if (!plan.ok()) return Fail(plan.status());
+  record.key = plan->primary;
   // Before any thread exists, so that every thread inherits the mask.
   Result<SignalChannel> signals = SignalChannel::Open();
   if (!signals.ok()) return Fail(signals.status());
@@ -330,7 +336,27 @@ int RunExec(const ExecFlags& flags) {
                                        " while waiting for key '" + plan->primary + "'");
   }
   if (!leases.ok()) return Fail(leases.status());
-  return RunUnderLeases(flags, *plan, *store, *leases, *signals, lost_fd.get());
+  record.granted = MonotonicClock::now();
+  for (const Lease& l : *leases) {
+    if (l.key() == plan->primary && l.token_ordered()) record.token = l.token();
+  }
+  return RunUnderLeases(flags, *plan, *store, *leases, *signals, lost_fd.get(), record);
+}
+
+}  // namespace
+
+int RunExec(const ExecFlags& flags) {
+  if (flags.metrics_file) {
+    if (Status s = CheckMetricsFile(*flags.metrics_file); !s.ok()) return Fail(s);
+  }
+  ExecRecord record;
+  const int code = RunRecorded(flags, record);
+  if (flags.metrics_file) {
+    if (Status s = WriteMetricsFile(*flags.metrics_file, record, code); !s.ok()) {
+      Fail(0, "warning: " + s.message());
+    }
+  }
+  return code;
 }
 
 namespace {
@@ -355,6 +381,9 @@ void AddLockFlags(CLI::App& cmd, ExecFlags& f) {
                  "gets KEY until the store's clock is this far past the loss, so writes still "
                  "in flight drain first (0..24h; not on redlock)");
   cmd.add_option("--backend", f.backend, kBackendHelp);
+  cmd.add_option("--metrics-file", f.metrics_file,
+                 "when done, write the run's figures (waited, held, token, outcome) to this "
+                 "file for node_exporter's textfile collector (NAME.prom; replaced atomically)");
 }
 
 }  // namespace

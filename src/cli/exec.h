@@ -25,6 +25,7 @@ struct ExecFlags {
   bool shared = false;                  // --shared: the read side of a read-write lock
   int permits = 1;                      // --permits N: a semaphore
   std::string label;                    // --label: shown by status / to election observers
+  std::optional<std::string> metrics_file;  // --metrics-file: the run's figures, for Prometheus
   std::vector<std::string> command;
   // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0.
   bool once = false;
