@@ -133,13 +133,15 @@ TEST_F(MetricsTest, GivingUpCountsTheWholeWaitAndTheDeadline) {
   ASSERT_TRUE(holder.ok());
   auto waiter = NewClient();
   std::optional<Result<Lease>> result;
+  std::atomic<bool> done{false};  // `result` is read only after the join
   std::jthread t([&] {
     AcquireOptions o = Ttl(seconds(30));
     o.wait = seconds(1);
     result.emplace(waiter->Acquire("k", o));
+    done = true;
   });
   clock_->AwaitSleepers(1);
-  while (!result.has_value()) clock_->Advance(milliseconds(50));
+  while (!done) clock_->Advance(milliseconds(50));
   t.join();
   ASSERT_EQ(result->status().code(), StatusCode::kDeadlineExceeded);
   const ClientMetrics m = waiter->Metrics();
