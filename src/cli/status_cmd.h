@@ -12,9 +12,15 @@ struct StatusFlags {
   bool json = false;
   bool waits = false;  // the wait-for graph instead of the holder list
   std::string backend;
+  bool watch = false;           // a live view, redrawn every `interval`
+  std::string interval = "1s";  // 100ms..1h
+  int count = 0;                // --watch: stop after this many looks (0: until q)
 };
 
 int RunStatus(const StatusFlags& flags);
+// `status --watch` (status_watch.cc): holders and waiters redrawn in place on
+// a terminal, or one JSON object per line with --json.
+int RunWatch(const StatusFlags& flags);
 
 // `dlock leader KEY [--after TERM --wait D]`: an election's leader.
 struct LeaderFlags {
