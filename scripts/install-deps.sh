@@ -52,8 +52,9 @@ packages=(
   faketime
   # chaos report test: render the HTML report headless
   chromium
-  # metrics: promtool checks the Prometheus text dlock writes
-  prometheus
+  # metrics: `dlock serve`'s HTTP server (cpp-httplib), and Prometheus, which
+  # its tests run to scrape it (promtool checks the text dlock writes)
+  libcpp-httplib-dev prometheus
 )
 
 case "${1:-}" in

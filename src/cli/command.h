@@ -30,6 +30,7 @@ void AddDemoCommands(CLI::App& app, Commands& commands);    // demo, demo-worker
 void AddPlanCommand(CLI::App& app, Commands& commands);
 void AddBenchCommand(CLI::App& app, Commands& commands);
 void AddChaosCommands(CLI::App& app, Commands& commands);   // chaos, chaos-worker
+void AddServeCommand(CLI::App& app, Commands& commands);
 
 // Help text shared by every --backend option.
 inline constexpr const char* kBackendHelp =

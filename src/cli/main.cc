@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "cli/descriptors.h"
 #include "cli/hide_secrets.h"
+#include "cli/serve_cmd.h"
 #include "core/registry.h"
 #include "core/uri.h"
 #include "dlock/version.h"
@@ -48,11 +49,12 @@ std::string TakeNamedStore(std::vector<std::string>& words) {
   return env ? env : "";
 }
 
-// PostgreSQL and etcd are served by dlock-full (core/registry.cc): hand it
-// the whole command before anything has happened. The store's URI goes in
+// PostgreSQL and etcd are served by dlock-full (core/registry.cc), and so is
+// `dlock serve` (serve_cmd.h): hand it the whole command before anything has
+// happened; `what` names it in the error if dlock-full cannot be run. The store's URI goes in
 // its environment (private to this user), not on its argv (which `ps`
 // shows everyone). Returns only if dlock-full cannot be started.
-int RunInFullBinary(SplitCommandLine split, const std::string& scheme) {
+int RunInFullBinary(SplitCommandLine split, const std::string& what) {
   const std::string store = TakeNamedStore(split.dlock_words);
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
@@ -66,8 +68,8 @@ int RunInFullBinary(SplitCommandLine split, const std::string& scheme) {
   }
   std::vector<std::string> env = harness::EnvironmentWithStore(store);
   ::execve(path.c_str(), harness::NullEnded(args).data(), harness::NullEnded(env).data());
-  return Fail(kExitUnavailable, "the " + scheme + " store is served by " + path +
-                                    ", which cannot be run: " + std::strerror(errno));
+  return Fail(kExitUnavailable,
+              what + " is served by " + path + ", which cannot be run: " + std::strerror(errno));
 }
 
 Commands AddCommands(CLI::App& app) {
@@ -79,6 +81,7 @@ Commands AddCommands(CLI::App& app) {
   AddPlanCommand(app, commands);
   AddBenchCommand(app, commands);
   AddChaosCommands(app, commands);
+  AddServeCommand(app, commands);
   return commands;
 }
 
@@ -131,7 +134,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> probe = split->dlock_words;
   if (auto uri = dlock::internal::ParseUri(TakeNamedStore(probe));
       uri.ok() && dlock::internal::ServedByFullBinary(uri->scheme)) {
-    return RunInFullBinary(*split, uri->scheme);
+    return RunInFullBinary(*split, "the " + uri->scheme + " store");
+  }
+  if (split->subcommand != nullptr && split->subcommand->get_name() == "serve" &&
+      WhereServeRuns() == ServeWhere::kInFullBinary) {
+    return RunInFullBinary(*split, "dlock serve");
   }
   HideBackendSecretsInArgv(static_cast<int>(split->dlock_end) + 1, argv);
   return ParseAndRun(app, commands, *split);
