@@ -63,10 +63,12 @@ wait_for 20 screen_has "dlock status --watch:" || fail "fg did not bring the vie
 
 # q quits, and the terminal is as it was.
 tmux_keys q
-tmux_type "stty -g > $WORK/stty.after; echo quit-done"
-wait_for 20 screen_has "quit-done" || fail "q did not quit: $(tmux_screen)"
+# (The marker is computed, so that the typed line itself does not match.)
+tmux_type "stty -g > $WORK/stty.after; echo quit-\$((1 + 1))-done"
+wait_for 20 screen_has "quit-2-done" || fail "q did not quit: $(tmux_screen)"
 screen_has "dlock status --watch:" && fail "the view's screen was left behind: $(tmux_screen)"
-cmp -s "$WORK/stty.before" "$WORK/stty.after" || fail "terminal settings changed after q"
+cmp -s "$WORK/stty.before" "$WORK/stty.after" ||
+  fail "terminal settings changed after q: $(cat "$WORK/stty.before") -> $(cat "$WORK/stty.after")"
 
 # Ctrl-C too.
 tmux_type "$DLOCK status --watch --interval 200ms; echo exit=\$?"
