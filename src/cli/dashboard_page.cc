@@ -2,10 +2,11 @@
 
 namespace dlock::cli {
 
+namespace {
+
 // Polls rather than streams: one look at the store per second is what a
 // person watching needs, and a poll survives proxies and restarts unaided.
-std::string_view DashboardPage() {
-  return R"html(<!doctype html>
+constexpr std::string_view kPage = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>dlock</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
@@ -128,6 +129,9 @@ $("prefix").addEventListener("change", () => {
 refresh(); setInterval(refresh, 1000);
 </script></body></html>
 )html";
-}
+
+}  // namespace
+
+std::string_view DashboardPage() { return kPage; }
 
 }  // namespace dlock::cli
