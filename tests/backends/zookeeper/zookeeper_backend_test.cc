@@ -516,6 +516,25 @@ LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds ttl = secon
   return r;
 }
 
+// One attempt, asked again while its answer is later than the attempt's
+// bound (1 s): on a loaded machine the ensemble may take longer, and the
+// outcome is then unknown; the next attempt finds its node by its owner.
+Result<Attempt> Answered(Backend& backend, const LeaseRequest& request) {
+  Result<Attempt> a = backend.TryAcquire(request);
+  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) {
+    a = backend.TryAcquire(request);
+  }
+  return a;
+}
+
+Result<Attempt> Answered(Acquisition& acquisition) {
+  Result<Attempt> a = acquisition.Try();
+  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) {
+    a = acquisition.Try();
+  }
+  return a;
+}
+
 OwnerId NewOwner() {
   static std::atomic<std::uint64_t> n{1};
   return OwnerId(DefaultRandom()->Next() | 1, n++);
@@ -532,7 +551,7 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   auto backend = OpenZooKeeper(FixtureOptions());
   auto other = OpenZooKeeper(FixtureOptions());
   const OwnerId holder = NewOwner();
-  auto granted = other->TryAcquire(Req(key, holder));
+  auto granted = Answered(*other, Req(key, holder));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   EXPECT_EQ(backend->MarkDone(key, holder).code(), StatusCode::kNotOwner)
       << "another client's owner";
@@ -545,7 +564,7 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   (void)other->Release(key, holder);
 
   const OwnerId b = NewOwner();
-  granted = backend->TryAcquire(Req(key, b));
+  granted = Answered(*backend, Req(key, b));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   EXPECT_TRUE(backend->MarkDone(key, b).ok());
   EXPECT_TRUE(zk.Exists(record));
@@ -733,7 +752,8 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   const std::string key = UniqueKey("threads");
   auto backend = OpenZooKeeper(FixtureOptions());
   const OwnerId holder = NewOwner(), waiter = NewOwner(), quitter = NewOwner();
-  ASSERT_TRUE(backend->TryAcquire(Req(key, holder))->granted);
+  auto held = Answered(*backend, Req(key, holder));
+  ASSERT_TRUE(held.ok() && held->granted) << held.status().ToString();
   LeaseRequest waiting = Req(key, waiter);
   waiting.queue_ttl = seconds(3);
   LeaseRequest quitting = Req(key, quitter);
@@ -743,8 +763,8 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   auto on_a_thread = [](const std::function<void()>& fn) { std::jthread(fn).join(); };
 
   std::optional<Result<Attempt>> first, other;
-  on_a_thread([&] { first.emplace(w->Try()); });
-  on_a_thread([&] { other.emplace(q->Try()); });
+  on_a_thread([&] { first.emplace(Answered(*w)); });
+  on_a_thread([&] { other.emplace(Answered(*q)); });
   ASSERT_TRUE(first->ok() && !(*first)->granted) << first->status().ToString();
   ASSERT_TRUE(other->ok() && !(*other)->granted) << other->status().ToString();
   EXPECT_EQ(zk.Contenders(key).size(), 3u);
@@ -781,17 +801,6 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
 }
 
 // ---------------------------------------------------------------------- lock-delay
-
-// One attempt, asked again while its answer is later than the attempt's
-// bound (1 s): on a loaded machine the ensemble may take longer, and the
-// outcome is then unknown; the next attempt finds its node by its owner.
-Result<Attempt> Answered(Backend& backend, const LeaseRequest& request) {
-  Result<Attempt> a = backend.TryAcquire(request);
-  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) {
-    a = backend.TryAcquire(request);
-  }
-  return a;
-}
 
 LeaseRequest DelayedReq(const std::string& key, OwnerId owner, milliseconds delay,
                         std::uint32_t limit = 1) {
