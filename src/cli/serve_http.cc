@@ -41,28 +41,6 @@ std::string MetricsPage(Client& client) {
   return page + ProcessText();
 }
 
-// One look for the dashboard: {"at_ms", "store", "holders", "waits"} (the
-// wait-for graph, where the store keeps waiters), or with "error".
-std::string StateJson(Client& client, const std::string& prefix) {
-  nlohmann::json j = {{"at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count()},
-                      {"store", client.Describe()}};
-  auto holders = client.List(prefix);
-  if (!holders.ok()) {
-    j["error"] = holders.status().message();
-    return JsonText(j, -1);
-  }
-  j["holders"] = HoldersJson(*holders);
-  auto waiters = client.Waiters(prefix);
-  if (waiters.ok()) {
-    j["waits"] = WaitsJson(AnalyzeWaits(*holders, *waiters), client.Describe());
-  } else if (waiters.status().code() != StatusCode::kFailedPrecondition) {
-    j["error"] = waiters.status().message();
-  }
-  return JsonText(j, -1);
-}
-
 void Route(httplib::Server& server, Client& client, const std::optional<std::string>& token) {
   server.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
     if (!token || SameSecret(req.get_header_value("Authorization"), "Bearer " + *token)) {
@@ -77,7 +55,8 @@ void Route(httplib::Server& server, Client& client, const std::optional<std::str
     res.set_content(MetricsPage(client), "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/api/state", [&client](const httplib::Request& req, httplib::Response& res) {
-    res.set_content(StateJson(client, req.get_param_value("prefix")), "application/json");
+    res.set_content(JsonText(LookJson(client, req.get_param_value("prefix"), true), -1),
+                    "application/json");
   });
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     // Everything the page needs is in it: nothing from elsewhere may run.

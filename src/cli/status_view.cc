@@ -188,6 +188,29 @@ void WriteWaits(std::ostream& out, const WaitReport& report, std::size_t held,
   }
 }
 
+json LookJson(Client& client, const std::string& prefix, bool with_waits) {
+  json j = {{"at_ms", std::chrono::duration_cast<milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count()},
+            {"store", client.Describe()}};
+  auto holders = client.List(prefix);
+  Status failed = holders.status();
+  if (holders.ok()) {
+    j["holders"] = HoldersJson(*holders);
+    if (with_waits) {
+      auto waiters = client.Waiters(prefix);
+      // A store that keeps no waiter records has no graph, and no error.
+      if (waiters.status().code() != StatusCode::kFailedPrecondition) failed = waiters.status();
+      if (waiters.ok()) j["waits"] = WaitsJson(AnalyzeWaits(*holders, *waiters), client.Describe());
+    }
+  }
+  if (!failed.ok()) {
+    j["error"] = failed.message();
+    j["code"] = std::string(StatusCodeName(failed.code()));
+  }
+  return j;
+}
+
 std::string JsonText(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }

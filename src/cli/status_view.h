@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlock/client.h"
 #include "dlock/types.h"
 #include "dlock/waits.h"
 
@@ -29,6 +30,12 @@ void WriteHolders(std::ostream& out, const std::vector<HolderInfo>& holders,
 // Deadlock cycles first, then the other waiters; or "nobody is waiting".
 void WriteWaits(std::ostream& out, const WaitReport& report, std::size_t held,
                 const std::string& prefix, const std::string& store);
+
+// One look at the store under `prefix`, as the live views send it:
+// {"at_ms" (Unix time), "store", "holders", "waits" (the graph, when
+// `with_waits` and the store keeps waiters)}, or with "error" and "code"
+// when the store could not be read.
+nlohmann::json LookJson(Client& client, const std::string& prefix, bool with_waits);
 
 // Keys are bytes: JSON with invalid UTF-8 replaced rather than refused.
 std::string JsonText(const nlohmann::json& j, int indent);

@@ -16,7 +16,6 @@
 namespace dlock::cli {
 namespace {
 
-using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kMinInterval{100};
@@ -56,29 +55,6 @@ std::string Frame(Store& store, const StatusFlags& flags) {
   return out.str();
 }
 
-// One look, for scripts: {"at_ms", "holders"} (and "waits" with --waits),
-// or {"at_ms", "error", "code"}.
-std::string JsonLine(Store& store, const StatusFlags& flags) {
-  json j = {{"at_ms", std::chrono::duration_cast<milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count()}};
-  auto holders = store.client->List(flags.prefix);
-  Status failed = holders.status();
-  if (holders.ok()) {
-    j["holders"] = HoldersJson(*holders);
-    if (flags.waits) {
-      auto waiters = store.client->Waiters(flags.prefix);
-      failed = waiters.status();
-      if (waiters.ok()) j["waits"] = WaitsJson(AnalyzeWaits(*holders, *waiters), store.client->Describe());
-    }
-  }
-  if (!failed.ok()) {
-    j["error"] = failed.message();
-    j["code"] = std::string(StatusCodeName(failed.code()));
-  }
-  return JsonText(j, -1) + "\n";
-}
-
 Result<milliseconds> Interval(const std::string& text) {
   auto d = internal::ParseDuration(text);
   if (!d.ok()) return d.status().WithContext("--interval");
@@ -107,7 +83,9 @@ int RunWatch(const StatusFlags& flags) {
     return Fail(store.status());
   }
   for (int looks = 1;; ++looks) {
-    const std::string frame = flags.json ? JsonLine(*store, flags) : Frame(*store, flags);
+    const std::string frame =
+        flags.json ? JsonText(LookJson(*store->client, flags.prefix, flags.waits), -1) + "\n"
+                   : Frame(*store, flags);
     (*screen)->Draw(redraw || flags.json ? frame : frame + "\n");
     if (flags.count > 0 && looks >= flags.count) break;
     if ((*screen)->WaitOrQuit(*interval)) break;
