@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "core/prometheus_writer.h"
 #include "dlock/waits.h"
@@ -58,15 +59,20 @@ void WriteHolderGauges(PrometheusWriter& w, const std::vector<HolderInfo>& holde
           {}, stopped);
 }
 
-// A number from /proc/self/stat, counted from the field after the command.
-long StatField(int index) {
+// The numbers of /proc/self/stat after the command's name (field 0 is the
+// state), read once per scrape.
+std::vector<std::string> StatFields() {
   std::ifstream in("/proc/self/stat");
   std::string all((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream fields(all.substr(all.rfind(')') + 2));
-  std::string v;
-  for (int i = 0; i <= index && fields >> v; ++i) {
-  }
-  return std::strtol(v.c_str(), nullptr, 10);
+  const auto close = all.rfind(')');
+  std::istringstream words(close == std::string::npos ? "" : all.substr(close + 2));
+  std::vector<std::string> fields;
+  for (std::string v; words >> v;) fields.push_back(v);
+  return fields;
+}
+
+double Field(const std::vector<std::string>& fields, std::size_t index) {
+  return index < fields.size() ? std::strtod(fields[index].c_str(), nullptr) : 0;
 }
 
 double BootTime() {
@@ -123,16 +129,16 @@ std::string ProcessText() {
   auto w = PrometheusWriter::Make({});
   const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
-  // Fields after the command: utime is the 12th, stime the 13th, starttime
-  // the 20th, rss the 22nd (counting from 0 at the state).
+  // Counting from 0 at the state: utime 11, stime 12, starttime 19, rss 21.
+  const std::vector<std::string> stat = StatFields();
   w->Family("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
   w->Sample("process_cpu_seconds_total", {},
-            PrometheusWriter::Number(static_cast<double>(StatField(11) + StatField(12)) / tick));
+            PrometheusWriter::Number((Field(stat, 11) + Field(stat, 12)) / tick));
   w->Gauge("process_resident_memory_bytes", "Resident memory size in bytes.", {},
-           static_cast<double>(StatField(21)) * page);
+           Field(stat, 21) * page);
   w->Gauge("process_open_fds", "Open file descriptors.", {}, OpenFds());
   w->Gauge("process_start_time_seconds", "Start time of the process since the Unix epoch.", {},
-           BootTime() + static_cast<double>(StatField(19)) / tick);
+           BootTime() + Field(stat, 19) / tick);
   return w->Take();
 }
 
