@@ -9,32 +9,21 @@
 
 #include "dlock/client.h"
 #include "dlock/metrics.h"
-#include "dlock/testing/faulty_backend.h"
 #include "dlock/testing/in_memory_backend.h"
-#include "dlock/testing/simulated_clock.h"
+#include "simulated_store.h"
 
 namespace dlock {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::FaultPlan;
-using testing::FaultyBackend;
 using testing::InMemoryBackend;
-using testing::InMemoryStore;
-using testing::SimulatedClock;
 
 std::size_t Code(StatusCode c) { return static_cast<std::size_t>(c); }
 std::size_t Cause(LossCause c) { return static_cast<std::size_t>(c); }
 
-class MetricsTest : public ::testing::Test {
+class MetricsTest : public ::testing::Test, protected testing::SimulatedStore {
  protected:
-  std::unique_ptr<Client> NewClient(ClientOptions o = {}) {
-    o.clock = clock_;
-    return Client::FromBackend(
-        std::make_unique<FaultyBackend>(std::make_unique<InMemoryBackend>(store_), plan_),
-        std::move(o));
-  }
   // A client whose hook keeps every event.
   std::unique_ptr<Client> HookedClient() {
     ClientOptions o;
@@ -48,17 +37,7 @@ class MetricsTest : public ::testing::Test {
     std::lock_guard lock(mu_);
     return events_;
   }
-  static AcquireOptions Ttl(milliseconds ttl) {
-    AcquireOptions o;
-    o.ttl = ttl;
-    o.wait = milliseconds(0);
-    o.drift_margin = milliseconds(100);
-    return o;
-  }
 
-  std::shared_ptr<SimulatedClock> clock_ = std::make_shared<SimulatedClock>();
-  std::shared_ptr<InMemoryStore> store_ = std::make_shared<InMemoryStore>(clock_);
-  std::shared_ptr<FaultPlan> plan_ = std::make_shared<FaultPlan>();
   std::mutex mu_;
   std::vector<MetricEvent> events_;
 };
@@ -67,7 +46,7 @@ TEST_F(MetricsTest, AGrantAndItsReleaseAreTimedOnTheClientsClock) {
   auto client = NewClient();
   auto lease = client->TryAcquire("k", Ttl(seconds(3)));
   ASSERT_TRUE(lease.ok());
-  clock_->Advance(seconds(5));  // renewed at every ttl/3 meanwhile
+  clock->Advance(seconds(5));  // renewed at every ttl/3 meanwhile
   ASSERT_TRUE(lease->Release().ok());
 
   const ClientMetrics m = client->Metrics();
@@ -107,9 +86,9 @@ TEST_F(MetricsTest, AWaitRunsFromTheFirstRefusalAndTheHandoffFromTheLastWake) {
     o.wait = seconds(10);
     result.emplace(waiter->Acquire("k", o));
   });
-  clock_->AwaitSleepers(1);  // refused, and asleep
+  clock->AwaitSleepers(1);  // refused, and asleep
   ASSERT_TRUE(holder->Release().ok());
-  clock_->Advance(milliseconds(50));  // the poll cap: it wakes and is granted
+  clock->Advance(milliseconds(50));  // the poll cap: it wakes and is granted
   t.join();
   ASSERT_TRUE(result.has_value() && result->ok());
 
@@ -140,8 +119,8 @@ TEST_F(MetricsTest, GivingUpCountsTheWholeWaitAndTheDeadline) {
     result.emplace(waiter->Acquire("k", o));
     done = true;
   });
-  clock_->AwaitSleepers(1);
-  while (!done) clock_->Advance(milliseconds(50));
+  clock->AwaitSleepers(1);
+  while (!done) clock->Advance(milliseconds(50));
   t.join();
   ASSERT_EQ(result->status().code(), StatusCode::kDeadlineExceeded);
   const ClientMetrics m = waiter->Metrics();
@@ -156,8 +135,8 @@ TEST_F(MetricsTest, AnUnreachableStoreLosesTheLeaseAsExpired) {
   auto client = NewClient();
   auto lease = client->TryAcquire("k", Ttl(seconds(3)));
   ASSERT_TRUE(lease.ok());
-  plan_->SetRenewError(UnavailableError("partitioned"));
-  clock_->AdvanceTo(lease->valid_until());
+  plan->SetRenewError(UnavailableError("partitioned"));
+  clock->AdvanceTo(lease->valid_until());
   ASSERT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
   EXPECT_EQ(lease->Release().code(), StatusCode::kLeaseLost);
 
@@ -173,9 +152,9 @@ TEST_F(MetricsTest, AStoreNamingAnotherOwnerIsCountedAsNotOwner) {
   auto client = NewClient();
   auto lease = client->TryAcquire("k", Ttl(seconds(3)));
   ASSERT_TRUE(lease.ok());
-  InMemoryBackend behind_its_back(store_);
+  InMemoryBackend behind_its_back(store);
   ASSERT_TRUE(behind_its_back.Release("k", lease->owner()).ok());
-  clock_->Advance(seconds(1));  // the first renewal
+  clock->Advance(seconds(1));  // the first renewal
   ASSERT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
   const ClientMetrics m = client->Metrics();
   EXPECT_EQ(m.leases_lost[Cause(LossCause::kNotOwner)], 1u);
@@ -189,7 +168,7 @@ TEST_F(MetricsTest, AMaxHoldRunningOutIsCountedAsMaxHold) {
   o.max_hold = seconds(4);
   auto lease = client->TryAcquire("k", o);
   ASSERT_TRUE(lease.ok());
-  clock_->Advance(seconds(8));
+  clock->Advance(seconds(8));
   ASSERT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
   EXPECT_EQ(client->Metrics().leases_lost[Cause(LossCause::kMaxHold)], 1u);
 }
@@ -214,7 +193,7 @@ TEST_F(MetricsTest, RecordingTurnedOffRecordsNothingAndCallsNoHook) {
   auto client = NewClient(std::move(o));
   auto lease = client->TryAcquire("k", Ttl(seconds(3)));
   ASSERT_TRUE(lease.ok());
-  clock_->Advance(seconds(2));
+  clock->Advance(seconds(2));
   ASSERT_TRUE(lease->Release().ok());
   const ClientMetrics m = client->Metrics();
   EXPECT_EQ(m.grants + m.releases + m.acquire.count + m.hold.count + m.renewal.count, 0u);
