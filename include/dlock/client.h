@@ -99,6 +99,15 @@ struct AcquireOptions {
   // This holding's label, instead of the client's (ClientOptions::label):
   // an election candidate's value, shown to observers.
   std::optional<std::string> label;
+  // Reentrancy, off by default. A reentrant acquire of a key that this
+  // thread already holds through this Client, by an acquire that was
+  // reentrant too, asks no store: it returns another handle on the same
+  // holding (same owner, same token) and counts one more hold
+  // (Lease::hold_count). The store's lock is released with the last handle.
+  // The holding keeps its first acquire's ttl, max_hold and label; asking in
+  // another mode (shared, permits) is kFailedPrecondition. Other threads and
+  // other Clients wait as usual. docs/decisions.md says why per thread.
+  bool reentrant = false;
 };
 
 // The current leader of an election key, as the store reports it.

@@ -25,6 +25,7 @@
 #define DLOCK_LEASE_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -69,6 +70,11 @@ class DLOCK_EXPORT Lease {
   // Moves forward with each successful renewal.
   TimePoint valid_until() const;
 
+  // How many handles hold this lease now: 1, or more after reentrant
+  // acquires (AcquireOptions::reentrant) by the same thread. 0 once this
+  // handle is released.
+  std::uint32_t hold_count() const;
+
   // OK while the lease is believed held; kLeaseLost once it is lost;
   // kFailedPrecondition after Release().
   Status Check() const;
@@ -86,17 +92,21 @@ class DLOCK_EXPORT Lease {
 
   // Releases the lock if this owner still holds it. Idempotent: a second call
   // returns OK. Returns kLeaseLost if the lease was lost first (the store is
-  // still asked to drop the key if, and only if, this owner holds it).
+  // still asked to drop the key if, and only if, this owner holds it). A
+  // reentrant lease's handle ends only its own hold; the store is asked when
+  // the last one is released.
   Status Release();
 
  private:
   friend class internal::ClientCore;
   friend class Client;
   DLOCK_INTERNAL Lease(std::shared_ptr<internal::ClientCore> core,
-                       std::shared_ptr<internal::LeaseState> state);
+                       std::shared_ptr<internal::LeaseState> state, std::uint64_t hold = 0);
 
   std::shared_ptr<internal::ClientCore> core_;
   std::shared_ptr<internal::LeaseState> state_;
+  std::uint64_t hold_ = 0;  // which of the holding's handles this is
+  bool released_ = false;   // this handle's Release() ran
 };
 
 }  // namespace dlock

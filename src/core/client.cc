@@ -116,7 +116,7 @@ Result<std::vector<Lease>> Client::AcquireAll(std::vector<std::string> keys,
 Result<bool> Client::IsDone(std::string_view key) { return core_->IsDone(key); }
 
 Status Client::MarkDone(const Lease& lease) {
-  if (!lease.state_) return FailedPreconditionError("empty Lease");
+  DLOCK_RETURN_IF_ERROR(lease.Check());  // empty, released, or lost
   return core_->MarkDone(*lease.state_);
 }
 

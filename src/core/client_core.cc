@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "core/duration.h"
@@ -109,7 +110,7 @@ Result<Lease> ClientCore::Acquire(std::string_view key, const AcquireOptions& op
                                   bool wait) {
   AcquireTimes times{clock_->Now()};
   Result<Lease> lease = AcquireTimed(key, options, wait, times);
-  RecordAcquire(key, lease, times);
+  if (!times.reentered) RecordAcquire(key, lease, times);
   return lease;
 }
 
@@ -129,6 +130,10 @@ Result<Lease> ClientCore::AcquireTimed(std::string_view key, const AcquireOption
                                        bool wait, AcquireTimes& times) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   DLOCK_RETURN_IF_ERROR(CheckOptions(options, wait));
+  if (auto again = Reenter(key, options)) {
+    times.reentered = again->ok();
+    return std::move(*again);
+  }
   const TimePoint deadline = times.start + (wait ? options.wait : milliseconds(0));
   const LeaseRequest request = MakeRequest(key, options, wait, deadline);
   // The acquisition owns this attempt's place in the store (if any) until
@@ -214,7 +219,10 @@ Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireO
   state->drift = options.drift_margin && Duration(*options.drift_margin) < Duration(ttl)
                      ? Duration(*options.drift_margin)
                      : DefaultDrift(ttl);
-  state->on_lost = options.on_lost;
+  if (options.on_lost) state->on_lost.emplace_back(0, options.on_lost);
+  state->limit = request.limit;
+  state->reentrant = options.reentrant;
+  state->thread = std::this_thread::get_id();
   const std::optional<SessionLiveness> session = backend_->Liveness();
   if (session && session->timeout > milliseconds(0)) {
     state->effective_ttl = std::min(ttl, session->timeout);
@@ -337,9 +345,9 @@ void ClientCore::NotifyLost(const LeaseList& newly_lost) {
   for (const auto& state : newly_lost) {
     metrics_.Lost(state->key, state->lost_cause, clock_->Now() - state->granted_at);
     state->lost.request_stop();
-    if (state->on_lost) {
+    for (const auto& [hold, on_lost] : state->on_lost) {
       try {
-        state->on_lost(state->lost_reason);
+        on_lost(state->lost_reason);
       } catch (...) {
         // A throwing callback must not take the renewal thread (and every
         // other lease of this client) down with it.
@@ -487,7 +495,7 @@ TimePoint ClientCore::Tick(TimePoint now) {
   return next;
 }
 
-Status ClientCore::Release(LeaseState& state) {
+Status ClientCore::Release(LeaseState& state, std::uint64_t hold) {
   bool was_lost = false;
   bool expired_now = false;  // lost, but not yet counted as lost
   Status lost_reason;
@@ -495,6 +503,7 @@ Status ClientCore::Release(LeaseState& state) {
   {
     std::lock_guard lock(mu_);
     if (state.phase == LeaseState::Phase::kReleased) return Status::Ok();
+    if (state.holds > 1) return DropHoldLocked(state, hold);
     if (state.phase == LeaseState::Phase::kLost) {
       was_lost = true;
       lost_reason = state.lost_reason;
@@ -572,21 +581,21 @@ TimePoint ClientCore::ValidUntil(const LeaseState& state) const {
 namespace dlock {
 
 Lease::Lease(std::shared_ptr<internal::ClientCore> core,
-             std::shared_ptr<internal::LeaseState> state)
-    : core_(std::move(core)), state_(std::move(state)) {}
+             std::shared_ptr<internal::LeaseState> state, std::uint64_t hold)
+    : core_(std::move(core)), state_(std::move(state)), hold_(hold) {}
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
-    if (core_ && state_) (void)core_->Release(*state_);
+    (void)Release();
     core_ = std::move(other.core_);
     state_ = std::move(other.state_);
+    hold_ = other.hold_;
+    released_ = other.released_;
   }
   return *this;
 }
 
-Lease::~Lease() {
-  if (core_ && state_) (void)core_->Release(*state_);
-}
+Lease::~Lease() { (void)Release(); }
 
 const std::string& Lease::key() const { return state_->key; }
 const OwnerId& Lease::owner() const { return state_->owner; }
@@ -596,19 +605,26 @@ std::chrono::milliseconds Lease::ttl() const { return state_->ttl; }
 TimePoint Lease::valid_until() const { return core_->ValidUntil(*state_); }
 std::stop_token Lease::stop_token() const { return state_->lost.get_token(); }
 
+std::uint32_t Lease::hold_count() const {
+  return state_ && !released_ ? core_->HoldCount(*state_) : 0;
+}
+
 Status Lease::Check() const {
   if (!state_) return FailedPreconditionError("empty Lease");
+  if (released_) return FailedPreconditionError("lease on key '" + key() + "' was released");
   return core_->Check(*state_);
 }
 
 Status Lease::Renew() {
-  if (!state_) return FailedPreconditionError("empty Lease");
+  DLOCK_RETURN_IF_ERROR(Check());
   return core_->RenewNow(state_);
 }
 
 Status Lease::Release() {
   if (!state_) return FailedPreconditionError("empty Lease");
-  return core_->Release(*state_);
+  if (released_) return Status::Ok();
+  released_ = true;
+  return core_->Release(*state_, hold_);
 }
 
 }  // namespace dlock

@@ -16,7 +16,9 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dlock/backend.h"
@@ -42,7 +44,9 @@ struct LeaseState {
   // renewal timing follows.
   std::chrono::milliseconds effective_ttl{0};
   Duration drift{0};
-  std::function<void(const Status&)> on_lost;
+  std::uint32_t limit = 1;  // LeaseRequest::limit: the mode a re-entry must ask in
+  bool reentrant = false;   // AcquireOptions::reentrant of the first acquire
+  std::thread::id thread;   // the thread that acquired it: the one that may re-enter
   std::stop_source lost;  // requested on loss
   // No renewal from then on (AcquireOptions::max_hold); max() if unbounded.
   TimePoint renew_until = TimePoint::max();
@@ -54,6 +58,13 @@ struct LeaseState {
   TimePoint next_renew_at{};
   Status lost_reason;
   LossCause lost_cause = LossCause::kExpired;
+  // Handles holding it: 1, plus one per re-entry not yet released. Handle 0
+  // is the first acquire's; re-entries number on from last_hold.
+  std::uint32_t holds = 1;
+  std::uint64_t last_hold = 0;
+  // Each handle's AcquireOptions::on_lost, by handle. Frozen once the phase
+  // leaves kHeld, so the loss notification reads it without mu_.
+  std::vector<std::pair<std::uint64_t, std::function<void(const Status&)>>> on_lost;
 };
 
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
@@ -82,8 +93,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<bool> IsDone(std::string_view key);
   Status MarkDone(const LeaseState& state);
 
-  // For Lease.
-  Status Release(LeaseState& state);
+  // For Lease. Release ends the handle `hold`; the store is asked when it
+  // is the holding's last.
+  Status Release(LeaseState& state, std::uint64_t hold);
+  std::uint32_t HoldCount(const LeaseState& state) const;
   Status RenewNow(const std::shared_ptr<LeaseState>& state);
   Status Check(const LeaseState& state) const;
   TimePoint ValidUntil(const LeaseState& state) const;
@@ -97,7 +110,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
     TimePoint start;
     std::optional<TimePoint> held_since;
     TimePoint woke{};
+    bool reentered = false;  // a re-entry: no store grant to record
   };
+  // A reentrant acquire of a key this thread holds reentrantly: another
+  // handle on that holding; nullopt when there is none (reentry.cc).
+  std::optional<Result<Lease>> Reenter(std::string_view key, const AcquireOptions& options);
+  // Ends handle `hold` of a holding that keeps others. Under mu_.
+  Status DropHoldLocked(LeaseState& state, std::uint64_t hold);
   Result<Lease> AcquireTimed(std::string_view key, const AcquireOptions& options, bool wait,
                              AcquireTimes& times);
   void RecordAcquire(std::string_view key, const Result<Lease>& lease,

@@ -66,6 +66,16 @@ Result<Attempt> TryAnswered(Acquisition& a) {
   return r;
 }
 
+// The same for a client's single attempt: asked again while the store did
+// not answer in time.
+Result<Lease> TryAnswered(Client& client, const std::string& key, const AcquireOptions& o) {
+  Result<Lease> r = client.TryAcquire(key, o);
+  for (int i = 1; i < 5 && !r.ok() && r.status().code() == StatusCode::kUnavailable; ++i) {
+    r = client.TryAcquire(key, o);
+  }
+  return r;
+}
+
 class ConformanceTest : public ::testing::Test {
  protected:
   // Tests use what RawBackend returns without checking it: a store that
@@ -610,6 +620,36 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   EXPECT_TRUE(*other->IsDone(key)) << "the mark outlives the holding";
   EXPECT_FALSE(*other->IsDone(key + "/x")) << "a longer key has its own record";
   EXPECT_FALSE(*other->IsDone(key.substr(0, key.rfind('/')))) << "so has a shorter one";
+}
+
+TEST_F(ConformanceTest, AReentrantHoldingIsOneStoreLockUntilItsLastHandle) {
+  auto client = NewClient();
+  auto other = NewClient();
+  ASSERT_TRUE(client && other);
+  const std::string key = UniqueKey("reentrant");
+  AcquireOptions o = Opts(milliseconds(10'000));
+  o.reentrant = true;
+  auto first = TryAnswered(*client, key, o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = TryAnswered(*client, key, o);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->token(), first->token());
+  EXPECT_EQ(second->hold_count(), 2u);
+  auto holders = other->List(key);
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  EXPECT_EQ(std::count_if(holders->begin(), holders->end(),
+                          [&](const HolderInfo& h) { return h.key == key; }),
+            1);
+
+  ASSERT_TRUE(first->Release().ok());
+  EXPECT_EQ(TryAnswered(*other, key, Opts(milliseconds(10'000))).status().code(),
+            StatusCode::kLockHeld)
+      << "released at the store while a handle still held it";
+  ASSERT_TRUE(second->Release().ok());
+  auto next = TryAnswered(*other, key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(next.ok()) << "not released with the last handle: " << next.status().ToString();
+  EXPECT_GT(next->token(), first->token());
+  EXPECT_TRUE(next->Release().ok());
 }
 
 TEST_F(ConformanceTest, ElectionTermsIncreaseAndObserversSeeTheLeader) {
