@@ -16,6 +16,7 @@
 #include "cli/common.h"
 #include "cli/exec_metrics.h"
 #include "cli/exported_store.h"
+#include "cli/interrupt_watcher.h"
 #include "cli/job_control.h"
 #include "cli/signals.h"
 #include "cli/supervisor.h"
@@ -31,107 +32,25 @@ using internal::Fd;
 using std::chrono::milliseconds;
 
 // The flags, checked: what RunExec acts on.
-struct ExecPlan {
-  std::string primary;            // the key named in messages and DLOCK_KEY
-  std::vector<std::string> keys;  // every key, primary included
-  AcquireOptions options;         // ttl, wait, sharing, lock-delay, max hold
+struct ExecPlan : LockPlan {
   milliseconds grace{0};
 };
 
-Result<milliseconds> FlagDuration(std::string_view flag, const std::string& text) {
-  auto d = internal::ParseDuration(text);
-  if (!d.ok()) return d.status().WithContext(flag);
-  return d;
-}
-
-Status CheckKeys(const ExecFlags& flags, ExecPlan& plan) {
-  if (!flags.key && flags.extra_keys.empty()) {
-    return InvalidArgumentError("no key given: dlock exec KEY [OPTIONS] [--] CMD..., or "
-                                "--key K [--key K2...] -- CMD...");
-  }
-  if (flags.once && (!flags.extra_keys.empty())) {
+Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
+  ExecPlan plan;
+  DLOCK_ASSIGN_OR_RETURN(
+      static_cast<LockPlan&>(plan),
+      CheckLockFlags(flags, "dlock exec KEY [OPTIONS] [--] CMD..., or --key K [--key K2...] -- "
+                            "CMD..."));
+  if (flags.once && !flags.extra_keys.empty()) {
     return InvalidArgumentError("dlock once takes one key (no --key)");
   }
-  plan.keys = flags.extra_keys;
-  if (flags.key) plan.keys.insert(plan.keys.begin(), *flags.key);
-  plan.primary = plan.keys.front();
-  for (const std::string& k : plan.keys) DLOCK_RETURN_IF_ERROR(ValidateKey(k));
   if (flags.command.empty()) {
     return InvalidArgumentError("no command given: dlock exec KEY [OPTIONS] [--] CMD [ARGS...]");
   }
-  return Status::Ok();
-}
-
-Status CheckDurations(const ExecFlags& flags, ExecPlan& plan) {
-  AcquireOptions& o = plan.options;
-  DLOCK_ASSIGN_OR_RETURN(o.ttl, FlagDuration("--ttl", flags.ttl));
-  DLOCK_ASSIGN_OR_RETURN(o.wait, FlagDuration("--wait", flags.wait));
   DLOCK_ASSIGN_OR_RETURN(plan.grace, FlagDuration("--kill-grace", flags.kill_grace));
-  if (flags.no_wait) o.wait = milliseconds(0);
-  if (!flags.max_hold.empty()) {
-    DLOCK_ASSIGN_OR_RETURN(o.max_hold, FlagDuration("--max-hold", flags.max_hold));
-    if (*o.max_hold <= milliseconds(0)) {
-      return InvalidArgumentError("--max-hold must be positive");
-    }
-  }
-  if (!flags.lock_delay.empty()) {
-    DLOCK_ASSIGN_OR_RETURN(o.lock_delay, FlagDuration("--lock-delay", flags.lock_delay));
-  }
-  if (Status s = ValidateTtl(o.ttl); !s.ok()) return s.WithContext("--ttl");
-  return Status::Ok();
-}
-
-Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
-  ExecPlan plan;
-  DLOCK_RETURN_IF_ERROR(CheckKeys(flags, plan));
-  DLOCK_RETURN_IF_ERROR(CheckDurations(flags, plan));
-  if (flags.permits < 1 || flags.permits > static_cast<int>(kMaxPermits)) {
-    return InvalidArgumentError("--permits " + std::to_string(flags.permits) +
-                                " is out of range: 1 to 65535");
-  }
-  plan.options.permits = static_cast<std::uint32_t>(flags.permits);
-  plan.options.shared = flags.shared;
-  if (!flags.label.empty()) plan.options.label = flags.label;
   return plan;
 }
-
-// While Acquire blocks: SIGINT/SIGTERM/SIGHUP/SIGQUIT cancel it; a
-// job-control stop stops dlock (the acquire goes on when it is continued).
-class InterruptWatcher {
- public:
-  InterruptWatcher(SignalChannel& signals, std::stop_source cancel)
-      : done_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-        thread_([this, &signals, cancel]() mutable { Watch(signals, cancel); }) {}
-  ~InterruptWatcher() { Stop(); }
-
-  void Stop() {
-    if (!thread_.joinable()) return;
-    std::uint64_t one = 1;
-    (void)!::write(done_.get(), &one, sizeof one);
-    thread_.join();
-  }
-  int signal() const { return signal_; }
-
- private:
-  void Watch(SignalChannel& signals, std::stop_source& cancel) {
-    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {done_.get(), POLLIN, 0}};
-    for (;;) {
-      if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
-      if (fds[1].revents) return;
-      while (std::optional<int> s = signals.Next()) {
-        if (IsJobStop(*s)) StopSelf(*s, Terminal::OnStdin().present());
-        if (*s == SIGCHLD || IsJobStop(*s)) continue;
-        signal_ = *s;
-        cancel.request_stop();
-        return;
-      }
-    }
-  }
-
-  Fd done_;
-  std::atomic<int> signal_{0};
-  std::thread thread_;
-};
 
 // Every key, all or nothing; a held single key is tried once without a
 // watcher thread first (the common, uncontended case).
@@ -361,26 +280,13 @@ int RunExec(const ExecFlags& flags) {
 
 namespace {
 
-void AddLockFlags(CLI::App& cmd, ExecFlags& f) {
-  cmd.add_option("key", f.key, "lock key (1 to 1024 bytes); with --, may be left out when --key "
-                               "names the keys");
-  cmd.add_option("--ttl", f.ttl, "lease time to live (10ms..24h)")->capture_default_str();
-  auto* wait = cmd.add_option("--wait", f.wait, "how long to wait for a held lock (up to 8760h)")
-                   ->capture_default_str();
-  cmd.add_flag("--no-wait", f.no_wait, "fail at once (exit 75) if the lock is held")
-      ->excludes(wait);
+// What exec and once add to the lock flags.
+void AddRunFlags(CLI::App& cmd, ExecFlags& f) {
+  AddLockFlags(cmd, f);
   cmd.add_option("--kill-grace", f.kill_grace,
                  "SIGTERM the command this long before the lease could lapse (at most ttl/4); "
                  "SIGKILL at a fifth of it")
       ->capture_default_str();
-  cmd.add_option("--max-hold", f.max_hold,
-                 "stop renewing after this long (up to 8760h), so a hung command cannot keep "
-                 "the lock forever (it is then terminated like any lost lease)");
-  cmd.add_option("--lock-delay", f.lock_delay,
-                 "if this lease is lost (expired, dlock killed) rather than released, nobody "
-                 "gets KEY until the store's clock is this far past the loss, so writes still "
-                 "in flight drain first (0..24h; not on redlock)");
-  cmd.add_option("--backend", f.backend, kBackendHelp);
   cmd.add_option("--metrics-file", f.metrics_file,
                  "when done, write the run's figures (waited, held, token, outcome) to this "
                  "file for node_exporter's textfile collector (NAME.prom; replaced atomically)");
@@ -393,20 +299,12 @@ void AddExecCommands(CLI::App& app, Commands& commands) {
   CLI::App* cmd = app.add_subcommand(
       "exec", "Run CMD while holding the lock KEY; DLOCK_KEY, DLOCK_TOKEN and DLOCK_BACKEND "
               "(never with a password) are set in its environment");
-  AddLockFlags(*cmd, *exec);
+  AddRunFlags(*cmd, *exec);
   cmd->add_option("--key", exec->extra_keys,
                   "another key to hold too (repeatable): all are taken in one canonical order, "
                   "all or nothing; each token is in DLOCK_KEY_<i>/DLOCK_TOKEN_<i>")
       ->allow_extra_args(false);
-  cmd->add_flag("--shared", exec->shared,
-                "take the read side of a read-write lock: shared with other --shared holders, "
-                "never with a plain exec of KEY (the writer); a waiting writer goes before "
-                "readers that come after it");
-  cmd->add_option("--permits", exec->permits,
-                  "a semaphore: up to N holders of KEY at once, each with its own token "
-                  "(everyone on KEY should use the same N)")
-      ->capture_default_str();
-  cmd->add_option("--label", exec->label, "name this holder in 'dlock status' (default host:pid)");
+  AddHoldingFlags(*cmd, *exec);
   cmd->footer(
       "Usage: dlock exec KEY [OPTIONS] [--] CMD [ARGS...]\n"
       "Every word from CMD on is the command's, with or without --.\n"
@@ -420,7 +318,7 @@ void AddExecCommands(CLI::App& app, Commands& commands) {
   cmd = app.add_subcommand(
       "once", "Run CMD once for KEY across every caller: skip if KEY is done, else run it under "
               "the lock and record it done if it exits 0");
-  AddLockFlags(*cmd, *once);
+  AddRunFlags(*cmd, *once);
   cmd->footer(
       "Usage: dlock once KEY [OPTIONS] [--] CMD [ARGS...]\n"
       "A failed run (non-zero exit) is not recorded, so the next caller runs it again; a crashed "
