@@ -75,6 +75,7 @@ int RunInFullBinary(SplitCommandLine split, const std::string& what) {
 Commands AddCommands(CLI::App& app) {
   Commands commands;
   AddExecCommands(app, commands);
+  AddAcquireCommands(app, commands);
   AddStatusCommands(app, commands);
   AddFenceCommands(app, commands);
   AddDemoCommands(app, commands);
