@@ -110,6 +110,26 @@ struct AcquireOptions {
   bool reentrant = false;
 };
 
+// An operator's forced release (Client::Break, `dlock break`).
+struct BreakOptions {
+  // Only these holders of the key; empty: every holder (all readers or
+  // permits of a shared key).
+  std::vector<OwnerId> owners;
+  // Who breaks, shown on the break's own grant. Empty: "break by " and the
+  // client's label.
+  std::string label;
+};
+
+// What a break did.
+struct BreakReport {
+  std::vector<HolderInfo> evicted;  // the holdings it ended, as the store showed them
+  // The token of the first grant after the eviction: the break's own
+  // (released at once) or a waiter's that got the key first. Above every
+  // evicted holder's token, so a fence that has seen it refuses their
+  // writes. 0 when nothing was evicted, or the store orders no tokens.
+  FencingToken token = 0;
+};
+
 // The current leader of an election key, as the store reports it.
 struct Leader {
   OwnerId owner;
@@ -159,6 +179,14 @@ class DLOCK_EXPORT Client {
   // The parts, for callers that run the job themselves (`dlock once`).
   Result<bool> IsDone(std::string_view key);
   Status MarkDone(const Lease& lease);
+
+  // Ends other owners' holdings of `key` (all, or options.owners) at the
+  // store, then makes a grant so that a token above theirs exists. The
+  // evicted holders learn it at their next renewal: their leases are lost
+  // (on_lost, the stop token; `dlock exec` terminates its command). A key
+  // nobody holds is left alone (an empty report). kUnavailable if the store
+  // could not be told; a holder already evicted stays evicted.
+  Result<BreakReport> Break(std::string_view key, const BreakOptions& options = {});
 
   // Locks currently held in the store whose key starts with `prefix`.
   Result<std::vector<HolderInfo>> List(std::string_view prefix = {});

@@ -145,6 +145,10 @@ Result<bool> Client::RunOnce(std::string_view key, const AcquireOptions& options
   return true;
 }
 
+Result<BreakReport> Client::Break(std::string_view key, const BreakOptions& options) {
+  return core_->Break(key, options);
+}
+
 Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
   return core_->List(prefix);
 }

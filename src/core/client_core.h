@@ -80,6 +80,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                         bool wait);
   Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
                                         const AcquireOptions& options);
+  Result<BreakReport> Break(std::string_view key, const BreakOptions& options);  // break.cc
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix);
   Result<std::optional<Leader>> CurrentLeader(std::string_view key);
@@ -115,6 +116,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // A reentrant acquire of a key this thread holds reentrantly: another
   // handle on that holding; nullopt when there is none (reentry.cc).
   std::optional<Result<Lease>> Reenter(std::string_view key, const AcquireOptions& options);
+  // After a break evicted holders up to token `evicted`: the token of a
+  // grant made since, the break's own or a waiter's (break.cc).
+  Result<FencingToken> TokenAfterBreak(std::string_view key, FencingToken evicted,
+                                       const std::string& label);
   // Ends handle `hold` of a holding that keeps others. Under mu_.
   Status DropHoldLocked(LeaseState& state, std::uint64_t hold);
   Result<Lease> AcquireTimed(std::string_view key, const AcquireOptions& options, bool wait,

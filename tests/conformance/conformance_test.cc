@@ -652,6 +652,33 @@ TEST_F(ConformanceTest, AReentrantHoldingIsOneStoreLockUntilItsLastHandle) {
   EXPECT_TRUE(next->Release().ok());
 }
 
+TEST_F(ConformanceTest, ABreakEvictsTheHolderAndOrdersItselfAfterIt) {
+  auto holder = NewClient();
+  auto breaker = NewClient();
+  ASSERT_TRUE(holder && breaker);
+  const std::string key = UniqueKey("break");
+  auto lease = TryAnswered(*holder, key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+
+  auto report = breaker->Break(key);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->evicted.size(), 1u);
+  EXPECT_EQ(report->evicted[0].owner, lease->owner());
+  EXPECT_EQ(report->evicted[0].token, lease->token());
+  if (lease->token_ordered()) EXPECT_GT(report->token, lease->token());
+  // The holder learns it when it next asks the store (a session store may
+  // tell its client a moment later: asked again until then).
+  Status renewed;
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] { return (renewed = lease->Renew()).code() == StatusCode::kLeaseLost; },
+      milliseconds(10'000)))
+      << "the evicted holder still renews: " << renewed.ToString();
+  auto next = TryAnswered(*breaker, key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(next.ok()) << "the key is not free after the break: " << next.status().ToString();
+  if (next->token_ordered()) EXPECT_GT(next->token(), report->token);
+  EXPECT_TRUE(next->Release().ok());
+}
+
 TEST_F(ConformanceTest, ElectionTermsIncreaseAndObserversSeeTheLeader) {
   auto a = NewClient();
   auto b = NewClient();

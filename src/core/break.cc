@@ -1,0 +1,86 @@
+// Client::Break: an operator's forced release, ordered by a fencing token.
+//
+// Built on what every store already does: Release is checked by the owner
+// id alone, so the break ends a holding by the owner the store showed; and
+// every grant takes the next token, so one grant after the eviction puts a
+// token above the evicted holders' into the world.
+#include <algorithm>
+
+#include "core/client_core.h"
+
+namespace dlock::internal {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The break's own grant lives only until it is released, a moment later;
+// the TTL bounds it if the release is lost.
+constexpr milliseconds kBreakTtl{10'000};
+// How long a break tries to see a grant after the eviction.
+constexpr milliseconds kOrderWithin{10'000};
+
+bool Chosen(const HolderInfo& h, std::string_view key, const BreakOptions& options) {
+  if (h.key != key) return false;  // a longer key with this prefix
+  return options.owners.empty() || std::find(options.owners.begin(), options.owners.end(),
+                                             h.owner) != options.owners.end();
+}
+
+}  // namespace
+
+Result<BreakReport> ClientCore::Break(std::string_view key, const BreakOptions& options) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  const std::string label = options.label.empty() ? "break by " + label_ : options.label;
+  DLOCK_RETURN_IF_ERROR(ValidateLabel(label));
+  DLOCK_ASSIGN_OR_RETURN(std::vector<HolderInfo> holders, Counted(backend_->List(key)));
+  BreakReport report;
+  FencingToken highest = 0;
+  for (HolderInfo& h : holders) {
+    if (!Chosen(h, key, options)) continue;
+    // Owner-checked by the owner the store just showed: a holding that
+    // changed hands meanwhile is not touched.
+    const Status ended = Counted(backend_->Release(h.key, h.owner));
+    if (ended.code() == StatusCode::kNotOwner) continue;
+    if (!ended.ok()) return ended.WithContext("break of key '" + std::string(key) + "'");
+    highest = std::max(highest, h.token);
+    report.evicted.push_back(std::move(h));
+  }
+  if (report.evicted.empty() || !backend_->OrdersTokens()) return report;
+  DLOCK_ASSIGN_OR_RETURN(report.token, TokenAfterBreak(key, highest, label));
+  return report;
+}
+
+Result<FencingToken> ClientCore::TokenAfterBreak(std::string_view key, FencingToken evicted,
+                                                 const std::string& label) {
+  LeaseRequest request{std::string(key), OwnerId(session_, random_->Next()), kBreakTtl};
+  // A reader's grant where the store shares keys: admitted beside the
+  // holders a break by owner left alone, refused only for a writer.
+  request.limit = backend_->SupportsSharing() ? kSharedLimit : 1;
+  request.label = label;
+  const TimePoint until = clock_->Now() + kOrderWithin;
+  Duration poll = milliseconds(1);
+  for (;;) {
+    Result<Attempt> attempt = Counted(backend_->TryAcquire(request));
+    if (attempt.ok() && attempt->granted) {
+      (void)Counted(backend_->Release(request.key, request.owner));
+      return attempt->token;
+    }
+    if (attempt.ok()) {
+      // Refused: somebody may have been granted the key first — a later
+      // token than the evicted ones is all the break needs.
+      DLOCK_ASSIGN_OR_RETURN(std::vector<HolderInfo> now, Counted(backend_->List(key)));
+      FencingToken later = 0;
+      for (const HolderInfo& h : now) {
+        if (h.key == key && h.token > evicted) later = std::max(later, h.token);
+      }
+      if (later != 0) return later;
+    }
+    if (clock_->Now() >= until) {
+      return UnavailableError("the holders of key '" + std::string(key) +
+                              "' were evicted, but no grant after them could be made within " +
+                              "10s to show a later token; the next grant's will be later");
+    }
+    Backoff(until, poll, {});
+  }
+}
+
+}  // namespace dlock::internal

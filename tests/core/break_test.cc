@@ -1,0 +1,105 @@
+// Client::Break on the simulated clock: who is evicted, the token that
+// orders the break, and what the evicted holder sees.
+#include <atomic>
+
+#include <gtest/gtest.h>
+
+#include "dlock/client.h"
+#include "dlock/fence.h"
+#include "simulated_store.h"
+
+namespace dlock {
+namespace {
+
+using std::chrono::seconds;
+
+class BreakTest : public ::testing::Test, protected testing::SimulatedStore {
+ protected:
+  std::unique_ptr<Client> holder_ = NewClient();
+  std::unique_ptr<Client> operator_ = NewClient();
+};
+
+TEST_F(BreakTest, TheEvictedHolderLosesItsLeaseAndItsWritesAreRefused) {
+  std::atomic<int> lost{0};
+  AcquireOptions o = Ttl(seconds(3));
+  o.on_lost = [&](const Status&) { ++lost; };
+  auto lease = holder_->TryAcquire("k", o);
+  ASSERT_TRUE(lease.ok());
+  fence::Memory fence;
+  ASSERT_TRUE(fence.Admit("k", lease->token()).ok());
+
+  auto report = operator_->Break("k");
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->evicted.size(), 1u);
+  EXPECT_EQ(report->evicted[0].owner, lease->owner());
+  EXPECT_EQ(report->evicted[0].token, lease->token());
+  EXPECT_GT(report->token, lease->token());
+
+  // The fence that has seen the break's token refuses the holder's.
+  ASSERT_TRUE(fence.Admit("k", report->token).ok());
+  EXPECT_EQ(fence.Admit("k", lease->token()).code(), StatusCode::kStaleToken);
+  // The holder learns it at its next renewal: lost, reported once.
+  clock->Advance(seconds(2));
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  EXPECT_TRUE(lease->stop_token().stop_requested());
+  EXPECT_EQ(lost, 1);
+  // The key is free, and the next grant comes after the break.
+  auto next = operator_->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), report->token);
+}
+
+TEST_F(BreakTest, ABreakByOwnerLeavesTheOtherReadersAlone) {
+  AcquireOptions shared = Ttl(seconds(3));
+  shared.shared = true;
+  auto first = holder_->TryAcquire("k", shared);
+  auto second = operator_->TryAcquire("k", shared);
+  ASSERT_TRUE(first.ok() && second.ok());
+  BreakOptions only;
+  only.owners = {first->owner()};
+  auto report = NewClient()->Break("k", only);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->evicted.size(), 1u);
+  EXPECT_EQ(report->evicted[0].owner, first->owner());
+  EXPECT_GT(report->token, std::max(first->token(), second->token()));
+  clock->Advance(seconds(2));
+  EXPECT_EQ(first->Check().code(), StatusCode::kLeaseLost);
+  EXPECT_TRUE(second->Check().ok()) << second->Check().ToString();
+}
+
+TEST_F(BreakTest, AKeyNobodyHoldsIsLeftAlone) {
+  auto held = holder_->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(held.ok());
+  BreakOptions stranger;
+  stranger.owners = {OwnerId(1, 2)};
+  auto report = operator_->Break("k", stranger);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->evicted.empty());
+  EXPECT_EQ(report->token, 0u);
+  report = operator_->Break("free");
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->evicted.empty());
+  clock->Advance(seconds(2));
+  EXPECT_TRUE(held->Check().ok()) << "a break aimed elsewhere touched the holder";
+  // A longer key that starts with the broken one is another key.
+  auto longer = holder_->TryAcquire("k/2", Ttl(seconds(3)));
+  ASSERT_TRUE(longer.ok());
+  ASSERT_TRUE(held->Release().ok());
+  report = operator_->Break("k");
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->evicted.empty()) << report->evicted.size();
+}
+
+TEST_F(BreakTest, BadInputIsRefusedBeforeAnythingIsBroken) {
+  auto held = holder_->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(operator_->Break("").status().code(), StatusCode::kInvalidArgument);
+  BreakOptions bad;
+  bad.label = std::string("line\nbreak");
+  EXPECT_EQ(operator_->Break("k", bad).status().code(), StatusCode::kInvalidArgument);
+  clock->Advance(seconds(2));
+  EXPECT_TRUE(held->Check().ok());
+}
+
+}  // namespace
+}  // namespace dlock
