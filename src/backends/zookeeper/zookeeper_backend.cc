@@ -251,6 +251,18 @@ std::shared_ptr<Holding> ZooKeeperBackendImpl::TakeHolding(std::string_view key,
   return h;
 }
 
+namespace {
+
+// A holding whose node was gone when its owner released it was lost first
+// (deleted by a break, say): not a release to report as done. A repeated
+// release finds no holding and answers OK.
+Status GoneBefore(const Holding& h) {
+  return NotOwnerError("the node of key " + Quoted(h.key) +
+                       " was gone before the release: the holding was lost (deleted)");
+}
+
+}  // namespace
+
 Status ZooKeeperBackendImpl::ReleaseHolding(const Live& live, const Holding& h) {
   if (h.marker_made) {
     // A clean release ends the lock-delay with the holding: node and marker
@@ -263,13 +275,14 @@ Status ZooKeeperBackendImpl::ReleaseHolding(const Live& live, const Holding& h) 
     auto op = live.session->Multi(std::move(ops));
     const Reply* r = op->Wait(attempt_timeout);  // points into `op`
     if (r != nullptr && r->rc == ZOK) return Status::Ok();
-    if (r != nullptr && r->results.size() == 2 && r->results[0] == ZNONODE) return Status::Ok();
+    if (r != nullptr && r->results.size() == 2 && r->results[0] == ZNONODE) return GoneBefore(h);
     // Otherwise (our marker gone, or no answer) the node alone, below.
   }
   const std::string path = h.NodePath();
   auto op = live.session->Delete(path);
   const Reply* r = op->Wait(attempt_timeout);
-  if (r != nullptr && (r->rc == ZOK || r->rc == ZNONODE)) return Status::Ok();
+  if (r != nullptr && r->rc == ZOK) return Status::Ok();
+  if (r != nullptr && r->rc == ZNONODE) return GoneBefore(h);
   // Unknown: the keeper finds the node by the owner's guid and deletes it.
   ReapLater(Reap{h.key, h.owner, h.lock_path, "", h.gen, Now() + kReapRetry});
   return r == nullptr ? UnavailableError("ZooKeeper did not answer the delete of " + path +
