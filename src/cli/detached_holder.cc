@@ -91,7 +91,12 @@ bool Answer(int listener, Lease& lease, const std::string& handle) {
   std::string reply;
   bool ended = false;
   if (request.ok() && *request == "release " + handle + "\n") {
+    // A store answers a release of a holding that is gone (broken, say)
+    // as it answers a second release: OK. One renewal first tells the two
+    // apart, so that the step that releases learns its lock was lost.
+    Status held = lease.Renew();
     Status released = lease.Release();
+    if (held.code() == StatusCode::kLeaseLost && released.ok()) released = held;
     reply = HolderLine(released, "released");
     ended = true;
   } else {
