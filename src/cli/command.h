@@ -25,6 +25,7 @@ using Commands = std::vector<Command>;
 
 void AddExecCommands(CLI::App& app, Commands& commands);    // exec, once
 void AddAcquireCommands(CLI::App& app, Commands& commands); // acquire, release
+void AddBreakCommand(CLI::App& app, Commands& commands);
 void AddStatusCommands(CLI::App& app, Commands& commands);  // status, leader
 void AddFenceCommands(CLI::App& app, Commands& commands);   // fence write
 void AddDemoCommands(CLI::App& app, Commands& commands);    // demo, demo-worker

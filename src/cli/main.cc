@@ -76,6 +76,7 @@ Commands AddCommands(CLI::App& app) {
   Commands commands;
   AddExecCommands(app, commands);
   AddAcquireCommands(app, commands);
+  AddBreakCommand(app, commands);
   AddStatusCommands(app, commands);
   AddFenceCommands(app, commands);
   AddDemoCommands(app, commands);
