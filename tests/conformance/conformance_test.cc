@@ -56,24 +56,28 @@ std::string UniqueKey(std::string_view name) {
 
 // One attempt, made again (up to five times) when the store did not answer
 // it in time: on a busy machine a server may miss an attempt's bound, and
-// the core's Acquire makes such an attempt again too. An acquisition's
-// attempts are safe to repeat (backend.h); what is checked is the answer.
-Result<Attempt> TryAnswered(Acquisition& a) {
-  Result<Attempt> r = a.Try();
+// the core's Acquire makes such an attempt again too. Attempts are safe to
+// repeat (backend.h: the same owner finds its own grant; a client gives
+// back a grant whose reply it lost); what is checked is the answer.
+template <typename Call>
+auto Answered(Call attempt) -> decltype(attempt()) {
+  auto r = attempt();
   for (int i = 1; i < 5 && !r.ok() && r.status().code() == StatusCode::kUnavailable; ++i) {
-    r = a.Try();
+    r = attempt();
   }
   return r;
 }
 
-// The same for a client's single attempt: asked again while the store did
-// not answer in time.
+Result<Attempt> TryAnswered(Acquisition& a) {
+  return Answered([&] { return a.Try(); });
+}
+
+Result<Attempt> TryAnswered(Backend& b, const LeaseRequest& request) {
+  return Answered([&] { return b.TryAcquire(request); });
+}
+
 Result<Lease> TryAnswered(Client& client, const std::string& key, const AcquireOptions& o) {
-  Result<Lease> r = client.TryAcquire(key, o);
-  for (int i = 1; i < 5 && !r.ok() && r.status().code() == StatusCode::kUnavailable; ++i) {
-    r = client.TryAcquire(key, o);
-  }
-  return r;
+  return Answered([&] { return client.TryAcquire(key, o); });
 }
 
 class ConformanceTest : public ::testing::Test {
@@ -118,7 +122,7 @@ TEST_F(ConformanceTest, TokensStrictlyIncreaseAcrossReleases) {
   const std::string key = UniqueKey("tokens");
   FencingToken last = 0;
   for (int i = 0; i < 20; ++i) {
-    auto lease = client->TryAcquire(key, Opts(milliseconds(5000)));
+    auto lease = TryAnswered(*client, key, Opts(milliseconds(5000)));
     ASSERT_TRUE(lease.ok()) << lease.status().ToString();
     EXPECT_GT(lease->token(), last);
     last = lease->token();
@@ -130,9 +134,9 @@ TEST_F(ConformanceTest, HeldKeyIsRefusedWithTheHoldersTimeLeft) {
   auto a = RawBackend();
   auto b = RawBackend();
   const std::string key = UniqueKey("held");
-  auto first = a->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(5000)));
+  auto first = TryAnswered(*a, Req(key, OwnerId(1, 1), milliseconds(5000)));
   ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
-  auto second = b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(5000)));
+  auto second = TryAnswered(*b, Req(key, OwnerId(2, 2), milliseconds(5000)));
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_FALSE(second->granted);
   EXPECT_LE(second->holder_ttl_remaining, milliseconds(5000));
@@ -142,8 +146,8 @@ TEST_F(ConformanceTest, HeldKeyIsRefusedWithTheHoldersTimeLeft) {
 TEST_F(ConformanceTest, SameOwnerRetryGetsTheSameGrantBack) {
   auto b = RawBackend();
   const std::string key = UniqueKey("retry");
-  auto first = b->TryAcquire(Req(key, OwnerId(7, 7), milliseconds(5000)));
-  auto again = b->TryAcquire(Req(key, OwnerId(7, 7), milliseconds(5000)));
+  auto first = TryAnswered(*b, Req(key, OwnerId(7, 7), milliseconds(5000)));
+  auto again = TryAnswered(*b, Req(key, OwnerId(7, 7), milliseconds(5000)));
   ASSERT_TRUE(first.ok() && again.ok());
   ASSERT_TRUE(first->granted && again->granted);
   EXPECT_EQ(first->token, again->token);
@@ -153,9 +157,9 @@ TEST_F(ConformanceTest, SameOwnerRetryGetsTheSameGrantBack) {
 TEST_F(ConformanceTest, ReleaseIsOwnerCheckedAndIdempotent) {
   auto b = RawBackend();
   const std::string key = UniqueKey("release");
-  ASSERT_TRUE(b->TryAcquire(Req(key, OwnerId(1, 1), milliseconds(5000)))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Req(key, OwnerId(1, 1), milliseconds(5000)))->granted);
   EXPECT_EQ(b->Release(key, OwnerId(9, 9)).code(), StatusCode::kNotOwner);
-  EXPECT_FALSE(b->TryAcquire(Req(key, OwnerId(2, 2), milliseconds(5000)))->granted)
+  EXPECT_FALSE(TryAnswered(*b, Req(key, OwnerId(2, 2), milliseconds(5000)))->granted)
       << "a refused release dropped the lock";
   EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
   EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok()) << "second release";
@@ -166,12 +170,12 @@ TEST_F(ConformanceTest, RenewBatchReportsEachLease) {
   auto b = RawBackend();
   const std::string k1 = UniqueKey("renew1"), k2 = UniqueKey("renew2"), k3 = UniqueKey("renew3");
   const OwnerId me(5, 5), other(6, 6);
-  ASSERT_TRUE(b->TryAcquire(Req(k1, me, milliseconds(5000)))->granted);
-  ASSERT_TRUE(b->TryAcquire(Req(k2, me, milliseconds(5000)))->granted);
-  ASSERT_TRUE(b->TryAcquire(Req(k3, me, milliseconds(5000)))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Req(k1, me, milliseconds(5000)))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Req(k2, me, milliseconds(5000)))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Req(k3, me, milliseconds(5000)))->granted);
   // k2 changes hands behind our back.
   ASSERT_TRUE(b->Release(k2, me).ok());
-  ASSERT_TRUE(b->TryAcquire(Req(k2, other, milliseconds(5000)))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Req(k2, other, milliseconds(5000)))->granted);
   std::vector<LeaseRequest> batch = {Req(k1, me, milliseconds(5000)),
                                      Req(k2, me, milliseconds(5000)),
                                      Req(k3, me, milliseconds(5000))};
@@ -191,19 +195,19 @@ TEST_F(ConformanceTest, RenewedLeaseOutlivesManyTtls) {
   // release take here now.
   const auto started = std::chrono::steady_clock::now();
   {
-    auto probe = client->TryAcquire(UniqueKey("probe"), Opts(milliseconds(5000)));
+    auto probe = TryAnswered(*client, UniqueKey("probe"), Opts(milliseconds(5000)));
     ASSERT_TRUE(probe.ok()) << probe.status().ToString();
     ASSERT_TRUE(probe->Release().ok());
   }
   const milliseconds ttl =
       std::max(milliseconds(300), 20 * std::chrono::duration_cast<milliseconds>(
                                            std::chrono::steady_clock::now() - started));
-  auto lease = client->TryAcquire(UniqueKey("outlive"), Opts(ttl));
+  auto lease = TryAnswered(*client, UniqueKey("outlive"), Opts(ttl));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   std::this_thread::sleep_for(5 * ttl);
   EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString() << " (ttl " << ttl.count()
                                    << " ms)";
-  auto other = NewClient()->TryAcquire(lease->key(), Opts(ttl));
+  auto other = TryAnswered(*NewClient(), lease->key(), Opts(ttl));
   EXPECT_EQ(other.status().code(), StatusCode::kLockHeld);
   EXPECT_TRUE(lease->Release().ok());
 }
@@ -217,7 +221,7 @@ TEST_F(ConformanceTest, ExpiredLeaseIsLostBeforeTheNextHolderIsGranted) {
   AcquireOptions o = Opts(milliseconds(400));
   o.on_lost = [&](const Status&) { told = true; };
   const std::string key = UniqueKey("expire");
-  auto held = a->TryAcquire(key, o);
+  auto held = TryAnswered(*a, key, o);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   plan->SetRenewError(UnavailableError("injected partition"));
   plan->SetReleaseError(UnavailableError("injected partition"));
@@ -242,7 +246,7 @@ TEST_F(ConformanceTest, WaitingAcquireGetsTheKeyAfterRelease) {
   auto a = NewClient();
   auto b = NewClient();
   const std::string key = UniqueKey("handoff");
-  auto first = a->TryAcquire(key, Opts(milliseconds(10'000)));
+  auto first = TryAnswered(*a, key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(first.ok());
   std::optional<Result<Lease>> second;
   std::jthread waiter([&] { second.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000)))); });
@@ -256,7 +260,7 @@ TEST_F(ConformanceTest, WaitingAcquireGetsTheKeyAfterRelease) {
 TEST_F(ConformanceTest, WaitGivesUpAtItsDeadline) {
   auto a = NewClient();
   const std::string key = UniqueKey("deadline");
-  auto first = a->TryAcquire(key, Opts(milliseconds(10'000)));
+  auto first = TryAnswered(*a, key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(first.ok());
   // Connected first (a TLS handshake and a login on a secured store are not
   // what the wait bounds), and the wait several grants long: under a
@@ -265,7 +269,7 @@ TEST_F(ConformanceTest, WaitGivesUpAtItsDeadline) {
   // deadline.
   auto b = NewClient();
   const auto start = std::chrono::steady_clock::now();
-  auto probe = b->TryAcquire(UniqueKey("deadline-probe"), Opts(milliseconds(10'000)));
+  auto probe = TryAnswered(*b, UniqueKey("deadline-probe"), Opts(milliseconds(10'000)));
   ASSERT_TRUE(probe.ok()) << probe.status().ToString();
   ASSERT_TRUE(probe->Release().ok());
   const auto cycle = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
@@ -283,23 +287,23 @@ TEST_F(ConformanceTest, LostAcquireReplyIsReconciled) {
   auto r = client->TryAcquire(key, Opts(milliseconds(10'000)));
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   // Given up: the ghost grant was released, the key is free at once.
-  auto free_now = NewClient()->TryAcquire(key, Opts(milliseconds(10'000)));
+  auto free_now = TryAnswered(*NewClient(), key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(free_now.ok()) << free_now.status().ToString();
   ASSERT_TRUE(free_now->Release().ok());
   // Retried: the retry finds its own grant.
   plan->LoseAcquireReplies(1);
   auto retried = client->Acquire(key, Opts(milliseconds(10'000), milliseconds(5000)));
   ASSERT_TRUE(retried.ok()) << retried.status().ToString();
-  EXPECT_EQ(NewClient()->TryAcquire(key, Opts(milliseconds(10'000))).status().code(),
+  EXPECT_EQ(TryAnswered(*NewClient(), key, Opts(milliseconds(10'000))).status().code(),
             StatusCode::kLockHeld);
 }
 
 TEST_F(ConformanceTest, KeysThatArePrefixesOfEachOtherAreIndependent) {
   auto client = NewClient();
   const std::string a = UniqueKey("p"), ab = UniqueKey("p/b"), weird = UniqueKey("p%_ *\xff");
-  auto l1 = client->TryAcquire(a, Opts(milliseconds(10'000)));
-  auto l2 = client->TryAcquire(ab, Opts(milliseconds(10'000)));
-  auto l3 = client->TryAcquire(weird, Opts(milliseconds(10'000)));
+  auto l1 = TryAnswered(*client, a, Opts(milliseconds(10'000)));
+  auto l2 = TryAnswered(*client, ab, Opts(milliseconds(10'000)));
+  auto l3 = TryAnswered(*client, weird, Opts(milliseconds(10'000)));
   ASSERT_TRUE(l1.ok() && l2.ok() && l3.ok());
   auto list = client->List(a);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
@@ -308,7 +312,7 @@ TEST_F(ConformanceTest, KeysThatArePrefixesOfEachOtherAreIndependent) {
   EXPECT_EQ((*list)[0].owner, l1->owner());
   EXPECT_EQ((*list)[0].token, l1->token());
   ASSERT_TRUE(l1->Release().ok());
-  EXPECT_EQ(NewClient()->TryAcquire(ab, Opts(milliseconds(1000))).status().code(),
+  EXPECT_EQ(TryAnswered(*NewClient(), ab, Opts(milliseconds(1000))).status().code(),
             StatusCode::kLockHeld);
 }
 
@@ -359,24 +363,24 @@ TEST_F(ConformanceTest, ReadersShareAndExcludeAWriter) {
   auto b = RawBackend();
   if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
   const std::string key = UniqueKey("rw");
-  auto r1 = b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit));
-  auto r2 = b->TryAcquire(Shared(key, OwnerId(2, 2), kSharedLimit));
+  auto r1 = TryAnswered(*b, Shared(key, OwnerId(1, 1), kSharedLimit));
+  auto r2 = TryAnswered(*b, Shared(key, OwnerId(2, 2), kSharedLimit));
   ASSERT_TRUE(r1.ok() && r2.ok()) << r1.status().ToString() << r2.status().ToString();
   ASSERT_TRUE(r1->granted && r2->granted) << "two readers must share";
   EXPECT_GT(r2->token, r1->token) << "each reader has its own token";
-  auto w = b->TryAcquire(Shared(key, OwnerId(3, 3), 1));
+  auto w = TryAnswered(*b, Shared(key, OwnerId(3, 3), 1));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_FALSE(w->granted) << "a writer was let in with readers";
   auto list = b->List(key);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ(list->size(), 2u) << "one entry per reader";
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  EXPECT_FALSE(b->TryAcquire(Shared(key, OwnerId(3, 3), 1))->granted) << "one reader is left";
+  EXPECT_FALSE(TryAnswered(*b, Shared(key, OwnerId(3, 3), 1))->granted) << "one reader is left";
   ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
-  auto w2 = b->TryAcquire(Shared(key, OwnerId(3, 3), 1));
+  auto w2 = TryAnswered(*b, Shared(key, OwnerId(3, 3), 1));
   ASSERT_TRUE(w2.ok() && w2->granted) << "the writer, once the readers left";
   EXPECT_GT(w2->token, r2->token);
-  EXPECT_FALSE(b->TryAcquire(Shared(key, OwnerId(4, 4), kSharedLimit))->granted)
+  EXPECT_FALSE(TryAnswered(*b, Shared(key, OwnerId(4, 4), kSharedLimit))->granted)
       << "a reader was let in with a writer";
   EXPECT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
 }
@@ -385,7 +389,7 @@ TEST_F(ConformanceTest, AQueuedWriterIsNotStarvedByNewReaders) {
   auto b = RawBackend();
   if (!b->SupportsSharing()) GTEST_SKIP() << b->Describe() << " does not share keys";
   const std::string key = UniqueKey("rw-fair");
-  ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), kSharedLimit))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Shared(key, OwnerId(1, 1), kSharedLimit))->granted);
   // The writer waits (it takes a place in the queue)...
   auto writer = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
   auto w = TryAnswered(*writer);
@@ -460,18 +464,18 @@ TEST_F(ConformanceTest, SemaphoreAdmitsExactlyNHolders) {
   const std::string key = UniqueKey("sem");
   FencingToken last = 0;
   for (std::uint64_t i = 1; i <= 3; ++i) {
-    auto g = b->TryAcquire(Shared(key, OwnerId(i, i), 3));
+    auto g = TryAnswered(*b, Shared(key, OwnerId(i, i), 3));
     ASSERT_TRUE(g.ok() && g->granted) << "permit " << i << " " << g.status().ToString();
     EXPECT_GT(g->token, last);
     last = g->token;
   }
-  auto fourth = b->TryAcquire(Shared(key, OwnerId(4, 4), 3));
+  auto fourth = TryAnswered(*b, Shared(key, OwnerId(4, 4), 3));
   ASSERT_TRUE(fourth.ok());
   EXPECT_FALSE(fourth->granted) << "a fourth holder of three permits";
-  auto again = b->TryAcquire(Shared(key, OwnerId(2, 2), 3));
+  auto again = TryAnswered(*b, Shared(key, OwnerId(2, 2), 3));
   ASSERT_TRUE(again.ok() && again->granted) << "a holder's retry is its own grant";
   ASSERT_TRUE(b->Release(key, OwnerId(2, 2)).ok());
-  auto now_in = b->TryAcquire(Shared(key, OwnerId(4, 4), 3));
+  auto now_in = TryAnswered(*b, Shared(key, OwnerId(4, 4), 3));
   ASSERT_TRUE(now_in.ok() && now_in->granted);
   EXPECT_GT(now_in->token, last);
   auto renewed = b->Renew(std::vector<LeaseRequest>{Shared(key, OwnerId(1, 1), 3),
@@ -512,7 +516,7 @@ TEST_F(ConformanceTest, SemaphoreClientsNeverExceedThePermits) {
 TEST_F(ConformanceTest, WaitersAreRecordedAndLeaveWithTheirWaiter) {
   auto b = RawBackend();
   const std::string key = UniqueKey("waiters");
-  ASSERT_TRUE(b->TryAcquire(Shared(key, OwnerId(1, 1), 1))->granted);
+  ASSERT_TRUE(TryAnswered(*b, Shared(key, OwnerId(1, 1), 1))->granted);
   auto waiter = b->Begin(Shared(key, OwnerId(2, 2), 1, milliseconds(10'000)));
   auto queued = TryAnswered(*waiter);
   ASSERT_TRUE(queued.ok() && !queued->granted);
@@ -557,7 +561,7 @@ TEST_F(ConformanceTest, ListShowsLabelTtlAndHolding) {
   const std::string key = UniqueKey("label");
   LeaseRequest r = Shared(key, OwnerId(8, 8), 1);
   r.label = "worker-7 on host x";
-  ASSERT_TRUE(b->TryAcquire(r)->granted);
+  ASSERT_TRUE(TryAnswered(*b, r)->granted);
   auto list = b->List(key);
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   ASSERT_EQ(list->size(), 1u);
@@ -594,7 +598,7 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   // is the credential on SQLite, PostgreSQL and Redis, a session's node or
   // key on etcd and ZooKeeper, whose tests check that they refuse.)
   const OwnerId holder(0x52, 2), waiter(0x53, 3);
-  auto granted = other->TryAcquire(Req(key, holder, milliseconds(10'000)));
+  auto granted = TryAnswered(*other, Req(key, holder, milliseconds(10'000)));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   LeaseRequest waiting = Req(key, waiter, milliseconds(10'000));
   waiting.queue_ttl = milliseconds(5'000);
@@ -607,7 +611,7 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
 
   // The holder marks it; every client then sees it done.
   const OwnerId b(0x54, 4);
-  granted = backend->TryAcquire(Req(key, b, milliseconds(10'000)));
+  granted = TryAnswered(*backend, Req(key, b, milliseconds(10'000)));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   Status marked = backend->MarkDone(key, b);
   EXPECT_TRUE(marked.ok()) << marked.ToString();
