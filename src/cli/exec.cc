@@ -302,7 +302,8 @@ void AddExecCommands(CLI::App& app, Commands& commands) {
   AddRunFlags(*cmd, *exec);
   cmd->add_option("--key", exec->extra_keys,
                   "another key to hold too (repeatable): all are taken in one canonical order, "
-                  "all or nothing; each token is in DLOCK_KEY_<i>/DLOCK_TOKEN_<i>")
+                  "all or nothing; each token is in DLOCK_KEY_<i>/DLOCK_TOKEN_<i>; with --, "
+                  "KEY may be left out")
       ->allow_extra_args(false);
   AddHoldingFlags(*cmd, *exec);
   cmd->footer(

@@ -61,8 +61,7 @@ Result<LockPlan> CheckLockFlags(const LockFlags& flags, std::string_view usage) 
 }
 
 void AddLockFlags(CLI::App& cmd, LockFlags& f) {
-  cmd.add_option("key", f.key, "lock key (1 to 1024 bytes); with --, may be left out when --key "
-                               "names the keys");
+  cmd.add_option("key", f.key, "lock key (1 to 1024 bytes)");
   cmd.add_option("--ttl", f.ttl, "lease time to live (10ms..24h)")->capture_default_str();
   auto* wait = cmd.add_option("--wait", f.wait, "how long to wait for a held lock (up to 8760h)")
                    ->capture_default_str();
