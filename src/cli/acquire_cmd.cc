@@ -106,14 +106,12 @@ int RunAcquire(const AcquireFlags& flags) {
 
 // A connection to the holder's socket; invalid, with `error` set, if none.
 Fd ConnectTo(const std::string& path, int& error) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
+  std::optional<sockaddr_un> address = SocketAddress(path);
   error = ENAMETOOLONG;
-  if (path.size() >= sizeof address.sun_path) return Fd();
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  if (!address) return Fd();
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid() ||
-      ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      ::connect(fd.get(), reinterpret_cast<sockaddr*>(&*address), sizeof *address) != 0) {
     error = errno;
     return Fd();
   }

@@ -61,15 +61,14 @@ int Failed(const Fd& report, const Status& status) {
 }
 
 Result<Fd> Listen(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof address.sun_path) {
+  std::optional<sockaddr_un> address = SocketAddress(path);
+  if (!address) {
     return InvalidArgumentError("the holders' directory path is too long for a socket: " + path);
   }
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   (void)::unlink(path.c_str());  // a holder killed with -9 leaves its socket
-  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+  if (!fd.valid() ||
+      ::bind(fd.get(), reinterpret_cast<sockaddr*>(&*address), sizeof *address) != 0 ||
       ::chmod(path.c_str(), 0600) != 0 || ::listen(fd.get(), 4) != 0) {
     return UnavailableError("cannot listen on " + path + ": " + std::strerror(errno));
   }

@@ -1,16 +1,13 @@
 #include "cli/exec.h"
 
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "cli/command.h"
 #include "cli/common.h"

@@ -1,5 +1,6 @@
 #include "cli/holder_dir.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,14 @@ Result<std::string> HolderDirectory(bool create) {
 
 std::string HolderSocket(const std::string& dir, const OwnerId& owner) {
   return dir + "/" + owner.ToString() + ".sock";
+}
+
+std::optional<sockaddr_un> SocketAddress(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof address.sun_path) return std::nullopt;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
 }
 
 }  // namespace dlock::cli

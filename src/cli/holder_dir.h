@@ -4,6 +4,9 @@
 #ifndef DLOCK_SRC_CLI_HOLDER_DIR_H_
 #define DLOCK_SRC_CLI_HOLDER_DIR_H_
 
+#include <sys/un.h>
+
+#include <optional>
 #include <string>
 
 #include "dlock/status.h"
@@ -18,6 +21,10 @@ Result<std::string> HolderDirectory(bool create);
 
 // The socket of the holding `owner` in `dir`.
 std::string HolderSocket(const std::string& dir, const OwnerId& owner);
+
+// The Unix socket address of `path`, for the holder's bind and release's
+// connect; nullopt when the path is too long for one.
+std::optional<sockaddr_un> SocketAddress(const std::string& path);
 
 }  // namespace dlock::cli
 
