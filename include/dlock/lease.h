@@ -100,6 +100,8 @@ class DLOCK_EXPORT Lease {
  private:
   friend class internal::ClientCore;
   friend class Client;
+  // kFailedPrecondition for an empty handle or one released; else OK.
+  DLOCK_INTERNAL Status Usable() const;
   DLOCK_INTERNAL Lease(std::shared_ptr<internal::ClientCore> core,
                        std::shared_ptr<internal::LeaseState> state, std::uint64_t hold = 0);
 

@@ -609,14 +609,19 @@ std::uint32_t Lease::hold_count() const {
   return state_ && !released_ ? core_->HoldCount(*state_) : 0;
 }
 
-Status Lease::Check() const {
+Status Lease::Usable() const {
   if (!state_) return FailedPreconditionError("empty Lease");
   if (released_) return FailedPreconditionError("lease on key '" + key() + "' was released");
+  return Status::Ok();
+}
+
+Status Lease::Check() const {
+  DLOCK_RETURN_IF_ERROR(Usable());
   return core_->Check(*state_);
 }
 
 Status Lease::Renew() {
-  DLOCK_RETURN_IF_ERROR(Check());
+  DLOCK_RETURN_IF_ERROR(Usable());  // RenewNow checks the holding itself
   return core_->RenewNow(state_);
 }
 
