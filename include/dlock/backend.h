@@ -218,6 +218,16 @@ class DLOCK_EXPORT Backend {
     return FailedPreconditionError(Describe() + " keeps no record of waiters");
   }
 
+  // How many objects (rows, keys, znodes) the store keeps for keys that
+  // start with `prefix`: holdings, waiters, markers, per-key counters,
+  // run-once records. A released key must leave none behind (the store's
+  // own fixed objects, such as a token counter for the whole store, are not
+  // counted); the conformance suite and `dlock bench --footprint` check it.
+  // kFailedPrecondition when the store cannot count them.
+  virtual Result<std::uint64_t> StoredObjects(std::string_view /*prefix*/) {
+    return FailedPreconditionError(Describe() + " cannot count what it stores");
+  }
+
   // Run-once records (`dlock once`): a durable "done" mark per key, which
   // only the key's current holder may set (so a holder whose lease was lost
   // cannot record a run it did not finish under the lock).

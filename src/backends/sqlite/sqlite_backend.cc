@@ -36,16 +36,18 @@ using internal::Fd;
 // user_version so that a database shared with another application (which
 // may use user_version itself) is not misread. Version 1 kept the holder and
 // the token counter in one dlock_locks row per key (one holder per key);
-// version 2 keeps the counter in dlock_tokens and the holders in
-// dlock_holders (several per shared key). A version-1 file is migrated in
-// place when opened (kMigrateV1Sql), and its dlock_locks table dropped: a
-// version-1 dlock that still has the file open then fails ("no such table")
-// instead of granting beside holders it cannot see, and one that opens it
-// later refuses the schema version.
-constexpr std::int64_t kSchemaVersion = 2;
+// version 2 kept a counter per key in dlock_tokens, one row per key ever
+// granted; version 3 keeps one counter for the whole store, so a released
+// key leaves no row behind. Older files are migrated in place when opened
+// (kMigrateV1Sql, kMigrateV2Sql), and the table the older dlock wrote its
+// counters to is dropped: an older dlock that still has the file open then
+// fails ("no such table") instead of granting a token below one already
+// granted, and one that opens it later refuses the schema version.
+constexpr std::int64_t kSchemaVersion = 3;
 
-// dlock_tokens: one row per key ever granted, never deleted: the key's token
-// counter, which must never go back.
+// dlock_meta 'last_token': the store's one token counter, the last token
+// granted on any key. Every grant takes the next value, so a key's tokens
+// increase however often its rows come and go.
 //
 // dlock_holders: one row per holding. A holding counts (for the sharing
 // rule) iff boot_id is the current boot and expires_at_ms + lock_delay_ms >
@@ -54,17 +56,19 @@ constexpr std::int64_t kSchemaVersion = 2;
 //
 // dlock_queue: one row per waiter, live iff boot_id is the current boot and
 // expires_at_ms > now.
+//
+// dlock_done: one run-once record per key, kept until keep_until_unix_ms
+// (wall-clock time: a retention of days is a calendar matter; NULL: kept
+// for ever, as every record written before version 3).
 constexpr const char* kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS dlock_meta (
   name  TEXT PRIMARY KEY NOT NULL,
   value INTEGER NOT NULL
 ) WITHOUT ROWID;
-INSERT INTO dlock_meta (name, value) VALUES ('schema_version', 2)
+INSERT INTO dlock_meta (name, value) VALUES ('schema_version', 3)
   ON CONFLICT (name) DO NOTHING;
-CREATE TABLE IF NOT EXISTS dlock_tokens (
-  key   TEXT PRIMARY KEY NOT NULL,
-  token INTEGER NOT NULL CHECK (token > 0)
-) WITHOUT ROWID;
+INSERT INTO dlock_meta (name, value) VALUES ('last_token', 0)
+  ON CONFLICT (name) DO NOTHING;
 CREATE TABLE IF NOT EXISTS dlock_holders (
   key            TEXT NOT NULL,
   owner          TEXT NOT NULL,
@@ -91,7 +95,8 @@ CREATE TABLE IF NOT EXISTS dlock_done (
   key        TEXT PRIMARY KEY NOT NULL,
   owner      TEXT NOT NULL,
   token      INTEGER NOT NULL,
-  done_at_ms INTEGER NOT NULL
+  done_at_ms INTEGER NOT NULL,
+  keep_until_unix_ms INTEGER
 ) WITHOUT ROWID;
 )sql";
 
@@ -101,13 +106,22 @@ constexpr const char* kAddedColumns[][3] = {
     {"dlock_queue", "holder_limit", "INTEGER NOT NULL DEFAULT 1"},
     {"dlock_queue", "label", "TEXT NOT NULL DEFAULT ''"},
     {"dlock_queue", "since_ms", "INTEGER"},
+    {"dlock_done", "keep_until_unix_ms", "INTEGER"},
 };
 
-// Version 1 -> 2, in the transaction that checked the version: the counters
-// move to dlock_tokens, the live holders to dlock_holders (their ttl
-// unknown, 0). dlock_locks.lock_delay_ms was added during version 1 (the
+// After kAddedColumns: the index that finds run-once records past their
+// retention without reading the others.
+constexpr const char* kAddedIndexesSql = R"sql(
+CREATE INDEX IF NOT EXISTS dlock_done_by_expiry ON dlock_done (keep_until_unix_ms)
+  WHERE keep_until_unix_ms IS NOT NULL;
+)sql";
+
+// Version 1 -> 2, in the transaction that checked the version (version 3
+// follows at once): the counters move to dlock_tokens, the live holders to
+// dlock_holders (their ttl unknown, 0). dlock_locks.lock_delay_ms was added during version 1 (the
 // migration adds it first where it is missing).
 constexpr const char* kMigrateV1Sql = R"sql(
+CREATE TABLE dlock_tokens (key TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL) WITHOUT ROWID;
 INSERT INTO dlock_tokens (key, token) SELECT key, token FROM dlock_locks;
 INSERT INTO dlock_holders (key, owner, token, boot_id, expires_at_ms, acquired_at_ms,
                            lock_delay_ms, ttl_ms, holder_limit, label)
@@ -117,6 +131,19 @@ FROM dlock_locks
 WHERE owner IS NOT NULL AND boot_id IS NOT NULL AND expires_at_ms IS NOT NULL;
 DROP TABLE dlock_locks;
 UPDATE dlock_meta SET value = 2 WHERE name = 'schema_version';
+)sql";
+
+// Version 2 -> 3: the store's counter starts at the highest token any key
+// was ever granted (a counter, a holding, a run-once record), so no key's
+// next token goes down; then the per-key counters go.
+constexpr const char* kMigrateV2Sql = R"sql(
+UPDATE dlock_meta SET value = max(value,
+    coalesce((SELECT max(token) FROM dlock_tokens), 0),
+    coalesce((SELECT max(token) FROM dlock_holders), 0),
+    coalesce((SELECT max(token) FROM dlock_done), 0))
+  WHERE name = 'last_token';
+DROP TABLE dlock_tokens;
+UPDATE dlock_meta SET value = 3 WHERE name = 'schema_version';
 )sql";
 
 constexpr const char* kSchemaVersionSql =
@@ -170,11 +197,9 @@ SELECT 1,
 FROM dlock_queue WHERE key = :key
 )sql";
 
-// The key's one token counter: 1 for a new key, else one more than the last.
+// The store's token counter: one more than the last token of any key.
 constexpr const char* kNextTokenSql = R"sql(
-INSERT INTO dlock_tokens (key, token) VALUES (:key, 1)
-ON CONFLICT (key) DO UPDATE SET token = token + 1
-RETURNING token
+UPDATE dlock_meta SET value = value + 1 WHERE name = 'last_token' RETURNING value
 )sql";
 
 constexpr const char* kInsertHolderSql = R"sql(
@@ -275,6 +300,12 @@ SELECT key, owner, holder_limit, label, :now_ms - since_ms FROM dlock_queue
 WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
   AND boot_id = :boot AND expires_at_ms > :now_ms
 ORDER BY key, seq
+)sql";
+
+constexpr const char* kStoredObjectsSql = R"sql(
+SELECT (SELECT count(*) FROM dlock_holders WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
+     + (SELECT count(*) FROM dlock_queue WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
+     + (SELECT count(*) FROM dlock_done WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
 )sql";
 
 struct DbCloser {
@@ -538,6 +569,7 @@ class SqliteBackend final : public Backend {
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
 
@@ -577,6 +609,8 @@ class SqliteBackend final : public Backend {
   Status KeepPlace(const LeaseRequest& request, std::string_view owner, const BootTime& now,
                    const KeyState& state);
   Result<FencingToken> NextToken(std::string_view key);
+  Result<std::int64_t> ReadSchemaVersion(std::string_view what);
+  Status Migrate(std::string_view what);
   // Deletes `key`'s rows that no longer count (kPurgeHoldersSql, kPurgeQueueSql).
   Status Purge(sqlite3_stmt* purge, std::string_view key, const BootTime& now);
   // Steps `query` once.
@@ -654,6 +688,36 @@ Status SqliteBackend::SetJournalModeWal(std::string_view what) {
   }
 }
 
+// 0 when the file has no version yet.
+Result<std::int64_t> SqliteBackend::ReadSchemaVersion(std::string_view what) {
+  StmtHandle stmt;
+  DLOCK_RETURN_IF_ERROR(Prepare(kSchemaVersionSql, &stmt, what));
+  Query query(stmt.get());
+  const int rc = query.Step();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  return rc == SQLITE_ROW ? query.Int(0) : 0;
+}
+
+// Brings an older file to kSchemaVersion, one version at a time, inside the
+// caller's write transaction: every process sees either the old layout or
+// the new one.
+Status SqliteBackend::Migrate(std::string_view what) {
+  static constexpr const char* kSteps[] = {nullptr, kMigrateV1Sql, kMigrateV2Sql};
+  DLOCK_ASSIGN_OR_RETURN(std::int64_t version, ReadSchemaVersion(what));
+  while (version >= 1 && version < kSchemaVersion) {
+    const int rc = sqlite3_exec(db_.get(), kSteps[version], nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+    DLOCK_ASSIGN_OR_RETURN(version, ReadSchemaVersion(what));
+  }
+  if (version != kSchemaVersion) {
+    return FailedPreconditionError(
+        std::string(what) + ": " + options_.path + " has lock schema version " +
+        std::to_string(version) + ", this dlock reads version " +
+        std::to_string(kSchemaVersion) + " (was it written by a newer dlock?)");
+  }
+  return Status::Ok();
+}
+
 Status SqliteBackend::CreateSchema(std::string_view what) {
   // IF NOT EXISTS inside BEGIN IMMEDIATE: many processes may open a new file
   // at once; each waits for the write lock, and all but the first find the
@@ -679,29 +743,13 @@ Status SqliteBackend::CreateSchema(std::string_view what) {
   for (const auto& [table, column, definition] : kAddedColumns) {
     DLOCK_RETURN_IF_ERROR(add_column(table, column, definition));
   }
-  StmtHandle version_stmt;
-  DLOCK_RETURN_IF_ERROR(Prepare(kSchemaVersionSql, &version_stmt, what));
-  std::int64_t version = 0;
-  {
-    Query query(version_stmt.get());
-    rc = query.Step();
-    if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
-    if (rc == SQLITE_ROW) version = query.Int(0);
-  }
+  rc = sqlite3_exec(db_.get(), kAddedIndexesSql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
+  DLOCK_ASSIGN_OR_RETURN(const std::int64_t version, ReadSchemaVersion(what));
   if (version == 1) {
-    // A file from the previous dlock: migrate it while we hold the write
-    // lock, so every process sees either the old layout or the new one.
     DLOCK_RETURN_IF_ERROR(add_column("dlock_locks", "lock_delay_ms", "INTEGER NOT NULL DEFAULT 0"));
-    rc = sqlite3_exec(db_.get(), kMigrateV1Sql, nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) return FromSqlite(rc, db_.get(), what);
-    version = kSchemaVersion;
   }
-  if (version != kSchemaVersion) {
-    return FailedPreconditionError(
-        std::string(what) + ": " + options_.path + " has lock schema version " +
-        std::to_string(version) + ", this dlock reads version " +
-        std::to_string(kSchemaVersion) + " (was it written by a newer dlock?)");
-  }
+  DLOCK_RETURN_IF_ERROR(Migrate(what));
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
   return Status::Ok();
@@ -814,7 +862,6 @@ Status SqliteBackend::Regrant(const LeaseRequest& request, std::string_view owne
 
 Result<FencingToken> SqliteBackend::NextToken(std::string_view key) {
   Query query(next_token_.get());
-  query.Bind(":key", key);
   int rc = query.Step();
   if (rc != SQLITE_ROW) {
     return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db_.get(),
@@ -1088,7 +1135,7 @@ Status SqliteBackend::Release(std::string_view key, const OwnerId& owner) {
   const BootTime now = StoreNow();
   bool released = false;
   {
-    // Our own holding (the counter stays in dlock_tokens); one that lapsed
+    // Our own holding (the store's counter is not the key's); one that lapsed
     // into its lock-delay stays until the delay has passed.
     Query query(release_.get());
     query.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":boot", now.boot_id)
@@ -1246,6 +1293,24 @@ Result<std::vector<WaiterInfo>> SqliteBackend::Waiters(std::string_view prefix) 
           info.waited_for = std::chrono::milliseconds(std::max<std::int64_t>(0, query.Int(4)));
         }
       });
+}
+
+Result<std::uint64_t> SqliteBackend::StoredObjects(std::string_view prefix) {
+  const std::string what = "count the rows for '" + std::string(prefix) + "'";
+  const std::optional<std::string> end = PrefixEnd(prefix);
+  std::lock_guard lock(mu_);
+  StmtHandle stmt;
+  DLOCK_RETURN_IF_ERROR(Prepare(kStoredObjectsSql, &stmt, what));
+  Query query(stmt.get());
+  query.Bind(":lo", prefix);
+  if (end.has_value()) {
+    query.Bind(":hi", *end);
+  } else {
+    query.BindNull(":hi");
+  }
+  const int rc = query.Step();
+  if (rc != SQLITE_ROW) return FromSqlite(rc == SQLITE_DONE ? SQLITE_ERROR : rc, db_.get(), what);
+  return static_cast<std::uint64_t>(query.Int(0));
 }
 
 }  // namespace

@@ -126,8 +126,41 @@ TEST_F(SqliteBackendTest, GrantsTokenOneThenTwoAfterReleaseAndReacquire) {
   EXPECT_TRUE(backend->Release("jobs/a", a).ok());
   OwnerId b = NewOwner();
   EXPECT_EQ(MustAcquire(*backend, Req("jobs/a", b)), 2u);
-  // Counters are per key.
-  EXPECT_EQ(MustAcquire(*backend, Req("jobs/b", b)), 1u);
+  // One counter for the store: another key's first token follows.
+  EXPECT_EQ(MustAcquire(*backend, Req("jobs/b", b)), 3u);
+}
+
+// The footprint: a released key leaves no row behind, however many keys
+// came and went, and the next key's token is still above every earlier one.
+TEST_F(SqliteBackendTest, ReleasedKeysLeaveNoRowBehind) {
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  FencingToken last = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "gone/" + std::to_string(i);
+    const OwnerId owner = NewOwner();
+    const FencingToken token = MustAcquire(*backend, Req(key, owner));
+    EXPECT_GT(token, last);
+    last = token;
+    ASSERT_TRUE(backend->Release(key, owner).ok());
+  }
+  Result<std::uint64_t> stored = backend->StoredObjects("gone/");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, 0u);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path_.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM dlock_holders) + "
+                                   "(SELECT count(*) FROM dlock_queue) + "
+                                   "(SELECT count(*) FROM dlock_done), "
+                                   "(SELECT count(*) FROM dlock_meta)",
+                               -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 0);
+  EXPECT_EQ(sqlite3_column_int(stmt, 1), 2);  // schema_version, last_token
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
 }
 
 TEST_F(SqliteBackendTest, HeldKeyIsNotGrantedAndReportsHolderTtl) {
@@ -451,10 +484,10 @@ TEST_F(SqliteBackendTest, DatabaseIsInWalModeWithSchemaVersion) {
   ExpectError(newer.status(), StatusCode::kFailedPrecondition, "schema version 99");
 }
 
-// A file written by the previous dlock (schema version 1: the holder in the
-// dlock_locks row) is migrated in place: its live lease stays held by the
-// same owner and token, a lapsed one is free, the counters continue, and
-// queued waiters keep their places.
+// A file written by the first dlock (schema version 1: the holder in the
+// dlock_locks row) is migrated in place, through version 2 to 3: its live
+// lease stays held by the same owner and token, a lapsed one is free, every
+// key's next token is above its last, and queued waiters keep their places.
 TEST_F(SqliteBackendTest, MigratesAVersionOneFileInPlace) {
   const OwnerId held_owner(0x11, 0x22), waiter(0x33, 0x44);
   {
@@ -508,14 +541,15 @@ TEST_F(SqliteBackendTest, MigratesAVersionOneFileInPlace) {
   Result<Attempt> other = backend->TryAcquire(Req("held", NewOwner()));
   ASSERT_TRUE(other.ok());
   EXPECT_FALSE(other->granted);
-  EXPECT_EQ(MustAcquire(*backend, Req("lapsed", NewOwner())), 5u);
-  EXPECT_EQ(MustAcquire(*backend, Req("free", NewOwner())), 10u);
+  // The store's one counter starts above the highest token of any key (9).
+  EXPECT_EQ(MustAcquire(*backend, Req("lapsed", NewOwner())), 10u);
+  EXPECT_EQ(MustAcquire(*backend, Req("free", NewOwner())), 11u);
   ASSERT_TRUE(backend->Release("held", held_owner).ok());
   // The queued waiter comes first.
   EXPECT_FALSE(backend->TryAcquire(Req("held", NewOwner()))->granted);
   LeaseRequest queued = Req("held", waiter);
   queued.queue_ttl = seconds(3);
-  EXPECT_EQ(MustAcquire(*backend, queued), 8u);
+  EXPECT_EQ(MustAcquire(*backend, queued), 12u);
 
   // A dlock of version 1 that still has the file open cannot grant beside
   // the holders it does not see: its table is gone, so its statements fail.
@@ -529,13 +563,75 @@ TEST_F(SqliteBackendTest, MigratesAVersionOneFileInPlace) {
   ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM dlock_meta WHERE name = 'schema_version'",
                                -1, &stmt, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 3);
   sqlite3_finalize(stmt);
   sqlite3_close(db);
   // Opening again does not migrate twice.
   auto again = OpenBackend();
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->List("")->size(), 3u);  // held, lapsed, free: all re-granted
+}
+
+// A version-2 file (one counter row per key in dlock_tokens) becomes
+// version 3: the store's counter starts above every token a key had (its
+// counter, a holding, a run-once record), the counter rows go, the holder
+// keeps its holding, and a version-2 dlock still running fails rather than
+// granting from a counter that no longer moves.
+TEST_F(SqliteBackendTest, MigratesAVersionTwoFileWithoutAnyTokenGoingDown) {
+  const OwnerId holder(0x11, 0x22);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(db_path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                              nullptr),
+              SQLITE_OK);
+    const std::string now = std::to_string(clock_.now_ms);
+    const std::string sql = R"sql(
+      PRAGMA journal_mode = WAL;
+      CREATE TABLE dlock_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;
+      INSERT INTO dlock_meta VALUES ('schema_version', 2);
+      CREATE TABLE dlock_tokens (key TEXT PRIMARY KEY NOT NULL,
+        token INTEGER NOT NULL CHECK (token > 0)) WITHOUT ROWID;
+      CREATE TABLE dlock_holders (key TEXT NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL,
+        boot_id TEXT NOT NULL, expires_at_ms INTEGER NOT NULL, acquired_at_ms INTEGER NOT NULL,
+        lock_delay_ms INTEGER NOT NULL DEFAULT 0, ttl_ms INTEGER NOT NULL DEFAULT 0,
+        holder_limit INTEGER NOT NULL DEFAULT 1, label TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (key, owner)) WITHOUT ROWID;
+      CREATE TABLE dlock_queue (key TEXT NOT NULL, owner TEXT NOT NULL, seq INTEGER NOT NULL,
+        boot_id TEXT NOT NULL, expires_at_ms INTEGER NOT NULL, holder_limit INTEGER NOT NULL
+        DEFAULT 1, label TEXT NOT NULL DEFAULT '', since_ms INTEGER,
+        PRIMARY KEY (key, owner)) WITHOUT ROWID;
+      CREATE TABLE dlock_done (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+        token INTEGER NOT NULL, done_at_ms INTEGER NOT NULL) WITHOUT ROWID;
+      INSERT INTO dlock_tokens VALUES ('busy', 41), ('quiet', 7), ('held', 12);
+      INSERT INTO dlock_holders VALUES ('held', ')sql" + holder.ToString() + R"sql(', 12,
+        'boot-a', )sql" + now + R"sql( + 10000, )sql" + now + R"sql(, 0, 10000, 1, '');
+      INSERT INTO dlock_done VALUES ('ran', '00000000000000aa00000000000000bb', 50, 1);
+    )sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+    sqlite3_close(db);
+  }
+  auto backend = OpenBackend();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(MustAcquire(*backend, Req("held", holder)), 12u) << "the holder keeps its token";
+  EXPECT_FALSE(backend->TryAcquire(Req("held", NewOwner()))->granted);
+  EXPECT_EQ(MustAcquire(*backend, Req("quiet", NewOwner())), 51u);
+  EXPECT_EQ(MustAcquire(*backend, Req("busy", NewOwner())), 52u);
+  EXPECT_TRUE(*backend->IsDone("ran")) << "a record written before retention is kept";
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path_.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  EXPECT_NE(sqlite3_exec(db, "INSERT INTO dlock_tokens (key, token) VALUES ('n', 1) "
+                             "ON CONFLICT (key) DO UPDATE SET token = token + 1",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM dlock_meta WHERE name = 'schema_version'",
+                               -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 3);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
 }
 
 TEST_F(SqliteBackendTest, LockDelayKeepsAnExpiredKeyClosedButNotAReleasedOne) {
