@@ -11,6 +11,7 @@
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_keys.h"
 #include "backends/redis/redis_scripts.h"
+#include "backends/redis/redis_slots.h"
 #include "backends/redis/redis_subscriber.h"
 #include "backends/redis/redis_uri.h"
 #include "core/duration.h"
@@ -182,6 +183,7 @@ class RedisBackend final : public Backend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
   std::string Describe() const override { return options_.describe; }
@@ -447,7 +449,7 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
   const std::string what = "acquire " + Quoted(request.key);
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
-  const std::string keys[] = {LockName(request.key), CounterName(request.key),
+  const std::string keys[] = {LockName(request.key), SlotCounterName(request.key),
                               QueueName(request.key)};
   const std::string ttl = std::to_string(request.ttl.count());
   const std::string args[] = {
@@ -599,7 +601,7 @@ Result<bool> RedisBackend::IsDone(std::string_view key) {
 Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + Quoted(key) + " done";
-  const std::string keys[] = {LockName(key), CounterName(key), DoneName(key)};
+  const std::string keys[] = {LockName(key), DoneName(key)};
   const std::string args[] = {owner.ToString()};
   DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
   DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::MarkDone(), keys, args, ReplicaWait(),
@@ -622,7 +624,7 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + Quoted(key);
-  const std::string keys[] = {LockName(key), QueueName(key)};
+  const std::string keys[] = {LockName(key), QueueName(key), SlotCounterName(key)};
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
   DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
   DLOCK_ASSIGN_OR_RETURN(auto replies,
@@ -690,6 +692,14 @@ std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
     }
   }
   return result;
+}
+
+Result<std::uint64_t> RedisBackend::StoredObjects(std::string_view prefix) {
+  const std::string what = "count the keys for " + Quoted(prefix);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                         Scan(conn, NamesPattern(prefix), what));
+  return static_cast<std::uint64_t>(std::count_if(names.begin(), names.end(), &IsPerKeyName));
 }
 
 Result<std::vector<std::string>> RedisBackend::Scan(Handle& conn, const std::string& pattern,

@@ -85,6 +85,15 @@ std::string LockPattern(std::string_view prefix) {
          GlobEscape(kLockSuffix);
 }
 
+std::string NamesPattern(std::string_view prefix) {
+  return std::string(kNamePrefix) + GlobEscape(EscapeKey(prefix)) + "*";
+}
+
+bool IsPerKeyName(std::string_view name) {
+  return name.starts_with(kNamePrefix) && !name.starts_with("dlock:{%s") &&
+         !name.ends_with("}:fence");
+}
+
 std::string QueuePattern(std::string_view prefix) {
   return std::string(kNamePrefix) + GlobEscape(EscapeKey(prefix)) + "*" +
          GlobEscape(kQueueSuffix);

@@ -8,9 +8,9 @@
 //                     granted: server ms, empty until known), PX = the
 //                     lease; otherwise the guard "*", until the last end in
 //                     holders
-//   dlock:{E}:token   INCR counter of grants, never expires, never deleted;
-//                     while the lock key is an exclusive holding, its value
-//                     is that holding's token
+//   dlock:{E}:token   only from an older dlock: the key's own counter of
+//                     grants (now folded into the slot's counter when the
+//                     key is next granted or released, then deleted)
 //   dlock:{E}:queue   list of waiting owners, in arrival order
 //   dlock:{E}:qexp    hash owner -> expiry of that waiter's place (server ms)
 //   dlock:{E}:qinfo   hash owner -> "limit|since|ttl|label" of that waiter
@@ -18,10 +18,12 @@
 //   dlock:{E}:holders zset owner -> end of the holding (lease end + lock
 //                     delay, server ms), for shared and lock-delay holdings
 //   dlock:{E}:hinfo   hash owner -> "token|limit|ttl|delay|granted|label"
-//   dlock:{E}:fence   highest token admitted by fence::Redis (a string)
+//   dlock:{E}:fence   highest token admitted by fence::Redis (a string):
+//                     the resource's state, not the lock's; it stays
 //   dlock:{E}:done    run-once record (Backend::MarkDone): the token of the
 //                     lease that set it; never expires
 //
+// beside one token counter per hash slot, dlock:{T}:tokens (redis_slots.h),
 // and wake-ups are published on the channel dlock:<db>:{E}:wake (pub/sub
 // channels are not per database, so the database number is part of it).
 //
@@ -56,6 +58,11 @@ std::string WakeChannel(int db, std::string_view key);
 
 // For SCAN MATCH: every lock whose key starts with `prefix`.
 std::string LockPattern(std::string_view prefix);
+// ... every name of every key that starts with `prefix` (counters too).
+std::string NamesPattern(std::string_view prefix);
+// Whether `name` is one a lock key keeps (lock, queue, holders, run-once
+// record...): not a slot's counter, not a fence's state.
+bool IsPerKeyName(std::string_view name);
 // ... every wait queue whose key starts with `prefix`.
 std::string QueuePattern(std::string_view prefix);
 // CounterName(K) from LockName(K).

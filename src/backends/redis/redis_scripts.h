@@ -15,13 +15,12 @@ namespace dlock::redis::scripts {
 // fast paths look at; it exists exactly while somebody holds the key (or an
 // ended holding's lock-delay runs):
 //  - an exclusive holding without lock-delay (the common case) is the lock
-//    key alone: "owner|ttl|granted|label", PX = the lease. Its token is the
-//    counter's value, which only a grant changes (INCR and SET in one
-//    script), so while it exists the counter names its token. `granted` (the
-//    grant time, server ms) is left empty by the fast path, which does not
-//    read the clock; the first extension fills it in (as long as the value
-//    was never extended, it was granted ttl - PTTL ago). A value of the
-//    previous version is the owner alone.
+//    key alone: "owner:token|ttl|granted|label", PX = the lease. `granted`
+//    (the grant time, server ms) is left empty by the fast path, which does
+//    not read the clock; the first extension fills it in (as long as the
+//    value was never extended, it was granted ttl - PTTL ago). Values of
+//    older versions have no ":token" (the token was then the key's own
+//    counter, `token`), or are the owner alone.
 //  - shared holdings (read locks, semaphore permits) and holdings with a
 //    lock-delay are members of the `holders` zset, scored by their end (the
 //    lease's end + its lock-delay, server ms), with "token|limit|ttl|delay|
@@ -29,12 +28,36 @@ namespace dlock::redis::scripts {
 //    expiring with the last of them. A holding whose lease has ended but whose
 //    end has not is inside its lock-delay: it holds nothing (no renewal,
 //    release or retry) but still counts against the sharing rule.
+// Tokens come from the counter of the key's hash slot (redis_slots.h). A
+// key's own counter `token`, which an older dlock kept for ever, is folded
+// into its slot's counter (raised to it, then deleted) when the key is next
+// granted or released: no token goes down, and nothing stays behind.
 // Waiters: the `queue` list (arrival order), `qexp` (owner -> place expiry)
 // and `qinfo` (owner -> "limit|since|ttl|label"; ttl, in ms, only for an
 // exclusive waiter without lock-delay: what a grant on release gives it).
 // The fast paths (a free key nobody waits for; an uncontended release) make
 // as few redis.call()s as possible, before any Lua function is defined:
 // each call costs the server about a microsecond.
+
+// What every script that grants needs first: `counter` (the slot's) and
+// the next token. Kept to two functions: each one defined costs every call
+// of the script, the fast path too.
+inline constexpr const char* kTokens = R"lua(
+-- Folds an older dlock's counter of the key (base .. 'token') into the
+-- slot's counter.
+local function absorb_old_counter(counter, base)
+  local old = redis.call('GET', base .. 'token')
+  if not old then return end
+  redis.call('DEL', base .. 'token')
+  if tonumber(old) > tonumber(redis.call('GET', counter) or '0') then
+    redis.call('SET', counter, old)
+  end
+end
+local function next_token(counter, base)
+  absorb_old_counter(counter, base)
+  return string.format('%.0f', redis.call('INCR', counter))
+end
+)lua";
 
 // Helpers shared by the slow paths.
 inline constexpr const char* kLib = R"lua(
@@ -44,11 +67,18 @@ local function clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- An exclusive holding's value: owner, ttl and grant time (nil when
--- unknown), label.
+-- unknown), label, token (nil in an older dlock's value).
 local function parse_lock(v)
-  local o, t, g, l = string.match(v, '^(%x+)|(%d*)|(%d*)|(.*)$')
-  if not o then return v, nil, nil, '' end
-  return o, tonumber(t), tonumber(g), l
+  local o, k, t, g, l = string.match(v, '^(%x+):?(%d*)|(%d*)|(%d*)|(.*)$')
+  if not o then return v, nil, nil, '', nil end
+  if k == '' then k = nil end
+  return o, tonumber(t), tonumber(g), l, k
+end
+-- The token of the exclusive holding `held` of the key whose names start
+-- with `base`.
+local function lock_token(held, base)
+  local _, _, _, _, k = parse_lock(held)
+  return k or redis.call('GET', base .. 'token') or '0'
 end
 local function parse_hold(v)
   if not v then return nil end
@@ -76,13 +106,14 @@ end
 -- A fresh ttl for the exclusive holding `held` in `lock`, keeping (or
 -- inferring, the first time) its grant time.
 local function extend_lock(lock, held, ttl)
-  local o, vt, vg, lab = parse_lock(held)
+  local o, vt, vg, lab, k = parse_lock(held)
   if not vt or (vg and vt == tonumber(ttl)) then
     redis.call('PEXPIRE', lock, ttl)
     return
   end
   if not vg then vg = clock() - (vt - redis.call('PTTL', lock)) end
-  redis.call('SET', lock, o .. '|' .. ttl .. '|' .. fmt(vg) .. '|' .. lab, 'PX', ttl)
+  redis.call('SET', lock, o .. (k and (':' .. k) or '') .. '|' .. ttl .. '|' .. fmt(vg) .. '|' ..
+             lab, 'PX', ttl)
 end
 -- The holdings in the zset, after dropping those whose end has passed.
 local function load_holders(holders, hinfo, now)
@@ -134,13 +165,14 @@ local function wake(queue, qexp, qinfo, channel, n, lim, now, skip)
 end
 )lua";
 
-// KEYS: lock, counter, queue. ARGV: "owner|ttl_ms||label" (the value of an
-// exclusive holding, with its grant time unknown), ttl_ms, "limit|
+// KEYS: lock, counter (the slot's), queue. ARGV: "owner|ttl_ms||label" (the
+// value of an exclusive holding, its token and grant time not yet in it),
+// ttl_ms, "limit|
 // lock_delay_ms" (only "1|0" may take the fast path), queue_ttl_ms, channel.
 // The other keys of the lock key (qexp, qinfo, holders, hinfo: same hash
 // tag, so the same slot) are named from KEYS[1] on the slow path: each
 // argument costs the server about 0.1 us on every call, the fast path too.
-// Returns {1, token, ttl_ms} when granted (a fresh grant bumps the counter;
+// Returns {1, token, ttl_ms} when granted (a fresh grant takes the next token;
 // an owner already holding it gets its token back and a fresh ttl), else
 // {0, 0, ms until a holding ends, or, with no holder, until the place of the
 // waiter ahead expires, the server's time in ms}.
@@ -153,31 +185,37 @@ end
 // each waiter the rule now admits.
 // NOLINTNEXTLINE(readability-function-size): the body is a Lua program.
 inline const Script& Acquire() {
-  static const Script s(std::string(R"lua(
+  static const Script s(std::string(kTokens) + std::string(R"lua(
 local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
 local ttl = ARGV[2]
+local base = string.sub(lock, 1, -5)
 local head = redis.call('LINDEX', queue, 0)
-if not head and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX', ttl) then
-  return {1, redis.call('INCR', counter), tonumber(ttl)}
+if not head and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
+  local tok = next_token(counter, base)
+  redis.call('SET', lock, string.sub(ARGV[1], 1, 32) .. ':' .. tok .. string.sub(ARGV[1], 33),
+             'PX', ttl)
+  return {1, tok, tonumber(ttl)}
 end
 local owner = string.sub(ARGV[1], 1, 32)
-if head == owner and ARGV[3] == '1|0' and redis.call('SET', lock, ARGV[1], 'NX', 'PX', ttl) then
+if head == owner and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
   -- The hand-off: the head of the queue, woken by a release, takes the free
   -- key (an exclusive request: nobody ahead, nobody holding) and its place
   -- goes.
   redis.call('LPOP', queue)
-  local base = string.sub(lock, 1, -5)
   redis.call('HDEL', base .. 'qexp', owner)
   redis.call('HDEL', base .. 'qinfo', owner)
-  return {1, redis.call('INCR', counter), tonumber(ttl)}
+  local tok = next_token(counter, base)
+  redis.call('SET', lock, owner .. ':' .. tok .. string.sub(ARGV[1], 33), 'PX', ttl)
+  return {1, tok, tonumber(ttl)}
 end
 local held = redis.call('GET', lock)
 local mine = held and held ~= '*' and string.sub(held, 1, 32) == owner
 if mine then
-  local o, vt, vg = string.match(held, '^(%x+)|(%d*)|(%d*)|')
+  local o, k, vt, vg = string.match(held, '^(%x+):?(%d*)|(%d*)|(%d*)|')
   if not o or (vg ~= '' and vt == ttl) then
     redis.call('PEXPIRE', lock, ttl)
-    return {1, redis.call('GET', counter), tonumber(ttl)}
+    if not k or k == '' then k = redis.call('GET', base .. 'token') or '0' end
+    return {1, k, tonumber(ttl)}
   end
   -- Ours, but its grant time is not yet recorded (or the ttl changes): the
   -- slow path extends it (extend_lock). Never the queue: that would put a
@@ -189,7 +227,6 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
   -- tail and looks no further (dead places ahead are dropped by the slow
   -- path, which every retry runs). This runs right after every release, as
   -- the releaser queues again, so it is kept short.
-  local base = string.sub(lock, 1, -5)
   local qexp = base .. 'qexp'
   if redis.call('HEXISTS', qexp, owner) == 0 then
     local t = redis.call('TIME')
@@ -214,7 +251,6 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
   end
 end
 )lua") + kLib + R"lua(
-local base = string.sub(lock, 1, -5)
 local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
 local qttl, channel = tonumber(ARGV[4]), ARGV[5]
 local limit, delay = string.match(ARGV[3], '^(%d+)|(%d+)$')
@@ -222,7 +258,7 @@ limit, delay = tonumber(limit), tonumber(delay)
 local label = string.match(ARGV[1], '^%x+|%d*||(.*)$') or ''
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   extend_lock(lock, held, ttl)
-  return {1, redis.call('GET', counter), tonumber(ttl)}
+  return {1, lock_token(held, base), tonumber(ttl)}
 end
 local now = clock()
 local hs, pruned = {}, false
@@ -284,12 +320,13 @@ if n <= lim then
     redis.call('HDEL', qexp, owner)
     redis.call('HDEL', qinfo, owner)
   end
-  local tok = redis.call('INCR', counter)
+  local tok = next_token(counter, base)
   if limit == 1 and delay == 0 and not held then
-    redis.call('SET', lock, owner .. '|' .. ttl .. '|' .. fmt(now) .. '|' .. label, 'PX', ttl)
+    redis.call('SET', lock, owner .. ':' .. tok .. '|' .. ttl .. '|' .. fmt(now) .. '|' .. label,
+               'PX', ttl)
   else
     redis.call('ZADD', holders, fmt(now + tonumber(ttl) + delay), owner)
-    redis.call('HSET', hinfo, owner, hold_value({token = fmt(tok), limit = limit,
+    redis.call('HSET', hinfo, owner, hold_value({token = tok, limit = limit,
                ttl = tonumber(ttl), delay = delay, granted = now, label = label}))
     guard(lock, holders, hinfo)
     if limit > 1 then
@@ -329,40 +366,43 @@ return {0, 0, left, now}
   return s;
 }
 
-// KEYS: lock, queue (the others are named from KEYS[1]). ARGV: owner,
-// channel.
+// KEYS: lock, queue, counter (the slot's; the others are named from
+// KEYS[1]). ARGV: owner, channel.
 // Ends the owner's holding if it has one (1); otherwise drops the owner's
 // place in the queue (a waiter giving up) and returns 0 when nobody holds
 // the key, -1 when another owner does. A holding inside its lock-delay is
 // not held. Then serves the queue:
 //  - grant on release: an exclusive holding's release gives the key straight
 //    to the head of the queue when that is a live exclusive waiter without
-//    lock-delay (its place records its ttl): the head's holding is set, the
-//    counter bumped, its place dropped, and the message "owner:token:time"
+//    lock-delay (its place records its ttl): the head's holding is set with
+//    the next token, its place dropped, and the message "owner:token:time"
 //    (time: the grant's, server ms) tells it so. The head needs no round
 //    trip of its own (docs/backend-redis.md, "Grant on release");
 //  - otherwise it wakes each waiter the sharing rule now admits (a message
 //    naming its owner): an exclusive head with lock-delay, or a reader head
 //    and the readers behind it; dead places are passed over.
 inline const Script& Release() {
-  static const Script s(std::string(R"lua(
-local lock, queue = KEYS[1], KEYS[2]
+  static const Script s(std::string(kTokens) + std::string(R"lua(
+local lock, queue, counter = KEYS[1], KEYS[2], KEYS[3]
 local owner, channel = ARGV[1], ARGV[2]
 local held = redis.call('GET', lock)
+local base = string.sub(lock, 1, -5)
 local head, now
 if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   redis.call('DEL', lock)
+  if string.byte(held, 33) ~= 58 then  -- no ":token": an older dlock's holding
+    absorb_old_counter(counter, base)
+  end
   head = redis.call('LINDEX', queue, 0)
   if not head then return 1 end
-  local base = string.sub(lock, 1, -5)
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if tonumber(redis.call('HGET', base .. 'qexp', head) or '0') > now then
     local info = redis.call('HGET', base .. 'qinfo', head) or ''
     local gttl, label = string.match(info, '^1|%d+|(%d+)|(.*)$')
     if gttl then
-      redis.call('SET', lock, head .. '|' .. gttl .. '||' .. label, 'PX', gttl)
-      local tok = string.format('%.0f', redis.call('INCR', base .. 'token'))
+      local tok = next_token(counter, base)
+      redis.call('SET', lock, head .. ':' .. tok .. '|' .. gttl .. '||' .. label, 'PX', gttl)
       redis.call('LPOP', queue)
       redis.call('HDEL', base .. 'qexp', head)
       redis.call('HDEL', base .. 'qinfo', head)
@@ -379,7 +419,6 @@ if held and held ~= '*' and string.sub(held, 1, 32) == owner then
   end
 end
 )lua") + kLib + R"lua(
-local base = string.sub(lock, 1, -5)
 local qexp, qinfo, holders, hinfo = base .. 'qexp', base .. 'qinfo', base .. 'holders', base .. 'hinfo'
 if head then
   -- A reader at the head, or a dead head: every live waiter now admitted.
@@ -453,8 +492,8 @@ return out
   return s;
 }
 
-// KEYS: lock_1, lock_2, ... (found by SCAN; counter, holders and hinfo are
-// named from each). Returns, per holding whose lease runs: the index of its lock (1..),
+// KEYS: lock_1, lock_2, ... (found by SCAN; holders and hinfo are named
+// from each). Returns, per holding whose lease runs: the index of its lock (1..),
 // owner, ms left, token, ttl (-1 unknown), held for (ms, -1 unknown), limit,
 // label.
 inline const Script& List() {
@@ -467,7 +506,7 @@ local function add(i, owner, left, token, ttl, held_for, limit, label)
 end
 for i, lock in ipairs(KEYS) do
   local base = string.sub(lock, 1, -5)
-  local counter, holders, hinfo = base .. 'token', base .. 'holders', base .. 'hinfo'
+  local holders, hinfo = base .. 'holders', base .. 'hinfo'
   local held = redis.call('GET', lock)
   if held == '*' then
     local z = redis.call('ZRANGE', holders, 0, -1, 'WITHSCORES')
@@ -484,7 +523,7 @@ for i, lock in ipairs(KEYS) do
     local pttl = redis.call('PTTL', lock)
     local held_for = -1
     if vg then held_for = math.max(0, now - vg) elseif vt then held_for = math.max(0, vt - pttl) end
-    add(i, o, pttl, redis.call('GET', counter) or '0', fmt(vt or -1), fmt(held_for), '1', lab)
+    add(i, o, pttl, lock_token(held, base), fmt(vt or -1), fmt(held_for), '1', lab)
   end
 end
 return out
@@ -520,23 +559,23 @@ return out
   return s;
 }
 
-// Backend::MarkDone. KEYS: lock, counter, done (holders and hinfo named
-// from the lock). ARGV: owner. Sets the run-once record (to the holder's token) only while the
-// owner holds the lock: 1, or 0 when it does not.
+// Backend::MarkDone. KEYS: lock, done (holders and hinfo named from the
+// lock). ARGV: owner. Sets the run-once record (to the holder's token) only
+// while the owner holds the lock: 1, or 0 when it does not.
 inline const Script& MarkDone() {
   static const Script s(std::string(kLib) + R"lua(
 local held = redis.call('GET', KEYS[1])
+local base = string.sub(KEYS[1], 1, -5)
 local tok
 if held == '*' then
-  local base = string.sub(KEYS[1], 1, -5)
   local h = parse_hold(redis.call('HGET', base .. 'hinfo', ARGV[1]))
   local ends = tonumber(redis.call('ZSCORE', base .. 'holders', ARGV[1]))
   if h and ends and ends - h.delay > clock() then tok = h.token end
 elseif held and string.sub(held, 1, 32) == ARGV[1] then
-  tok = redis.call('GET', KEYS[2]) or '1'
+  tok = lock_token(held, base)
 end
 if not tok then return 0 end
-redis.call('SET', KEYS[3], tok)
+redis.call('SET', KEYS[2], tok)
 return 1
 )lua");
   return s;
