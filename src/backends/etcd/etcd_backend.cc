@@ -716,6 +716,33 @@ Result<std::vector<WaiterInfo>> EtcdBackendImpl::Waiters(std::string_view prefix
 
 // ---- Run-once records: DoneKey (etcd_keys.h), a key without a lease.
 
+// Counted in one snapshot: the queue members of every name that starts
+// with `prefix` (with an empty prefix, every key under the root), and the
+// run-once records and lock-delay markers of those names where they lie
+// outside that range.
+Result<std::uint64_t> EtcdBackendImpl::StoredObjects(std::string_view prefix) {
+  const std::string from = options_.root + std::string(prefix);
+  pb::TxnRequest txn;
+  for (const std::string& start : {from, DoneKey(options_.root, prefix),
+                                   DelayListPrefix(options_.root, prefix)}) {
+    if (&start != &from && start.starts_with(from)) continue;
+    pb::RangeRequest* r = txn.add_success()->mutable_request_range();
+    // An empty key cannot be sent; "\0" to "\0" is every key.
+    r->set_key(start.empty() ? std::string(1, '\0') : start);
+    r->set_range_end(PrefixRangeEnd(start));
+    r->set_count_only(true);
+  }
+  auto got = conn_.Txn(txn, OpDeadline());
+  if (!got.ok()) {
+    return got.status().WithContext("count the keys of " + Quoted(prefix) + " on " + Describe());
+  }
+  std::uint64_t count = 0;
+  for (const auto& response : got->responses()) {
+    count += static_cast<std::uint64_t>(response.response_range().count());
+  }
+  return count;
+}
+
 Result<bool> EtcdBackendImpl::IsDone(std::string_view key) {
   pb::RangeRequest r;
   r.set_key(DoneKey(options_.root, key));

@@ -128,6 +128,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
   bool SupportsLockDelay() const override { return true; }
   Result<bool> IsDone(std::string_view key) override;
