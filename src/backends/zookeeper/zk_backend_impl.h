@@ -160,6 +160,11 @@ struct ZooKeeperBackendImpl {
                                                                           std::string_view prefix);
   Status CreateDoneDir(const Live& live);
 
+  // --- counting what is stored (zk_footprint.cc) -------------------------
+  Result<std::uint64_t> CountSubtrees(const Live& live, std::vector<std::string> tops);
+  Result<std::vector<std::string>> ChildrenFor(const Live& live, const std::string& dir,
+                                               std::string_view partial);
+
   TimePoint Now() const { return clock->Now(); }
   std::chrono::nanoseconds Left(TimePoint until) const {
     return std::max<std::chrono::nanoseconds>(until - Now(), std::chrono::nanoseconds(0));

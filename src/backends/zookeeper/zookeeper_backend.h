@@ -86,6 +86,7 @@ class ZooKeeperBackend final : public Backend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   bool SupportsSharing() const override { return true; }
   bool SupportsLockDelay() const override { return true; }
   // Run-once records: persistent znodes under <chroot>/%dlock-done
