@@ -95,7 +95,9 @@ secure_cluster() {
     -c "CREATE ROLE dlock_app LOGIN PASSWORD '$app_password'" \
     -c "CREATE ROLE dlock_none LOGIN PASSWORD '$app_password-none'" \
     -c "ALTER DEFAULT PRIVILEGES FOR ROLE dlock IN SCHEMA public
-          GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO dlock_app" >/dev/null
+          GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO dlock_app" \
+    -c "ALTER DEFAULT PRIVILEGES FOR ROLE dlock IN SCHEMA public
+          GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO dlock_app" >/dev/null
   as_owner "$BIN/pg_ctl" -D "$data" -w reload >/dev/null
   # A reload turns TLS on at once; wait until the server asks for a certificate.
   local out

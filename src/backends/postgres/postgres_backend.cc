@@ -3,11 +3,15 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stop_token>
+#include <thread>
 
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_util.h"
@@ -30,6 +34,13 @@ constexpr milliseconds kMinRenewBudget{20};
 // of the key leaves the nudge to the head that release told (see
 // PostgresBackend::NoteReleased).
 constexpr milliseconds kJustReleased{1000};
+
+// The sweep of free rows (postgres_sql.cc, kSweepSql): how often, and how
+// much at a time. A batch keeps grants out for as long as its DELETE of at
+// most kSweepBatch rows by primary key takes (milliseconds).
+constexpr milliseconds kSweepEvery{5000};
+constexpr int kSweepBatch = 1000;
+constexpr int kSweepBatchesPerRound = 20;
 
 // A table name as a quoted SQL identifier (IsTableName admits no '"').
 std::string QuoteIdentifier(std::string_view name) { return "\"" + std::string(name) + "\""; }
@@ -118,13 +129,16 @@ class PostgresBackend final : public Backend {
       : options_(std::move(options)),
         clock_(options_.clock ? options_.clock : DefaultClock()),
         tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
-                QuoteIdentifier(options_.table + "_done")},
+                QuoteIdentifier(options_.table + "_done"),
+                QuoteIdentifier(options_.table + "_tokens")},
         listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
 
   Status Init() {
     std::unique_lock lock(mu_);
-    return EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
-                                 "open the lock store");
+    DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
+                                                "open the lock store"));
+    sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
+    return Status::Ok();
   }
 
   // Always a single attempt, even with queue_ttl > 0: waiters queue only
@@ -138,6 +152,7 @@ class PostgresBackend final : public Backend {
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner) override;
   Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
@@ -181,6 +196,13 @@ class PostgresBackend final : public Backend {
   Result<bool> CheckTablesLocked(PGconn* conn, SteadyTime deadline);
   Status CreateTablesLocked(PGconn* conn, SteadyTime deadline);
 
+  // Deleting the rows of keys nobody holds (SweepSql): every kSweepEvery,
+  // when this backend released something since the last sweep, in batches
+  // while they come back full (a bounded number per round).
+  void SweepLoop(std::stop_token stop);
+  // One batch: how many rows it deleted.
+  Result<std::int64_t> SweepOnce();
+
   // The last release by this backend of a key, which NOTIFYed the head of
   // its queue: a waiting acquire of that key that begins at once (a process
   // queueing again right after its release) need not nudge the head on its
@@ -217,6 +239,8 @@ class PostgresBackend final : public Backend {
   SteadyTime stale_since_{};
 
   Listener listener_;
+  std::atomic<bool> released_since_sweep_{false};
+  std::jthread sweeper_;  // last: stopped and joined before the rest goes
 };
 
 // One acquire of one key by one owner (Backend::Begin). A waiting one
@@ -286,12 +310,14 @@ Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadlin
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
   const bool have_done = Value(r, 0, 5) == "t";
-  // Tables of the previous schema are migrated (CreateTablesSql).
-  const bool old_locks = have_locks && Value(r, 0, 1) == kLocksCommentV1;
+  // Tables of earlier schemas are migrated (CreateTablesSql).
+  const bool old_locks = have_locks && (Value(r, 0, 1) == kLocksCommentV1 ||
+                                        Value(r, 0, 1) == kLocksCommentV2);
   const bool old_queue = have_queue && Value(r, 0, 3) == kQueueCommentV1;
   auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
     const std::string found = Value(r, 0, col);
-    if (exists && found != comment && found != kLocksCommentV1 && found != kQueueCommentV1) {
+    if (exists && found != comment && found != kLocksCommentV1 && found != kLocksCommentV2 &&
+        found != kQueueCommentV1) {
       return FailedPreconditionError(
           "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
           "' expected as its comment, found '" + found + "'); choose another with ?table=NAME");
@@ -452,6 +478,7 @@ Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
                              "release " + std::string(key)));
   if (PQntuples(held.get()) == 1) {
     NoteReleased(key);
+    released_since_sweep_.store(true, std::memory_order_relaxed);
     return Status::Ok();
   }
   // Nothing released: somebody else's, nobody's, a shared holding, or a
@@ -465,6 +492,7 @@ Status PostgresBackend::ReleaseAndLeaveQueue(std::string_view key, const std::st
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
                          Run("dlock_release", ReleaseParams(key, owner), deadline, what));
   const PGresult* r = result.get();
+  released_since_sweep_.store(true, std::memory_order_relaxed);
   if (IntValue(r, 0, 0) > 0) return Status::Ok();
   if (Value(r, 0, 1) == "t") {
     return NotOwnerError(what + ": the lock is held by another owner");
@@ -616,6 +644,47 @@ Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
     params.Null();
   }
   return Run(statement, params, CallDeadline(), what);
+}
+
+Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
+  const std::string what = "count the rows for '" + std::string(prefix) + "'";
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_count", prefix, what));
+  return static_cast<std::uint64_t>(IntValue(result.get(), 0, 0));
+}
+
+void PostgresBackend::SweepLoop(std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any wake;
+  std::unique_lock lock(mu);
+  while (!stop.stop_requested()) {
+    wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
+    if (stop.stop_requested() || !released_since_sweep_.exchange(false)) continue;
+    bool more = true;
+    for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
+      const Result<std::int64_t> swept = SweepOnce();
+      more = swept.ok() && *swept == kSweepBatch;
+      // A sweep kept out (lock_timeout) or cut short is tried next time.
+      if (!swept.ok() || (more && round + 1 == kSweepBatchesPerRound)) {
+        released_since_sweep_.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
+Result<std::int64_t> PostgresBackend::SweepOnce() {
+  const std::string what = "sweep free rows from " + tables_.locks;
+  const SteadyTime deadline = CallDeadline();
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return UnavailableError(what + ": the connection is busy");
+  if (awaiting_stale_reply_) return UnavailableError(what + ": an earlier reply is due");
+  DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
+  auto swept = Exec(conn_.get(), SweepSql(tables_, kSweepBatch), {}, deadline, what,
+                    options_.describe);
+  if (PQstatus(conn_.get()) != CONNECTION_OK || PQtransactionStatus(conn_.get()) != PQTRANS_IDLE) {
+    conn_.reset();  // cut off or timed out mid-sweep: start the next call afresh
+  }
+  if (!swept.ok()) return swept.status();
+  return IntValue(swept->get(), 0, 0);
 }
 
 // Columns 0 and 1 of a listing row: the key (hex) and the owner id.

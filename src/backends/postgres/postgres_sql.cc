@@ -61,6 +61,8 @@ BEGIN
     -- Schema 1 kept one holder per key, whose token was the counter.
     UPDATE {t} SET holder_token = token WHERE owner IS NOT NULL;
     COMMENT ON TABLE {t} IS '{locks_comment}';
+  ELSIF obj_description(to_regclass('{t}'), 'pg_class') = '{locks_comment_v2}' THEN
+    COMMENT ON TABLE {t} IS '{locks_comment}';
   END IF;
   IF to_regclass('{q}') IS NULL THEN
     CREATE UNLOGGED TABLE {q} (
@@ -87,6 +89,13 @@ BEGIN
       done_at timestamptz NOT NULL
     );
     COMMENT ON TABLE {d} IS '{done_comment}';
+  END IF;
+  -- Schema 3: a new row's first token comes from here. It starts above
+  -- every token any key was granted, so no key's next token goes down.
+  IF to_regclass('{s}') IS NULL THEN
+    CREATE SEQUENCE {s} AS bigint;
+    PERFORM setval('{s}', coalesce(m, 1), m IS NOT NULL)
+    FROM (SELECT greatest((SELECT max(token) FROM {t}), (SELECT max(token) FROM {d})) AS m) AS x;
   END IF;
 END
 $dlock$;
@@ -125,7 +134,10 @@ COMMIT;
 //            rule admits us by the snapshot and the queue. Its WHERE
 //            re-checks the rule on the latest row version under the row
 //            lock (the queue part only decides who may try: fairness, never
-//            exclusion). A new grant takes token + 1 and goes to the primary
+//            exclusion). A key without a row (never granted, or its row
+//            swept) gets a row whose first token is the sequence's next
+//            value; on an existing row a new grant takes token + 1 and goes
+//            to the primary
 //            when no primary holding counts, else into sharers; lapsed
 //            sharers are dropped on the way.
 //  - enqueued: a refused waiter takes (or keeps, while live) its place.
@@ -162,8 +174,9 @@ held AS (
 granted AS (
   INSERT INTO {t} AS l (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
                         lock_delay_ms, label, holder_limit, sharers)
-  SELECT $1, $2, 1, 1, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6, '[]'
-  FROM c
+  SELECT $1, $2, n.token, n.token, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6,
+         '[]'
+  FROM c, (SELECT nextval('{s}') AS token) AS n
   WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND live)
      OR (NOT EXISTS (SELECT 1 FROM held WHERE owner = $2)
          AND (SELECT count(*) FROM held) + (SELECT n FROM ahead) + 1
@@ -545,6 +558,62 @@ RETURNING 1
 
 constexpr const char* kIsDoneSql = "SELECT 1 FROM {d} WHERE key = $1";
 
+// The sweep: rows of keys that nobody holds (no owner, or one expired past
+// its lock-delay; no sharer counting) are deleted, so that a key leaves
+// nothing behind. A fresh row takes its first token from the sequence at
+// some moment during its INSERT statement, possibly before a row of the same
+// key that outran the sequence (token + 1 per grant) was deleted. The
+// sweep therefore deletes under a table lock that conflicts with the ROW
+// EXCLUSIVE lock every grant holds from the start of its statement: it
+// waits until no grant is in flight and keeps new ones out until it
+// commits, and it raises the sequence to the highest token it deleted
+// before that. A grant that starts afterwards draws a value above every
+// token of the deleted rows. Candidates are chosen before the lock (a scan
+// of a large table must not keep grants out) and checked again under it;
+// lock_timeout bounds how long grants queue behind a sweep that waits.
+// Expired places in the queue go too. The ping row is kept.
+constexpr const char* kSweepSql = R"sql(
+DO $sweep$
+DECLARE
+  victims bytea[];
+  top bigint;
+  swept bigint := 0;
+BEGIN
+  DELETE FROM {q} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {q} WHERE expires_at <= clock_timestamp() LIMIT {batch}));
+  SELECT array_agg(key) INTO victims FROM (
+    SELECT key FROM {t} AS l WHERE {free} LIMIT {batch}) AS v;
+  IF victims IS NOT NULL THEN
+    SET LOCAL lock_timeout = '200ms';
+    LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE;
+    WITH gone AS (DELETE FROM {t} AS l WHERE l.key = ANY (victims) AND {free} RETURNING l.token)
+    SELECT count(*), max(token) INTO swept, top FROM gone;
+    IF top IS NOT NULL THEN
+      PERFORM setval('{s}', greatest(top, (SELECT last_value FROM {s})));
+    END IF;
+  END IF;
+  PERFORM set_config('dlock.swept', swept::text, false);
+END
+$sweep$;
+SELECT current_setting('dlock.swept');
+)sql";
+
+// A row nobody holds, `l` (kSweepSql).
+constexpr const char* kFreeRowSql =
+    "((l.owner IS NULL OR l.expires_at + l.lock_delay_ms * interval '1 millisecond' "
+    "<= clock_timestamp()) AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e "
+    "WHERE (e->>'u')::timestamptz > clock_timestamp()) "
+    "AND l.key <> '\\x00646c6f636b2070696e67'::bytea)";
+
+// Backend::StoredObjects: rows and queue places of keys in [$1, $2), the
+// ping row aside.
+constexpr const char* kCountSql = R"sql(
+SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+          AND key <> '\x00646c6f636b2070696e67'::bytea)
+     + (SELECT count(*) FROM {q} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
+     + (SELECT count(*) FROM {d} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
+)sql";
+
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
   for (const auto& [name, value] : values) {
     const std::string pattern = "{" + name + "}";
@@ -567,6 +636,8 @@ std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id) {
                                  {"queue_comment", kQueueComment},
                                  {"done_comment", kDoneComment},
                                  {"locks_comment_v1", kLocksCommentV1},
+                                 {"locks_comment_v2", kLocksCommentV2},
+                                 {"s", tables.tokens},
                                  {"queue_comment_v1", kQueueCommentV1}});
 }
 
@@ -574,7 +645,10 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   std::string prepare;
   auto add = [&](const char* name, const char* types, const std::string& sql) {
     prepare += "PREPARE " + std::string(name) + types + " AS " +
-               Substitute(sql, {{"t", tables.locks}, {"q", tables.queue}, {"d", tables.done}}) +
+               Substitute(sql, {{"t", tables.locks},
+                                {"q", tables.queue},
+                                {"d", tables.done},
+                                {"s", tables.tokens}}) +
                ";\n";
   };
   const char* waiting_types =
@@ -597,7 +671,16 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
   add("dlock_mark_done", "(bytea, text)", kMarkDoneSql);
   add("dlock_is_done", "(bytea)", kIsDoneSql);
+  add("dlock_count", "(bytea, bytea)", kCountSql);
   return prepare;
+}
+
+std::string SweepSql(const TableNames& tables, int batch) {
+  return Substitute(Substitute(kSweepSql, {{"free", kFreeRowSql}}),
+                    {{"t", tables.locks},
+                     {"q", tables.queue},
+                     {"s", tables.tokens},
+                     {"batch", std::to_string(batch)}});
 }
 
 }  // namespace dlock::postgres

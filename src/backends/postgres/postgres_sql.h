@@ -21,9 +21,12 @@ namespace dlock::postgres {
 
 // Bumped when the tables change shape; kept in the tables' comments. Schema
 // 2 added the holder's ttl, lock-delay and label, the waiter's limit and
-// label, and the run-once table; a schema-1 table is migrated in place
+// label, and the run-once table. Schema 3 added the token sequence, from
+// which a key's row takes its first token, so that rows of free keys can
+// be deleted (kSweepSql). Older tables are migrated in place
 // (CreateTablesSql, under the same advisory lock as creation).
-inline constexpr const char* kLocksComment = "dlock locks, schema 2";
+inline constexpr const char* kLocksComment = "dlock locks, schema 3";
+inline constexpr const char* kLocksCommentV2 = "dlock locks, schema 2";
 inline constexpr const char* kQueueComment = "dlock wait queue, schema 2";
 inline constexpr const char* kDoneComment = "dlock run-once marks, schema 2";
 inline constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
@@ -34,6 +37,7 @@ struct TableNames {
   std::string locks;  // {t}
   std::string queue;  // {q}
   std::string done;   // {d}
+  std::string tokens;  // {s}, the token sequence
 };
 
 // Session set-up, one round trip; $1, $2, $3 the three table names.
@@ -45,10 +49,16 @@ extern const char* const kCheckSql;
 // under the advisory lock `lock_id`.
 std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id);
 
+// Deletes up to `batch` rows of keys nobody holds, in one transaction that
+// locks out every grant meanwhile (see the comment on kSweepSql), and
+// leaves the number deleted in the setting dlock.swept; then reads it
+// back. Text for the simple query protocol.
+std::string SweepSql(const TableNames& tables, int batch);
+
 // PREPAREs every statement the backend runs: dlock_acquire,
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
 // dlock_release, dlock_release_lean, dlock_renew, dlock_list, dlock_ping,
-// dlock_waiters, dlock_mark_done, dlock_is_done.
+// dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count.
 std::string PrepareStatementsSql(const TableNames& tables);
 
 }  // namespace dlock::postgres

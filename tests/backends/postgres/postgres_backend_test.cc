@@ -195,7 +195,7 @@ TEST_F(PostgresBackendTest, ManyClientsCreateAFreshSchemaAtOnce) {
   EXPECT_EQ(opened.load(), 8) << (errors.empty() ? "" : errors.front());
   auto admin = AdminConnect();
   EXPECT_EQ(Query(admin.get(), "SELECT obj_description('" + table + "'::regclass, 'pg_class')"),
-            "dlock locks, schema 2");
+            "dlock locks, schema 3");
   // Analyzed at creation (reltuples -1 would mean never): until autovacuum
   // got to it, a fresh queue table was planned from its page count, and a
   // contended hand-off ran ~30 % slower.
@@ -210,6 +210,63 @@ TEST_F(PostgresBackendTest, ManyClientsCreateAFreshSchemaAtOnce) {
   ASSERT_TRUE(a.ok() && a->granted) << a.status().ToString();
   EXPECT_EQ(a->token, 1u);
   Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
+  Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
+}
+
+// The footprint: a released key's row is deleted by the sweep (every few
+// seconds after a release), and the key's next token is still above its
+// last, even when its row's counter had run ahead of the token sequence
+// (token + 1 per grant on an existing row).
+TEST_F(PostgresBackendTest, SweptRowsLeaveNothingAndTokensGoOnAboveThem) {
+  auto b = Raw(ServerUri());
+  ASSERT_NE(b, nullptr);
+  const std::string key = Unique("swept");
+  auto first = b->TryAcquire({key, OwnerId(1, 2), milliseconds(5000)});
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  auto admin = AdminConnect();
+  const FencingToken ahead = first->token + 1'000'000;
+  Query(admin.get(), "UPDATE dlock_locks SET token = " + std::to_string(ahead) +
+                         ", holder_token = " + std::to_string(ahead) + " WHERE key = '" + key +
+                         "'::bytea");
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 2)).ok());
+  Result<std::uint64_t> left = 0;
+  EXPECT_TRUE(Eventually([&] { return (left = b->StoredObjects(key)).ok() && *left == 0; },
+                         milliseconds(60'000)))
+      << "the released key's row stayed: " << left.status().ToString();
+  auto next = b->TryAcquire({key, OwnerId(3, 4), milliseconds(5000)});
+  ASSERT_TRUE(next.ok() && next->granted) << next.status().ToString();
+  EXPECT_GT(next->token, ahead) << "the token went down after the row was swept";
+  ASSERT_TRUE(b->Release(key, OwnerId(3, 4)).ok());
+}
+
+// Schema-2 tables (a counter per row, never deleted; no sequence) gain the
+// token sequence, which starts above every token already granted.
+TEST_F(PostgresBackendTest, SchemaTwoTablesGainASequenceAboveEveryToken) {
+  const std::string table = Unique("v2");
+  const std::string uri = WithParam(ServerUri(), "table=" + table);
+  auto admin = AdminConnect();
+  {
+    auto made = Raw(uri);
+    ASSERT_NE(made, nullptr);
+  }
+  Query(admin.get(), "DROP SEQUENCE " + table + "_tokens");
+  Query(admin.get(), "COMMENT ON TABLE " + table + " IS 'dlock locks, schema 2'");
+  Query(admin.get(), "INSERT INTO " + table + " (key, owner, token) VALUES ('old'::bytea, NULL, 5000)");
+  Query(admin.get(), "INSERT INTO " + table + "_done VALUES ('ran'::bytea, '" +
+                         OwnerId(5, 5).ToString() + "', 7000, clock_timestamp())");
+  auto b = Raw(uri);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Query(admin.get(), "SELECT obj_description('" + table + "'::regclass, 'pg_class')"),
+            "dlock locks, schema 3");
+  auto fresh = b->TryAcquire({"new", OwnerId(1, 1), milliseconds(5000)});
+  ASSERT_TRUE(fresh.ok() && fresh->granted) << fresh.status().ToString();
+  EXPECT_GT(fresh->token, 7000u);
+  auto old = b->TryAcquire({"old", OwnerId(1, 1), milliseconds(5000)});
+  ASSERT_TRUE(old.ok() && old->granted) << old.status().ToString();
+  EXPECT_EQ(old->token, 5001u) << "an existing row's counter goes on";
+  b.reset();
+  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
+  Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
 }
 
 // Tables of the previous dlock (schema 1) are migrated in place: a live
@@ -236,7 +293,7 @@ TEST_F(PostgresBackendTest, SchemaOneTablesAreMigratedInPlace) {
   auto b = Raw(WithParam(ServerUri(), "table=" + table));
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(Query(admin.get(), "SELECT obj_description('" + table + "'::regclass, 'pg_class')"),
-            "dlock locks, schema 2");
+            "dlock locks, schema 3");
   auto held = b->List("");
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   ASSERT_EQ(held->size(), 1u);
@@ -254,6 +311,7 @@ TEST_F(PostgresBackendTest, SchemaOneTablesAreMigratedInPlace) {
   ASSERT_TRUE(fresh.ok() && fresh->granted) << fresh.status().ToString();
   EXPECT_EQ(fresh->token, 10u);
   Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
+  Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
 }
 
 // Lock-delay by the server's clock: after an expiry nobody is granted the
