@@ -250,7 +250,7 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
       c_->standing = Contender::NoNode{};
     }
   }
-  if (r->rc == ZNONODE) return m_->CreateParents(live, under);
+  if (r->rc == ZNONODE) return m_->CreateLockPath(live, *c_);
   if (OutcomeUnknown(r->rc)) {
     return ZkError(r->rc, "creating a lock node under " + under +
                               " (outcome unknown; a retry finds it by its guid)");

@@ -108,7 +108,10 @@ struct ZooKeeperBackendImpl {
   void OnNodeEvent(std::uint64_t gen, int type, const std::string& path);
   // Whether any node of ours is (or may be) on the current session.
   bool SessionInUseLocked() const;
-  Status CreateParents(const Live& live, const std::string& path);
+  Status CreateParents(const Live& live, const std::string& path, std::string_view leaf_data = {});
+  // The missing lock path of `c`, flagged (kKeyHadDelays) when markers of
+  // lost holdings wait in its delay path (zk_lock_delay.cc).
+  Status CreateLockPath(const Live& live, const Contender& c);
   // Deletes every node of `owner` (by its guid) under `lock_path`; `found`
   // says whether there was one, `others` (if given) gets the rest.
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,

@@ -127,6 +127,25 @@ Result<milliseconds> ZooKeeperBackendImpl::ClearLockDelays(const Live& live, Con
   return milliseconds(0);
 }
 
+// A lock path is a container: ZooKeeper deletes it once empty, and its
+// kKeyHadDelays flag with it, while a lost holding's lock-delay may still
+// run (its marker lives elsewhere, in the delay path). A contender that
+// finds the path missing makes it again with the flag when such markers
+// remain, in the create itself, so that nobody sees the path without it.
+// No marker can appear meanwhile: markers are made by holders, and a
+// missing path has none.
+Status ZooKeeperBackendImpl::CreateLockPath(const Live& live, const Contender& c) {
+  std::string_view data;
+  if (!c.delay_path.empty()) {
+    const Reply* marks = live.session->Children(c.delay_path)->Wait(attempt_timeout);
+    if (marks == nullptr || (marks->rc != ZOK && marks->rc != ZNONODE)) {
+      return ReplyError(marks, "listing the lock-delays of " + c.lock_path, attempt_timeout);
+    }
+    if (marks->rc == ZOK && !marks->children.empty()) data = kKeyHadDelays;
+  }
+  return CreateParents(live, c.lock_path, data);
+}
+
 // How long the lost holdings whose markers remain still keep the key from
 // `node` (zero: they do not).
 Result<milliseconds> ZooKeeperBackendImpl::WaitForLostHoldings(const Live& live, Contender& c,

@@ -193,7 +193,8 @@ void ZooKeeperBackendImpl::OnNodeEvent(std::uint64_t g, int type, const std::str
   for (auto& c : look) LookOnEvent(s, c);
 }
 
-Status ZooKeeperBackendImpl::CreateParents(const Live& live, const std::string& lock_path) {
+Status ZooKeeperBackendImpl::CreateParents(const Live& live, const std::string& lock_path,
+                                           std::string_view leaf_data) {
   // Every ancestor below the chroot is a container node (ZooKeeper deletes
   // it once empty), as Curator makes them; the chroot itself is persistent.
   std::vector<std::shared_ptr<Op>> ops;
@@ -201,7 +202,8 @@ Status ZooKeeperBackendImpl::CreateParents(const Live& live, const std::string& 
     if (i != lock_path.size() && lock_path[i] != '/') continue;
     const std::string p = lock_path.substr(0, i);
     const bool in_chroot = p.size() <= options.chroot.size();
-    ops.push_back(live.session->Create(p, "", in_chroot ? 0 : ZOO_CONTAINER));
+    const std::string_view data = i == lock_path.size() ? leaf_data : std::string_view();
+    ops.push_back(live.session->Create(p, std::string(data), in_chroot ? 0 : ZOO_CONTAINER));
   }
   for (auto& op : ops) {
     const Reply* r = op->Wait(attempt_timeout);
