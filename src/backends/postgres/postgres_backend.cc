@@ -39,8 +39,8 @@ constexpr milliseconds kJustReleased{1000};
 // much at a time. A batch keeps grants out for as long as its DELETE of at
 // most kSweepBatch rows by primary key takes (milliseconds).
 constexpr milliseconds kSweepEvery{5000};
-constexpr int kSweepBatch = 1000;
-constexpr int kSweepBatchesPerRound = 20;
+constexpr int kSweepBatch = 200;
+constexpr int kSweepBatchesPerRound = 50;
 
 // A table name as a quoted SQL identifier (IsTableName admits no '"').
 std::string QuoteIdentifier(std::string_view name) { return "\"" + std::string(name) + "\""; }

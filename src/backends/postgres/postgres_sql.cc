@@ -584,7 +584,7 @@ BEGIN
   SELECT array_agg(key) INTO victims FROM (
     SELECT key FROM {t} AS l WHERE {free} LIMIT {batch}) AS v;
   IF victims IS NOT NULL THEN
-    SET LOCAL lock_timeout = '200ms';
+    SET LOCAL lock_timeout = '20ms';
     LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE;
     WITH gone AS (DELETE FROM {t} AS l WHERE l.key = ANY (victims) AND {free} RETURNING l.token)
     SELECT count(*), max(token) INTO swept, top FROM gone;
