@@ -234,8 +234,11 @@ class DLOCK_EXPORT Backend {
   virtual Result<bool> IsDone(std::string_view /*key*/) {
     return FailedPreconditionError(Describe() + " does not keep run-once records");
   }
-  // kNotOwner when `owner` no longer holds `key`.
-  virtual Status MarkDone(std::string_view /*key*/, const OwnerId& /*owner*/) {
+  // kNotOwner when `owner` no longer holds `key`. The record is kept for
+  // `keep` (kKeepDoneForever: for ever; types.h); after that IsDone is
+  // false and the record is deleted.
+  virtual Status MarkDone(std::string_view /*key*/, const OwnerId& /*owner*/,
+                          std::chrono::milliseconds /*keep*/) {
     return FailedPreconditionError(Describe() + " does not keep run-once records");
   }
 

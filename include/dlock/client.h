@@ -173,12 +173,16 @@ class DLOCK_EXPORT Client {
   // the job succeeds mark the key done — owner-checked, so only while the
   // lease still holds. Returns true if this call ran the job, false if the
   // key was (or became) done. A failed job is not marked done; a crashed one
-  // is run again by the next caller once its lease expires.
+  // is run again by the next caller once its lease expires. The record is
+  // kept for `keep` (types.h: kDefaultDoneRetention, kKeepDoneForever);
+  // after that the key may run again.
   Result<bool> RunOnce(std::string_view key, const AcquireOptions& options,
-                       const std::function<Status()>& job);
+                       const std::function<Status()>& job,
+                       std::chrono::milliseconds keep = kDefaultDoneRetention);
   // The parts, for callers that run the job themselves (`dlock once`).
+  // kInvalidArgument for a `keep` that is not positive.
   Result<bool> IsDone(std::string_view key);
-  Status MarkDone(const Lease& lease);
+  Status MarkDone(const Lease& lease, std::chrono::milliseconds keep = kDefaultDoneRetention);
 
   // Ends other owners' holdings of `key` (all, or options.owners) at the
   // store, then makes a grant so that a token above theirs exists. The

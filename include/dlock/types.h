@@ -51,6 +51,16 @@ inline constexpr std::chrono::milliseconds kMaxTtl = std::chrono::hours(24);
 // far inside what a clock's time point can add without overflowing.
 inline constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(8760);
 
+// How long a run-once record (`dlock once`, Client::RunOnce) is kept after
+// it was written: by default 30 days, so that keys named per run (a date, a
+// job id) do not pile up in the store; kKeepDoneForever keeps it until
+// somebody deletes it. A record past its retention is not done any more,
+// and the store deletes it (at once, or with the next run-once record or
+// sweep). Judged by the store's wall clock: a retention is a calendar
+// matter, and a clock stepped forward by days ends records early.
+inline constexpr std::chrono::milliseconds kDefaultDoneRetention = std::chrono::hours(24 * 30);
+inline constexpr std::chrono::milliseconds kKeepDoneForever = std::chrono::milliseconds::max();
+
 // Keys are 1..1024 bytes of anything but NUL.
 DLOCK_EXPORT Status ValidateKey(std::string_view key);
 // TTLs are 10 ms .. 24 h.

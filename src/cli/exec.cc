@@ -31,7 +31,17 @@ using std::chrono::milliseconds;
 // The flags, checked: what RunExec acts on.
 struct ExecPlan : LockPlan {
   milliseconds grace{0};
+  milliseconds keep = kDefaultDoneRetention;  // `dlock once`'s record
 };
+
+Result<milliseconds> KeepFlag(const std::string& text) {
+  if (text == "forever") return kKeepDoneForever;
+  DLOCK_ASSIGN_OR_RETURN(const milliseconds keep, FlagDuration("--keep", text));
+  if (keep < std::chrono::seconds(1)) {
+    return InvalidArgumentError("--keep " + text + ": at least 1s, or 'forever'");
+  }
+  return keep;
+}
 
 Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
   ExecPlan plan;
@@ -46,6 +56,9 @@ Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
     return InvalidArgumentError("no command given: dlock exec KEY [OPTIONS] [--] CMD [ARGS...]");
   }
   DLOCK_ASSIGN_OR_RETURN(plan.grace, FlagDuration("--kill-grace", flags.kill_grace));
+  if (flags.once) {
+    DLOCK_ASSIGN_OR_RETURN(plan.keep, KeepFlag(flags.keep));
+  }
   return plan;
 }
 
@@ -149,7 +162,7 @@ int Finish(const ExecFlags& flags, const ExecPlan& plan, Store& store,
            std::vector<Lease>& leases, const CommandOutcome& outcome, ExecRecord& record) {
   Status marked;
   if (flags.once && !outcome.terminated && ExitCodeOfCommand(outcome.wait_status) == 0) {
-    marked = store.client->MarkDone(leases.front());
+    marked = store.client->MarkDone(leases.front(), plan.keep);
   }
   Status released = ReleaseAll(leases);
   record.released = MonotonicClock::now();
@@ -317,6 +330,10 @@ void AddExecCommands(CLI::App& app, Commands& commands) {
       "once", "Run CMD once for KEY across every caller: skip if KEY is done, else run it under "
               "the lock and record it done if it exits 0");
   AddRunFlags(*cmd, *once);
+  cmd->add_option("--keep", once->keep,
+                  "keep the done record this long (e.g. 30d, 12h), or 'forever'; after that "
+                  "KEY runs again")
+      ->capture_default_str();
   cmd->footer(
       "Usage: dlock once KEY [OPTIONS] [--] CMD [ARGS...]\n"
       "A failed run (non-zero exit) is not recorded, so the next caller runs it again; a crashed "

@@ -17,8 +17,10 @@ struct ExecFlags : LockFlags {
   std::string kill_grace = "5s";
   std::optional<std::string> metrics_file;  // --metrics-file: the run's figures, for Prometheus
   std::vector<std::string> command;
-  // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0.
+  // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0,
+  // for `keep` (a duration, or "forever").
   bool once = false;
+  std::string keep = "30d";
 };
 
 int RunExec(const ExecFlags& flags);

@@ -115,13 +115,17 @@ Result<std::vector<Lease>> Client::AcquireAll(std::vector<std::string> keys,
 
 Result<bool> Client::IsDone(std::string_view key) { return core_->IsDone(key); }
 
-Status Client::MarkDone(const Lease& lease) {
+Status Client::MarkDone(const Lease& lease, std::chrono::milliseconds keep) {
   DLOCK_RETURN_IF_ERROR(lease.Check());  // empty, released, or lost
-  return core_->MarkDone(*lease.state_);
+  return core_->MarkDone(*lease.state_, keep);
 }
 
 Result<bool> Client::RunOnce(std::string_view key, const AcquireOptions& options,
-                             const std::function<Status()>& job) {
+                             const std::function<Status()>& job, std::chrono::milliseconds keep) {
+  if (keep <= std::chrono::milliseconds(0)) {
+    return InvalidArgumentError("run once " + std::string(key) +
+                                ": the record's retention must be positive");
+  }
   auto done = IsDone(key);
   if (!done.ok()) return done.status();
   if (*done) return false;
@@ -139,7 +143,7 @@ Result<bool> Client::RunOnce(std::string_view key, const AcquireOptions& options
     (void)lease->Release();
     return ran;  // not marked: the next caller runs it again
   }
-  Status marked = MarkDone(*lease);
+  Status marked = MarkDone(*lease, keep);
   (void)lease->Release();  // a failed release expires by itself; the run is recorded
   if (!marked.ok()) return marked;
   return true;

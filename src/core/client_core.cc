@@ -283,9 +283,12 @@ Result<bool> ClientCore::IsDone(std::string_view key) {
   return Counted(backend_->IsDone(key));
 }
 
-Status ClientCore::MarkDone(const LeaseState& state) {
+Status ClientCore::MarkDone(const LeaseState& state, std::chrono::milliseconds keep) {
+  if (keep <= std::chrono::milliseconds(0)) {
+    return InvalidArgumentError("mark " + state.key + " done: the record's retention must be positive");
+  }
   DLOCK_RETURN_IF_ERROR(Check(state));
-  return Counted(backend_->MarkDone(state.key, state.owner));
+  return Counted(backend_->MarkDone(state.key, state.owner, keep));
 }
 
 Result<std::vector<HolderInfo>> ClientCore::List(std::string_view prefix) {

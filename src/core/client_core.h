@@ -92,7 +92,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Status Ping() { return backend_->Ping(); }
   ClientMetrics Metrics() const { return metrics_.Read(); }
   Result<bool> IsDone(std::string_view key);
-  Status MarkDone(const LeaseState& state);
+  Status MarkDone(const LeaseState& state, std::chrono::milliseconds keep);
 
   // For Lease. Release ends the handle `hold`; the store is asked when it
   // is the holding's last.

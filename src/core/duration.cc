@@ -9,7 +9,7 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return InvalidArgumentError("invalid duration '" + std::string(text) + "' (" +
                                 std::string(why) +
-                                "): expected a number and a unit, ms, s, m or h, "
+                                "): expected a number and a unit, ms, s, m, h or d, "
                                 "e.g. 250ms, 30s, 1.5s, 5m, 1h");
   };
   std::size_t i = 0;
@@ -40,6 +40,7 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   else if (unit == "s") unit_ms = 1000;
   else if (unit == "m") unit_ms = 60'000;
   else if (unit == "h") unit_ms = 3'600'000;
+  else if (unit == "d") unit_ms = 86'400'000;
   else if (unit.empty()) return bad("no unit");
   else return bad("unknown unit '" + std::string(unit) + "'");
   // frac / frac_scale * unit_ms must be a whole number of milliseconds.

@@ -1,4 +1,4 @@
-// Durations as people type them: "250ms", "30s", "1.5s", "5m", "1h".
+// Durations as people type them: "250ms", "30s", "1.5s", "5m", "1h", "30d".
 #ifndef DLOCK_SRC_CORE_DURATION_H_
 #define DLOCK_SRC_CORE_DURATION_H_
 
@@ -14,7 +14,7 @@ namespace dlock::internal {
 // longer, a deadline counted from now could overflow a clock's time point.
 inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(8760);
 
-// A non-negative decimal number followed by ms, s, m or h, with a whole
+// A non-negative decimal number followed by ms, s, m, h or d, with a whole
 // number of milliseconds, at most kMaxDuration. kInvalidArgument otherwise,
 // with a message that quotes `text` and says what is accepted.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);

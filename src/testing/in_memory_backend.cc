@@ -130,17 +130,23 @@ std::vector<WaiterInfo> InMemoryStore::Waiters(std::string_view prefix) {
 
 bool InMemoryStore::IsDone(std::string_view key) {
   std::lock_guard lock(mu_);
-  return done_.find(key) != done_.end();
+  auto it = done_.find(key);
+  if (it == done_.end()) return false;
+  if (clock_->Now() < it->second) return true;
+  done_.erase(it);  // past its retention
+  return false;
 }
 
-Status InMemoryStore::MarkDone(std::string_view key, const OwnerId& owner) {
+Status InMemoryStore::MarkDone(std::string_view key, const OwnerId& owner,
+                               std::chrono::milliseconds keep) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(key);
   const TimePoint now = clock_->Now();
   if (it != entries_.end()) {
     for (const Holding& h : it->second.holders) {
       if (h.owner == owner && now < h.expires_at) {
-        done_[std::string(key)] = h.token;
+        done_[std::string(key)] =
+            keep == kKeepDoneForever ? TimePoint::max() : now + keep;
         return Status::Ok();
       }
     }

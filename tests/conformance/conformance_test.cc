@@ -593,7 +593,7 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
 
   // Nobody holds it: nobody may mark it.
   const OwnerId stranger(0x51, 1);
-  EXPECT_EQ(backend->MarkDone(key, stranger).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(backend->MarkDone(key, stranger, kDefaultDoneRetention).code(), StatusCode::kNotOwner);
   // Another client holds it: this client's waiter may not. (Whether another
   // client may mark it with the holder's owner id is the store's: an owner id
   // is the credential on SQLite, PostgreSQL and Redis, a session's node or
@@ -606,7 +606,7 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   auto acquisition = backend->Begin(waiting);
   auto queued = TryAnswered(*acquisition);
   ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
-  EXPECT_EQ(backend->MarkDone(key, waiter).code(), StatusCode::kNotOwner) << "a waiter";
+  EXPECT_EQ(backend->MarkDone(key, waiter, kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "a waiter";
   acquisition->Abandon();  // leaves the queue
   ASSERT_TRUE(other->Release(key, holder).ok());
 
@@ -614,17 +614,63 @@ TEST_F(ConformanceTest, OnlyTheHolderMarksARunDone) {
   const OwnerId b(0x54, 4);
   granted = TryAnswered(*backend, Req(key, b, milliseconds(10'000)));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  Status marked = backend->MarkDone(key, b);
+  Status marked = backend->MarkDone(key, b, kDefaultDoneRetention);
   EXPECT_TRUE(marked.ok()) << marked.ToString();
-  EXPECT_TRUE(backend->MarkDone(key, b).ok()) << "marking again is harmless";
+  EXPECT_TRUE(backend->MarkDone(key, b, kDefaultDoneRetention).ok()) << "marking again is harmless";
   EXPECT_TRUE(*backend->IsDone(key));
   EXPECT_TRUE(*other->IsDone(key)) << "seen from another client";
   // Released: the mark stays, and the released owner can mark no more.
   ASSERT_TRUE(backend->Release(key, b).ok());
-  EXPECT_EQ(backend->MarkDone(key, b).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(backend->MarkDone(key, b, kDefaultDoneRetention).code(), StatusCode::kNotOwner);
   EXPECT_TRUE(*other->IsDone(key)) << "the mark outlives the holding";
   EXPECT_FALSE(*other->IsDone(key + "/x")) << "a longer key has its own record";
   EXPECT_FALSE(*other->IsDone(key.substr(0, key.rfind('/')))) << "so has a shorter one";
+}
+
+// A run-once record lasts its retention: done until then, not done after
+// (the key runs again), a fresh mark starts the retention again, and the
+// record then leaves the store (at once, or with the store's next record or
+// sweep, which another key's record brings about here).
+TEST_F(ConformanceTest, ARunOnceRecordEndsWithItsRetention) {
+  auto backend = RawBackend();
+  ASSERT_TRUE(backend);
+  const std::string prefix = UniqueKey("retention") + "/";
+  const std::string key = prefix + "a";
+  const milliseconds keep(2000);
+  std::uint64_t marks = 0;
+  auto mark = [&](const std::string& k) {
+    const OwnerId owner(0x61, ++marks);
+    auto granted = TryAnswered(*backend, Req(k, owner, milliseconds(10'000)));
+    ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    const auto start = std::chrono::steady_clock::now();
+    Status marked = backend->MarkDone(k, owner, keep);
+    ASSERT_TRUE(marked.ok()) << marked.ToString();
+    Result<bool> done = backend->IsDone(k);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    if (!*done) {
+      EXPECT_GE(std::chrono::steady_clock::now() - start, keep) << "ended before its retention";
+    }
+    EXPECT_TRUE(backend->Release(k, owner).ok());
+  };
+  auto not_done = [&](const std::string& k) {
+    return testing_support::Eventually(
+        [&] {
+          Result<bool> done = backend->IsDone(k);
+          return done.ok() && !*done;
+        },
+        milliseconds(30'000));
+  };
+  mark(key);
+  EXPECT_TRUE(not_done(key)) << "still done long after its retention";
+  mark(key);  // marked again: done again
+  EXPECT_TRUE(not_done(key));
+  mark(prefix + "b");  // the store's next record (or a sweep after its release)
+  Result<std::uint64_t> left = 0;
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] { return (left = backend->StoredObjects(key)).ok() && *left == 0; },
+      milliseconds(60'000)))
+      << "the expired record stayed: "
+      << (left.ok() ? std::to_string(*left) : left.status().ToString());
 }
 
 TEST_F(ConformanceTest, AReentrantHoldingIsOneStoreLockUntilItsLastHandle) {

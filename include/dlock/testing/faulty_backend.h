@@ -95,8 +95,9 @@ class FaultyBackend final : public Backend {
     return inner_->Waiters(prefix);
   }
   Result<bool> IsDone(std::string_view key) override { return inner_->IsDone(key); }
-  Status MarkDone(std::string_view key, const OwnerId& owner) override {
-    return inner_->MarkDone(key, owner);
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override {
+    return inner_->MarkDone(key, owner, keep);
   }
   std::optional<SessionLiveness> Liveness() override { return inner_->Liveness(); }
 

@@ -33,7 +33,7 @@ class InMemoryStore {
   std::vector<HolderInfo> List(std::string_view prefix);
   std::vector<WaiterInfo> Waiters(std::string_view prefix);
   bool IsDone(std::string_view key);
-  Status MarkDone(std::string_view key, const OwnerId& owner);
+  Status MarkDone(std::string_view key, const OwnerId& owner, std::chrono::milliseconds keep);
 
  private:
   struct Holding {
@@ -64,7 +64,7 @@ class InMemoryStore {
   std::shared_ptr<Clock> clock_;
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_;
-  std::map<std::string, FencingToken, std::less<>> done_;
+  std::map<std::string, TimePoint, std::less<>> done_;  // key -> end of its retention
 };
 
 class InMemoryBackend final : public Backend {
@@ -83,8 +83,9 @@ class InMemoryBackend final : public Backend {
     return store_->Waiters(prefix);
   }
   Result<bool> IsDone(std::string_view key) override { return store_->IsDone(key); }
-  Status MarkDone(std::string_view key, const OwnerId& owner) override {
-    return store_->MarkDone(key, owner);
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override {
+    return store_->MarkDone(key, owner, keep);
   }
 
  private:

@@ -761,7 +761,22 @@ Result<bool> EtcdBackendImpl::IsDone(std::string_view key) {
 // stays a holder for as long as it exists (the keys ahead of it only ever
 // go), so "it still exists" is "it still holds"; its session expiring, or a
 // hand deleting it, makes the compare fail and nothing is written.
-Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner) {
+// A record with a retention hangs on a lease of its own with that TTL (in
+// whole seconds, rounded up; etcd may lengthen a very short one to its
+// minimum), so that etcd deletes it; a record kept for ever has none.
+Result<std::int64_t> EtcdBackendImpl::RetentionLease(std::chrono::milliseconds keep,
+                                                     const std::string& what) {
+  if (keep == kKeepDoneForever) return 0;
+  constexpr std::int64_t kMaxLeaseTtlSeconds = 9'000'000'000;  // etcd's own bound
+  const std::int64_t seconds =
+      std::min<std::int64_t>(kMaxLeaseTtlSeconds, (keep.count() + 999) / 1000);
+  auto lease = conn_.LeaseGrant(std::max<std::int64_t>(1, seconds), OpDeadline());
+  if (!lease.ok()) return lease.status().WithContext(what);
+  return lease->id();
+}
+
+Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner,
+                                 std::chrono::milliseconds keep) {
   const std::string name(key);
   std::string member;
   std::int64_t revision = 0;
@@ -777,10 +792,13 @@ Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner) {
     member = p->member.key;
     revision = p->member.revision;
   }
+  DLOCK_ASSIGN_OR_RETURN(
+      const std::int64_t lease,
+      RetentionLease(keep, "mark " + Quoted(name) + " done on " + Describe()));
   pb::TxnRequest txn;
   *txn.add_compare() = CreateRevisionIs(member, revision);
   *txn.add_success() = PutOp(DoneKey(options_.root, name),
-                             owner.ToString() + "\n" + std::to_string(revision), 0);
+                             owner.ToString() + "\n" + std::to_string(revision), lease);
   auto r = conn_.Txn(txn, OpDeadline());
   if (!r.ok()) {
     return r.status().WithContext("mark " + Quoted(name) + " done on " + Describe());

@@ -132,7 +132,10 @@ class EtcdBackendImpl final : public EtcdBackend {
   bool SupportsSharing() const override { return true; }
   bool SupportsLockDelay() const override { return true; }
   Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override;
+  // The lease a run-once record kept for `keep` hangs on (0: none).
+  Result<std::int64_t> RetentionLease(std::chrono::milliseconds keep, const std::string& what);
   std::string Describe() const override;
   Status Ping() override;
 

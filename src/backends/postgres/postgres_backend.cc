@@ -154,7 +154,8 @@ class PostgresBackend final : public Backend {
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override;
   Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
 
  private:
@@ -314,10 +315,11 @@ Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadlin
   const bool old_locks = have_locks && (Value(r, 0, 1) == kLocksCommentV1 ||
                                         Value(r, 0, 1) == kLocksCommentV2);
   const bool old_queue = have_queue && Value(r, 0, 3) == kQueueCommentV1;
+  const bool old_done = have_done && Value(r, 0, 6) == kDoneCommentV2;
   auto verify = [&](bool exists, int col, const char* comment, const std::string& name) {
     const std::string found = Value(r, 0, col);
     if (exists && found != comment && found != kLocksCommentV1 && found != kLocksCommentV2 &&
-        found != kQueueCommentV1) {
+        found != kQueueCommentV1 && found != kDoneCommentV2) {
       return FailedPreconditionError(
           "table " + name + " on " + where + " exists but is not a dlock table ('" + comment +
           "' expected as its comment, found '" + found + "'); choose another with ?table=NAME");
@@ -327,7 +329,7 @@ Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadlin
   DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, tables_.locks));
   DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, tables_.queue));
   DLOCK_RETURN_IF_ERROR(verify(have_done, 6, kDoneComment, tables_.done));
-  return !have_locks || !have_queue || !have_done || old_locks || old_queue;
+  return !have_locks || !have_queue || !have_done || old_locks || old_queue || old_done;
 }
 
 Status PostgresBackend::CreateTablesLocked(PGconn* conn, SteadyTime deadline) {
@@ -749,11 +751,18 @@ Result<bool> PostgresBackend::IsDone(std::string_view key) {
 
 // Committed durably (the session's synchronous_commit is on) before it
 // returns OK.
-Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner,
+                                 std::chrono::milliseconds keep) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + std::string(key) + " done";
   Params params;
   params.Bytes(key).Text(owner.ToString());
+  if (keep == kKeepDoneForever) {
+    params.Null();
+  } else {
+    params.Text(std::to_string(keep.count()));
+  }
+  released_since_sweep_.store(true, std::memory_order_relaxed);  // records expire by sweep
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
                          Run("dlock_mark_done", params, CallDeadline(), what));
   if (PQntuples(result.get()) == 0) {
@@ -762,10 +771,10 @@ Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   return Status::Ok();
 }
 
-// [a-z_][a-z0-9_]{0,56}: a plain identifier that needs no quoting rules
-// beyond double quotes, and leaves room for the "_queue" suffix.
+// [a-z_][a-z0-9_]{0,55}: a plain identifier that needs no quoting rules
+// beyond double quotes, and leaves room for the "_tokens" suffix.
 bool IsTableName(std::string_view name) {
-  if (name.empty() || name.size() > 57) return false;
+  if (name.empty() || name.size() > 56) return false;
   auto lower = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
   if (!lower(name.front())) return false;
   return std::all_of(name.begin(), name.end(),

@@ -83,11 +83,18 @@ BEGIN
   END IF;
   IF to_regclass('{d}') IS NULL THEN
     CREATE TABLE {d} (
-      key     bytea PRIMARY KEY,
-      owner   text NOT NULL,
-      token   bigint NOT NULL,
-      done_at timestamptz NOT NULL
+      key        bytea PRIMARY KEY,
+      owner      text NOT NULL,
+      token      bigint NOT NULL,
+      done_at    timestamptz NOT NULL,
+      keep_until timestamptz
     );
+    CREATE INDEX ON {d} (keep_until) WHERE keep_until IS NOT NULL;
+    COMMENT ON TABLE {d} IS '{done_comment}';
+  ELSIF obj_description(to_regclass('{d}'), 'pg_class') = '{done_comment_v2}' THEN
+    -- Schema 3: a retention per record (NULL: for ever, as every older one).
+    ALTER TABLE {d} ADD COLUMN IF NOT EXISTS keep_until timestamptz;
+    CREATE INDEX ON {d} (keep_until) WHERE keep_until IS NOT NULL;
     COMMENT ON TABLE {d} IS '{done_comment}';
   END IF;
   -- Schema 3: a new row's first token comes from here. It starts above
@@ -539,7 +546,8 @@ ORDER BY key, enqueued_at, owner
 
 // Run-once marks: only a live holder of the key may set one. FOR UPDATE
 // re-reads the key's row at its latest version under the row lock, so a
-// grant or release that committed meanwhile is seen. $1 key, $2 owner.
+// grant or release that committed meanwhile is seen. $1 key, $2 owner, $3
+// retention in ms (NULL: for ever; the sweep deletes records past theirs).
 constexpr const char* kMarkDoneSql = R"sql(
 WITH h AS (
   SELECT CASE WHEN l.owner = $2 AND l.expires_at > clock_timestamp() THEN l.holder_token
@@ -549,14 +557,16 @@ WITH h AS (
   FROM {t} AS l
   WHERE l.key = $1
   FOR UPDATE)
-INSERT INTO {d} AS d (key, owner, token, done_at)
-SELECT $1, $2, token, clock_timestamp() FROM h WHERE token IS NOT NULL
+INSERT INTO {d} AS d (key, owner, token, done_at, keep_until)
+SELECT $1, $2, token, clock_timestamp(), clock_timestamp() + $3 * interval '1 millisecond'
+FROM h WHERE token IS NOT NULL
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-  done_at = excluded.done_at
+  done_at = excluded.done_at, keep_until = excluded.keep_until
 RETURNING 1
 )sql";
 
-constexpr const char* kIsDoneSql = "SELECT 1 FROM {d} WHERE key = $1";
+constexpr const char* kIsDoneSql =
+    "SELECT 1 FROM {d} WHERE key = $1 AND (keep_until IS NULL OR keep_until > clock_timestamp())";
 
 // The sweep: rows of keys that nobody holds (no owner, or one expired past
 // its lock-delay; no sharer counting) are deleted, so that a key leaves
@@ -571,7 +581,8 @@ constexpr const char* kIsDoneSql = "SELECT 1 FROM {d} WHERE key = $1";
 // token of the deleted rows. Candidates are chosen before the lock (a scan
 // of a large table must not keep grants out) and checked again under it;
 // lock_timeout bounds how long grants queue behind a sweep that waits.
-// Expired places in the queue go too. The ping row is kept.
+// Expired places in the queue and run-once records past their retention
+// go too. The ping row is kept.
 constexpr const char* kSweepSql = R"sql(
 DO $sweep$
 DECLARE
@@ -581,6 +592,8 @@ DECLARE
 BEGIN
   DELETE FROM {q} WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM {q} WHERE expires_at <= clock_timestamp() LIMIT {batch}));
+  DELETE FROM {d} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {d} WHERE keep_until <= clock_timestamp() LIMIT {batch}));
   SELECT array_agg(key) INTO victims FROM (
     SELECT key FROM {t} AS l WHERE {free} LIMIT {batch}) AS v;
   IF victims IS NOT NULL THEN
@@ -635,6 +648,7 @@ std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id) {
                                  {"locks_comment", kLocksComment},
                                  {"queue_comment", kQueueComment},
                                  {"done_comment", kDoneComment},
+                                 {"done_comment_v2", kDoneCommentV2},
                                  {"locks_comment_v1", kLocksCommentV1},
                                  {"locks_comment_v2", kLocksCommentV2},
                                  {"s", tables.tokens},
@@ -669,7 +683,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add("dlock_list", "(bytea, bytea)", kListSql);
   add("dlock_ping", "", kPingSql);
   add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
-  add("dlock_mark_done", "(bytea, text)", kMarkDoneSql);
+  add("dlock_mark_done", "(bytea, text, bigint)", kMarkDoneSql);
   add("dlock_is_done", "(bytea)", kIsDoneSql);
   add("dlock_count", "(bytea, bytea)", kCountSql);
   return prepare;
@@ -679,6 +693,7 @@ std::string SweepSql(const TableNames& tables, int batch) {
   return Substitute(Substitute(kSweepSql, {{"free", kFreeRowSql}}),
                     {{"t", tables.locks},
                      {"q", tables.queue},
+                     {"d", tables.done},
                      {"s", tables.tokens},
                      {"batch", std::to_string(batch)}});
 }

@@ -23,12 +23,13 @@ namespace dlock::postgres {
 // 2 added the holder's ttl, lock-delay and label, the waiter's limit and
 // label, and the run-once table. Schema 3 added the token sequence, from
 // which a key's row takes its first token, so that rows of free keys can
-// be deleted (kSweepSql). Older tables are migrated in place
+// be deleted (kSweepSql), and the run-once records' retention. Older tables are migrated in place
 // (CreateTablesSql, under the same advisory lock as creation).
 inline constexpr const char* kLocksComment = "dlock locks, schema 3";
 inline constexpr const char* kLocksCommentV2 = "dlock locks, schema 2";
 inline constexpr const char* kQueueComment = "dlock wait queue, schema 2";
-inline constexpr const char* kDoneComment = "dlock run-once marks, schema 2";
+inline constexpr const char* kDoneComment = "dlock run-once marks, schema 3";
+inline constexpr const char* kDoneCommentV2 = "dlock run-once marks, schema 2";
 inline constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
 inline constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 

@@ -189,7 +189,8 @@ class RedisBackend final : public Backend {
   std::string Describe() const override { return options_.describe; }
   Status Ping() override;
   Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override;
 
  private:
   friend class RedisAcquisition;
@@ -598,11 +599,13 @@ Result<bool> RedisBackend::IsDone(std::string_view key) {
   return reply->integer > 0;
 }
 
-Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner,
+                              std::chrono::milliseconds keep) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + Quoted(key) + " done";
   const std::string keys[] = {LockName(key), DoneName(key)};
-  const std::string args[] = {owner.ToString()};
+  const std::string args[] = {owner.ToString(),
+                              keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
   DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
   DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::MarkDone(), keys, args, ReplicaWait(),
                                                   WriteTimeout(), what));

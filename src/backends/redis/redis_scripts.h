@@ -560,8 +560,9 @@ return out
 }
 
 // Backend::MarkDone. KEYS: lock, done (holders and hinfo named from the
-// lock). ARGV: owner. Sets the run-once record (to the holder's token) only
-// while the owner holds the lock: 1, or 0 when it does not.
+// lock). ARGV: owner, retention in ms ("" for ever). Sets the run-once
+// record (to the holder's token, expiring with its retention) only while
+// the owner holds the lock: 1, or 0 when it does not.
 inline const Script& MarkDone() {
   static const Script s(std::string(kLib) + R"lua(
 local held = redis.call('GET', KEYS[1])
@@ -575,7 +576,11 @@ elseif held and string.sub(held, 1, 32) == ARGV[1] then
   tok = lock_token(held, base)
 end
 if not tok then return 0 end
-redis.call('SET', KEYS[2], tok)
+if ARGV[2] == '' then
+  redis.call('SET', KEYS[2], tok)
+else
+  redis.call('SET', KEYS[2], tok, 'PX', ARGV[2])
+end
 return 1
 )lua");
   return s;

@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stop_token>
@@ -256,12 +259,29 @@ WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now
 )sql";
 
 constexpr const char* kMarkDoneSql = R"sql(
-INSERT INTO dlock_done (key, owner, token, done_at_ms) VALUES (:key, :owner, :token, :now_ms)
+INSERT INTO dlock_done (key, owner, token, done_at_ms, keep_until_unix_ms)
+VALUES (:key, :owner, :token, :now_ms, :keep_until)
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
-  done_at_ms = excluded.done_at_ms
+  done_at_ms = excluded.done_at_ms, keep_until_unix_ms = excluded.keep_until_unix_ms
 )sql";
 
-constexpr const char* kIsDoneSql = "SELECT 1 FROM dlock_done WHERE key = :key";
+constexpr const char* kIsDoneSql = R"sql(
+SELECT 1 FROM dlock_done
+WHERE key = :key AND (keep_until_unix_ms IS NULL OR keep_until_unix_ms > :unix_ms)
+)sql";
+
+// With every record written, a few past their retention go (by the index).
+constexpr const char* kExpireDoneSql = R"sql(
+DELETE FROM dlock_done WHERE key IN (
+  SELECT key FROM dlock_done WHERE keep_until_unix_ms <= :unix_ms LIMIT 16)
+)sql";
+
+// Wall-clock milliseconds, for run-once retention only (types.h).
+std::int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // Deletes this owner's holding unless it expired and is still inside its
 // lock-delay (an unclean end keeps the key closed for the delay, even if the
@@ -571,7 +591,8 @@ class SqliteBackend final : public Backend {
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
   Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override;
 
  private:
   // What the grant decision needs about `key` for `owner` (kStateSql).
@@ -647,7 +668,7 @@ class SqliteBackend final : public Backend {
   StmtHandle state_, next_token_, insert_holder_, regrant_, purge_holders_;
   StmtHandle release_, held_by_anyone_, renew_, list_, waiters_;
   StmtHandle enqueue_, purge_queue_, dequeue_;
-  StmtHandle held_by_owner_, mark_done_, is_done_;
+  StmtHandle held_by_owner_, mark_done_, is_done_, expire_done_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
   // Owners of this connection waiting in each key's queue, with the limit
@@ -799,6 +820,7 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kHeldByOwnerSql, &held_by_owner_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kMarkDoneSql, &mark_done_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kIsDoneSql, &is_done_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kExpireDoneSql, &expire_done_, what));
   return Status::Ok();
 }
 
@@ -1057,14 +1079,15 @@ Result<bool> SqliteBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   std::lock_guard lock(mu_);
   Query query(is_done_.get());
-  query.Bind(":key", key);
+  query.Bind(":key", key).Bind(":unix_ms", UnixNowMs());
   const int rc = query.Step();
   if (IsError(rc)) return FromSqlite(rc, db_.get(), "read the done mark of " + std::string(key));
   return rc == SQLITE_ROW;
 }
 
 // Marked only by the current holder, in one transaction with the check.
-Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
+                               std::chrono::milliseconds keep) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + std::string(key) + " done";
   std::lock_guard lock(mu_);
@@ -1086,10 +1109,20 @@ Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner) {
     token = held.Int(0);
   }
   {
+    const std::int64_t unix_ms = UnixNowMs();
     Query mark(mark_done_.get());
     mark.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":token", token)
         .Bind(":now_ms", now.now_ms);
+    if (keep == kKeepDoneForever || keep.count() > std::numeric_limits<std::int64_t>::max() - unix_ms) {
+      mark.BindNull(":keep_until");
+    } else {
+      mark.Bind(":keep_until", unix_ms + static_cast<std::int64_t>(keep.count()));
+    }
     rc = mark.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what);
+    Query expire(expire_done_.get());
+    expire.Bind(":unix_ms", unix_ms);
+    rc = expire.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what);
   }
   rc = txn.Commit();

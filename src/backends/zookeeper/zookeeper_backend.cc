@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <optional>
@@ -546,6 +548,36 @@ Status ZooKeeperBackendImpl::CreateDoneDir(const Live& live) {
   return Status::Ok();
 }
 
+namespace {
+
+// A run-once record's data: who marked it, with which token, and for how
+// long it is kept ("keep_ms", absent for ever), counted from the record's
+// mtime (the leader's clock when it was written).
+std::string DoneRecordData(const OwnerId& owner, FencingToken token,
+                           std::chrono::milliseconds keep) {
+  std::string data = "{\"dlock\":1,\"owner\":\"" + owner.ToString() +
+                     "\",\"token\":" + std::to_string(token);
+  if (keep != kKeepDoneForever) data += ",\"keep_ms\":" + std::to_string(keep.count());
+  return data + "}";
+}
+
+// Whether a record with `data`, written at `mtime_ms`, is past its
+// retention by this host's wall clock.
+bool DoneRecordExpired(std::string_view data, std::int64_t mtime_ms) {
+  constexpr std::string_view kField = "\"keep_ms\":";
+  const std::size_t at = data.find(kField);
+  if (at == std::string_view::npos) return false;
+  std::int64_t keep_ms = 0;
+  const char* first = data.data() + at + kField.size();
+  if (std::from_chars(first, data.data() + data.size(), keep_ms).ec != std::errc()) return false;
+  const std::int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  return keep_ms < now_ms - mtime_ms;
+}
+
+}  // namespace
+
 Result<bool> ZooKeeperBackend::IsDone(std::string_view key) {
   ZooKeeperBackendImpl& m = *impl_;
   DLOCK_ASSIGN_OR_RETURN(const std::string path, DonePath(m.options.chroot, key));
@@ -556,7 +588,7 @@ Result<bool> ZooKeeperBackend::IsDone(std::string_view key) {
   // member this session talks to may lag the leader, and a record another
   // client has just written must be seen, as on the other stores.
   auto sync = live.session->Sync("/");
-  auto op = live.session->Exists(path, false);
+  auto op = live.session->Get(path);
   if (const Reply* sr = sync->Wait(m.attempt_timeout); sr != nullptr && sr->rc != ZOK) {
     return ZkError(sr->rc, "syncing before a read of " + path);
   }
@@ -565,12 +597,23 @@ Result<bool> ZooKeeperBackend::IsDone(std::string_view key) {
     return UnavailableError("ZooKeeper did not answer a read of " + path + " within " +
                             FormatDuration(m.attempt_timeout));
   }
-  if (r->rc == ZOK) return true;
   if (r->rc == ZNONODE) return false;
-  return ZkError(r->rc, "reading the done mark " + path);
+  if (r->rc != ZOK) return ZkError(r->rc, "reading the done mark " + path);
+  if (!DoneRecordExpired(r->data, r->stat.mtime)) return true;
+  // Past its retention: deleted unless rewritten meanwhile (its version).
+  std::vector<MultiOp> gone(1);
+  gone[0].kind = MultiOp::Kind::kDelete;
+  gone[0].path = path;
+  gone[0].version = r->stat.version;
+  (void)live.session->Multi(std::move(gone))->Wait(m.attempt_timeout);
+  return false;
 }
 
-Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner) {
+// One multi: this owner's lock node still exists, and the record is
+// created — or replaced (deleted and created), when one is there already, so
+// that its retention starts again.
+Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner,
+                                  std::chrono::milliseconds keep) {
   ZooKeeperBackendImpl& m = *impl_;
   DLOCK_ASSIGN_OR_RETURN(const std::string done, DonePath(m.options.chroot, key));
   auto not_owner = [&](std::string_view why) {
@@ -589,15 +632,19 @@ Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner) {
   }
   std::optional<Live> live = m.Current();
   if (!live || live->gen != h->gen) return not_owner("the session that held it expired");
-  const std::string data = "{\"dlock\":1,\"owner\":\"" + owner.ToString() +
-                           "\",\"token\":" + std::to_string(h->token) + "}";
-  for (int round = 0; round < 2; ++round) {
-    std::vector<MultiOp> ops(2);
+  const std::string data = DoneRecordData(owner, h->token, keep);
+  bool replace = false;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<MultiOp> ops(replace ? 3 : 2);
     ops[0].kind = MultiOp::Kind::kCheck;
     ops[0].path = h->NodePath();  // version -1: only that it still exists
-    ops[1].kind = MultiOp::Kind::kCreate;
-    ops[1].path = done;
-    ops[1].data = data;
+    if (replace) {
+      ops[1].kind = MultiOp::Kind::kDelete;
+      ops[1].path = done;
+    }
+    ops.back().kind = MultiOp::Kind::kCreate;
+    ops.back().path = done;
+    ops.back().data = data;
     auto op = live->session->Multi(std::move(ops));
     const Reply* r = op->Wait(m.attempt_timeout);
     if (r == nullptr) {
@@ -606,7 +653,7 @@ Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner) {
                               " (outcome unknown)");
     }
     if (r->rc == ZOK) return Status::Ok();
-    if (r->results.size() == 2) {
+    if (r->results.size() >= 2) {
       if (r->results[0] != ZOK) {
         if (r->results[0] == ZNONODE) {
           std::lock_guard lock(m.mu);
@@ -614,13 +661,20 @@ Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner) {
         }
         return not_owner("its lock node " + h->NodePath() + " is gone");
       }
-      // Checked in the same multi: we hold the lock, and the record exists.
-      if (r->results[1] == ZNODEEXISTS) return Status::Ok();
-      if (r->results[1] == ZNONODE && round == 0) {
+      const int created = r->results.back();
+      if (replace && r->results[1] == ZNONODE) {  // the record went meanwhile
+        replace = false;
+        continue;
+      }
+      if (created == ZNODEEXISTS && !replace) {
+        replace = true;
+        continue;
+      }
+      if (created == ZNONODE && !replace) {
         DLOCK_RETURN_IF_ERROR(m.CreateDoneDir(*live));
         continue;
       }
-      return ZkError(r->results[1], "creating " + done);
+      return ZkError(r->results[1] != ZOK ? r->results[1] : created, "writing " + done);
     }
     if (r->rc == ZSESSIONEXPIRED) return not_owner("the session that held it expired");
     return ZkError(r->rc, "marking " + Quoted(key) + " done (" + done + ")");

@@ -93,7 +93,8 @@ class ZooKeeperBackend final : public Backend {
   // (zk_path.h). MarkDone is one multi: a check that this owner's lock node
   // still exists, and the create of the record.
   Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner) override;
+  Status MarkDone(std::string_view key, const OwnerId& owner,
+                  std::chrono::milliseconds keep) override;
   std::string Describe() const override;
   std::optional<SessionLiveness> Liveness() override;
 

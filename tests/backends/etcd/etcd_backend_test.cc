@@ -454,12 +454,12 @@ TEST(EtcdBackendTest, AHolderWhoseKeyIsGoneMarksNothing) {
   const OwnerId holder = NewOwner();
   auto granted = other->TryAcquire(Req(name, holder));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  EXPECT_EQ(backend->MarkDone(name, holder).code(), StatusCode::kNotOwner)
+  EXPECT_EQ(backend->MarkDone(name, holder, kDefaultDoneRetention).code(), StatusCode::kNotOwner)
       << "another client's owner";
   auto q = other->Queue(name);
   ASSERT_TRUE(q.ok() && q->size() == 1);
   RawEtcd().Delete((*q)[0].key);
-  EXPECT_EQ(other->MarkDone(name, holder).code(), StatusCode::kNotOwner) << "key gone";
+  EXPECT_EQ(other->MarkDone(name, holder, kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "key gone";
   EXPECT_FALSE(*backend->IsDone(name));
   EXPECT_FALSE(*other->IsDone(name));
   (void)other->Release(name, holder);
@@ -467,7 +467,7 @@ TEST(EtcdBackendTest, AHolderWhoseKeyIsGoneMarksNothing) {
   const OwnerId b = NewOwner();
   granted = backend->TryAcquire(Req(name, b));
   ASSERT_TRUE(granted.ok() && granted->granted);
-  EXPECT_TRUE(backend->MarkDone(name, b).ok());
+  EXPECT_TRUE(backend->MarkDone(name, b, kDefaultDoneRetention).ok());
   ASSERT_TRUE(backend->Release(name, b).ok());
   EXPECT_TRUE(*other->IsDone(name)) << "no lease: it outlives the lock";
 }

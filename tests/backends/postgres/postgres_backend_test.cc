@@ -79,9 +79,9 @@ TEST(PostgresUri, TableMustBeAPlainIdentifier) {
     EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(o.status().message().find("table name"), std::string::npos) << o.status().message();
   }
-  EXPECT_FALSE(ParseOptions("postgres://h/db?table=" + std::string(58, 'a')).ok())
-      << "57 characters is the limit (dlock appends _queue)";
-  auto ok = ParseOptions("postgres://h/db?table=" + std::string(57, 'a'));
+  EXPECT_FALSE(ParseOptions("postgres://h/db?table=" + std::string(57, 'a')).ok())
+      << "56 characters is the limit (dlock appends _tokens)";
+  auto ok = ParseOptions("postgres://h/db?table=" + std::string(56, 'a'));
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   auto o = ParseOptions("postgresql://h/db?table=my_locks_2");
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -357,14 +357,14 @@ TEST_F(PostgresBackendTest, OnlyTheHolderMarksARunDone) {
   auto done = b->IsDone(key);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_FALSE(*done);
-  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "nobody holds it";
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1), kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "nobody holds it";
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(200)})->granted);
-  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2)).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2), kDefaultDoneRetention).code(), StatusCode::kNotOwner);
   std::this_thread::sleep_for(milliseconds(400));
-  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "expired";
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1), kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "expired";
   EXPECT_FALSE(*b->IsDone(key));
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(5000)})->granted);
-  EXPECT_TRUE(b->MarkDone(key, OwnerId(3, 3)).ok());
+  EXPECT_TRUE(b->MarkDone(key, OwnerId(3, 3), kDefaultDoneRetention).ok());
   EXPECT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
   auto other = Raw();
   ASSERT_NE(other, nullptr);
@@ -410,7 +410,7 @@ TEST_F(PostgresBackendTest, SharedHoldersAreEachTheirOwn) {
     EXPECT_EQ((*list)[i].label, "permit-" + std::to_string(i + 1));
     EXPECT_TRUE((*list)[i].held_for.has_value());
   }
-  EXPECT_TRUE(b->MarkDone(key, OwnerId(2, 2)).ok()) << "a sharer is a holder";
+  EXPECT_TRUE(b->MarkDone(key, OwnerId(2, 2), kDefaultDoneRetention).ok()) << "a sharer is a holder";
   // Permit 3 expires: it keeps its place for its lock-delay.
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_FALSE(b->TryAcquire(req(4, milliseconds(5000)))->granted) << "inside the lock-delay";

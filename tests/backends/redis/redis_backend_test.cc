@@ -589,12 +589,12 @@ TEST_F(RedisServer, RunOnceRecordIsSetOnlyByTheHolder) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("once");
   EXPECT_FALSE(b->IsDone(key).value());
-  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1)).code(), StatusCode::kNotOwner) << "nobody holds it";
+  EXPECT_EQ(b->MarkDone(key, OwnerId(1, 1), kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "nobody holds it";
   auto grant = b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
   ASSERT_TRUE(grant.ok() && grant->granted);
-  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2)).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(b->MarkDone(key, OwnerId(2, 2), kDefaultDoneRetention).code(), StatusCode::kNotOwner);
   EXPECT_FALSE(b->IsDone(key).value());
-  ASSERT_TRUE(b->MarkDone(key, OwnerId(1, 1)).ok());
+  ASSERT_TRUE(b->MarkDone(key, OwnerId(1, 1), kDefaultDoneRetention).ok());
   EXPECT_TRUE(b->IsDone(key).value());
   EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", DoneName(key)}).get()), std::to_string(grant->token));
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());

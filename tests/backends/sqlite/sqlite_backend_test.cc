@@ -665,13 +665,13 @@ TEST_F(SqliteBackendTest, OnlyTheHolderMarksARunDone) {
   EXPECT_FALSE(*backend->IsDone("job"));
   OwnerId a = NewOwner();
   MustAcquire(*backend, Req("job", a, seconds(1)));
-  EXPECT_EQ(backend->MarkDone("job", NewOwner()).code(), StatusCode::kNotOwner);
+  EXPECT_EQ(backend->MarkDone("job", NewOwner(), kDefaultDoneRetention).code(), StatusCode::kNotOwner);
   Advance(seconds(2));
-  EXPECT_EQ(backend->MarkDone("job", a).code(), StatusCode::kNotOwner) << "expired";
+  EXPECT_EQ(backend->MarkDone("job", a, kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "expired";
   EXPECT_FALSE(*backend->IsDone("job"));
   OwnerId b = NewOwner();
   MustAcquire(*backend, Req("job", b));
-  EXPECT_TRUE(backend->MarkDone("job", b).ok());
+  EXPECT_TRUE(backend->MarkDone("job", b, kDefaultDoneRetention).ok());
   backend.reset();
   EXPECT_TRUE(*OpenBackend()->IsDone("job")) << "durable";
 }

@@ -553,12 +553,12 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   const OwnerId holder = NewOwner();
   auto granted = Answered(*other, Req(key, holder));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  EXPECT_EQ(backend->MarkDone(key, holder).code(), StatusCode::kNotOwner)
+  EXPECT_EQ(backend->MarkDone(key, holder, kDefaultDoneRetention).code(), StatusCode::kNotOwner)
       << "another client's owner";
   auto nodes = zk.Contenders(key);
   ASSERT_EQ(nodes.size(), 1u);
   ASSERT_TRUE(zk.Delete(*LockPath(FixtureOptions().chroot, key) + "/" + nodes[0].name));
-  EXPECT_EQ(other->MarkDone(key, holder).code(), StatusCode::kNotOwner) << "node gone";
+  EXPECT_EQ(other->MarkDone(key, holder, kDefaultDoneRetention).code(), StatusCode::kNotOwner) << "node gone";
   EXPECT_FALSE(zk.Exists(record));
   EXPECT_FALSE(*backend->IsDone(key));
   (void)other->Release(key, holder);
@@ -566,7 +566,7 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   const OwnerId b = NewOwner();
   granted = Answered(*backend, Req(key, b));
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  EXPECT_TRUE(backend->MarkDone(key, b).ok());
+  EXPECT_TRUE(backend->MarkDone(key, b, kDefaultDoneRetention).ok());
   EXPECT_TRUE(zk.Exists(record));
   EXPECT_TRUE(*other->IsDone("/" + key)) << "one leading / names the same key";
   ASSERT_TRUE(backend->Release(key, b).ok());
