@@ -661,9 +661,11 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
   std::size_t tried_this_round = 0;
   milliseconds backoff{0};
   int reauthentications = 0;
+  bool reauthenticated = false;  // the call is made again with the new token, even late
   for (int attempt = 0;; ++attempt) {
     const TimePoint now = MonotonicClock::now();
-    if (attempt > 0 && now >= deadline) break;
+    if (attempt > 0 && now >= deadline && !reauthenticated) break;
+    reauthenticated = false;
     std::size_t index = current_.load() % n;
     std::size_t skipped = 0;
     while (skip[index] && skipped < n) {
@@ -688,6 +690,7 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     }
     if (!token.empty() && IsStaleToken(status) && reauthentications++ < 2) {
       DLOCK_RETURN_IF_ERROR(Reauthenticate(token, deadline));
+      reauthenticated = true;
       continue;  // the same call again, with the new token
     }
     last = status;
@@ -710,8 +713,12 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     }
   }
   looks_down_.store(true);
-  Status s = no_leader.ok() ? FromGrpc(last, what, last_address)
-                            : FromGrpc(no_leader, what, no_leader_address);
+  // `last` is still OK when the time ran out right after a re-authentication
+  // (no call failed, none was made again): that is no answer, not success.
+  Status s = !no_leader.ok() ? FromGrpc(no_leader, what, no_leader_address)
+             : !last.ok()    ? FromGrpc(last, what, last_address)
+                             : UnavailableError(std::string(what) +
+                                                ": the time ran out before a member answered");
   if (n > 1) {
     s = Status(s.code(), s.message() + " [no member of " + EndpointList() + " could serve it]");
   }
