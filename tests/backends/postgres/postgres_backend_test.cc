@@ -567,11 +567,15 @@ TEST_F(PostgresBackendTest, DescribeHidesThePassword) {
   EXPECT_EQ(b->Describe(), uri->Redacted());
 }
 
-TEST_F(PostgresBackendTest, AWaiterAcquiresWithin50msOfTheRelease) {
+TEST_F(PostgresBackendTest, AWaiterAcquiresPromptlyAfterTheRelease) {
   auto holder = NewClient();
   auto waiter_client = NewClient();
   const std::string key = Unique("handoff");
   std::vector<double> gaps_ms;
+  // 50 ms, or more on a machine where a grant and release cost more now;
+  // below the second after which a waiter that missed its NOTIFY asks again.
+  const auto bound = testing_support::FastPath(GrantAndReleaseCost(), kPromptFloor,
+                                               milliseconds(1000));
   // Round 0 warms up: the waiter's first wait opens its LISTEN connection
   // (and polls meanwhile); it is not measured.
   for (int i = 0; i <= 10; ++i) {
@@ -596,7 +600,8 @@ TEST_F(PostgresBackendTest, AWaiterAcquiresWithin50msOfTheRelease) {
     EXPECT_GT((*got)->token(), held->token());
     ASSERT_TRUE((*got)->Release().ok());
   }
-  for (double gap : gaps_ms) EXPECT_LT(gap, 50.0) << "release-to-grant gap in ms";
+  const double bound_ms = std::chrono::duration<double, std::milli>(bound.limit).count();
+  for (double gap : gaps_ms) EXPECT_LT(gap, bound_ms) << "release-to-grant gap in ms; " << bound;
   std::sort(gaps_ms.begin(), gaps_ms.end());
   std::cout << "handoff gap ms: min " << gaps_ms.front() << ", median " << gaps_ms[5] << ", max "
             << gaps_ms.back() << std::endl;
