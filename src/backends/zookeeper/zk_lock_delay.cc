@@ -137,7 +137,8 @@ Result<milliseconds> ZooKeeperBackendImpl::ClearLockDelays(const Live& live, Con
 Status ZooKeeperBackendImpl::CreateLockPath(const Live& live, const Contender& c) {
   std::string_view data;
   if (!c.delay_path.empty()) {
-    const Reply* marks = live.session->Children(c.delay_path)->Wait(attempt_timeout);
+    const auto marks_op = live.session->Children(c.delay_path);  // owns the reply
+    const Reply* marks = marks_op->Wait(attempt_timeout);
     if (marks == nullptr || (marks->rc != ZOK && marks->rc != ZNONODE)) {
       return ReplyError(marks, "listing the lock-delays of " + c.lock_path, attempt_timeout);
     }

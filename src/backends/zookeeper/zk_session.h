@@ -97,7 +97,8 @@ class Op {
  public:
   explicit Op(Session* session) : session_(session) {}
   // The reply, once it has come within `timeout`; null otherwise (the
-  // request may still be answered later).
+  // request may still be answered later). The reply lives in this Op: keep
+  // the Op's pointer while reading it, never `Children(p)->Wait(t)->rc`.
   const Reply* Wait(std::chrono::nanoseconds timeout);
   bool done() const;
 
