@@ -220,7 +220,7 @@ class DLOCK_EXPORT Backend {
 
   // How many objects (rows, keys, znodes) the store keeps for keys that
   // start with `prefix`: holdings, waiters, markers, per-key counters,
-  // run-once records. A released key must leave none behind (the store's
+  // run-once records, break records. A released key must leave none behind (the store's
   // own fixed objects, such as a token counter for the whole store, are not
   // counted); the conformance suite and `dlock bench --footprint` check it.
   // kFailedPrecondition when the store cannot count them.
@@ -240,6 +240,18 @@ class DLOCK_EXPORT Backend {
   virtual Status MarkDone(std::string_view /*key*/, const OwnerId& /*owner*/,
                           std::chrono::milliseconds /*keep*/) {
     return FailedPreconditionError(Describe() + " does not keep run-once records");
+  }
+
+  // Break records (types.h), the audit trail of Client::Break. RecordBreak
+  // keeps `record` for `keep` (kKeepDoneForever: for ever), stamping
+  // at_unix_ms with the store's clock where it has one; Breaks lists the
+  // records still kept for keys starting with `prefix`, by key and then
+  // oldest first. kFailedPrecondition where the store keeps none.
+  virtual Status RecordBreak(const BreakRecord& /*record*/, std::chrono::milliseconds /*keep*/) {
+    return FailedPreconditionError(Describe() + " keeps no break records");
+  }
+  virtual Result<std::vector<BreakRecord>> Breaks(std::string_view /*prefix*/) {
+    return FailedPreconditionError(Describe() + " keeps no break records");
   }
 
   // nullopt (the default): each lease lives by its own ttl, extended by

@@ -115,9 +115,12 @@ struct BreakOptions {
   // Only these holders of the key; empty: every holder (all readers or
   // permits of a shared key).
   std::vector<OwnerId> owners;
-  // Who breaks, shown on the break's own grant. Empty: "break by " and the
-  // client's label.
+  // Who breaks, shown on the break's own grant and kept in its records.
+  // Empty: "break by " and the client's label.
   std::string label;
+  // How long the store keeps the break's records (kKeepDoneForever: for
+  // ever).
+  std::chrono::milliseconds keep_record = kDefaultBreakRetention;
 };
 
 // What a break did.
@@ -128,6 +131,10 @@ struct BreakReport {
   // evicted holder's token, so a fence that has seen it refuses their
   // writes. 0 when nothing was evicted, or the store orders no tokens.
   FencingToken token = 0;
+  // Whether the store kept a record of each eviction (BreakRecord): OK, or
+  // why not (kFailedPrecondition on a store that keeps none). The break
+  // itself stands either way.
+  Status recorded;
 };
 
 // The current leader of an election key, as the store reports it.
@@ -191,6 +198,9 @@ class DLOCK_EXPORT Client {
   // nobody holds is left alone (an empty report). kUnavailable if the store
   // could not be told; a holder already evicted stays evicted.
   Result<BreakReport> Break(std::string_view key, const BreakOptions& options = {});
+  // The break records still kept for keys starting with `prefix` (by key,
+  // oldest first); kFailedPrecondition on a store that keeps none.
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix = {});
 
   // Locks currently held in the store whose key starts with `prefix`.
   Result<std::vector<HolderInfo>> List(std::string_view prefix = {});

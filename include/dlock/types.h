@@ -106,6 +106,26 @@ struct WaiterInfo {
   std::optional<std::chrono::milliseconds> waited_for;
 };
 
+// What an operator's break (Client::Break, `dlock break`) leaves in the
+// store: one record per holding it evicted, for the audit trail that `dlock
+// status --breaks` shows. Kept for the break's retention (by default
+// kDefaultBreakRetention, judged by wall clocks as run-once records are).
+struct BreakRecord {
+  std::string key;
+  OwnerId owner;           // the evicted holder
+  FencingToken token = 0;  // the evicted holding's token
+  std::string label;       // what the evicted holder said of itself
+  std::string by;          // who broke it: the break's label
+  // The token the break ordered itself by (BreakReport::token): a fence
+  // that has seen it refuses the evicted holder. 0 when there was none.
+  FencingToken break_token = 0;
+  // When, in Unix milliseconds: by the store's clock where it has one
+  // (PostgreSQL, Redis, ZooKeeper), else the breaking client's.
+  std::int64_t at_unix_ms = 0;
+};
+
+inline constexpr std::chrono::milliseconds kDefaultBreakRetention = std::chrono::hours(24 * 30);
+
 }  // namespace dlock
 
 #endif  // DLOCK_TYPES_H_

@@ -29,6 +29,10 @@ bool Chosen(const HolderInfo& h, std::string_view key, const BreakOptions& optio
 
 Result<BreakReport> ClientCore::Break(std::string_view key, const BreakOptions& options) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
+  if (options.keep_record <= milliseconds(0)) {
+    return InvalidArgumentError("break of key '" + std::string(key) +
+                                "': the record's retention must be positive");
+  }
   const std::string label = options.label.empty() ? "break by " + label_ : options.label;
   DLOCK_RETURN_IF_ERROR(ValidateLabel(label));
   DLOCK_ASSIGN_OR_RETURN(std::vector<HolderInfo> holders, Counted(backend_->List(key)));
@@ -44,9 +48,33 @@ Result<BreakReport> ClientCore::Break(std::string_view key, const BreakOptions& 
     highest = std::max(highest, h.token);
     report.evicted.push_back(std::move(h));
   }
-  if (report.evicted.empty() || !backend_->OrdersTokens()) return report;
-  DLOCK_ASSIGN_OR_RETURN(report.token, TokenAfterBreak(key, highest, label));
+  if (report.evicted.empty()) return report;
+  if (backend_->OrdersTokens()) {
+    DLOCK_ASSIGN_OR_RETURN(report.token, TokenAfterBreak(key, highest, label));
+  }
+  report.recorded = RecordBreaks(report, label, options.keep_record);
   return report;
+}
+
+// One record per evicted holding, written after the ordering grant so that
+// each carries the token that fences its holder. The break stands whatever
+// the records' fate: a failure is reported, not returned.
+Status ClientCore::RecordBreaks(const BreakReport& report, const std::string& by,
+                                std::chrono::milliseconds keep) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  for (const HolderInfo& h : report.evicted) {
+    BreakRecord record{h.key, h.owner, h.token, h.label, by, report.token,
+                       std::chrono::duration_cast<milliseconds>(now).count()};
+    DLOCK_RETURN_IF_ERROR(Counted(backend_->RecordBreak(record, keep)));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<BreakRecord>> ClientCore::Breaks(std::string_view prefix) {
+  if (prefix.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("prefix is longer than the 1024-byte key limit");
+  }
+  return Counted(backend_->Breaks(prefix));
 }
 
 Result<FencingToken> ClientCore::TokenAfterBreak(std::string_view key, FencingToken evicted,

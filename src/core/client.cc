@@ -153,6 +153,10 @@ Result<BreakReport> Client::Break(std::string_view key, const BreakOptions& opti
   return core_->Break(key, options);
 }
 
+Result<std::vector<BreakRecord>> Client::Breaks(std::string_view prefix) {
+  return core_->Breaks(prefix);
+}
+
 Result<std::vector<HolderInfo>> Client::List(std::string_view prefix) {
   return core_->List(prefix);
 }

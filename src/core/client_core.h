@@ -81,6 +81,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<std::vector<Lease>> AcquireAll(std::vector<std::string> keys,
                                         const AcquireOptions& options);
   Result<BreakReport> Break(std::string_view key, const BreakOptions& options);  // break.cc
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix);             // break.cc
   Result<std::vector<HolderInfo>> List(std::string_view prefix);
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix);
   Result<std::optional<Leader>> CurrentLeader(std::string_view key);
@@ -120,6 +121,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // grant made since, the break's own or a waiter's (break.cc).
   Result<FencingToken> TokenAfterBreak(std::string_view key, FencingToken evicted,
                                        const std::string& label);
+  // The store's records of a break's evictions, kept for `keep` (break.cc).
+  Status RecordBreaks(const BreakReport& report, const std::string& by,
+                      std::chrono::milliseconds keep);
   // Ends handle `hold` of a holding that keeps others. Under mu_.
   Status DropHoldLocked(LeaseState& state, std::uint64_t hold);
   Result<Lease> AcquireTimed(std::string_view key, const AcquireOptions& options, bool wait,

@@ -154,6 +154,25 @@ Status InMemoryStore::MarkDone(std::string_view key, const OwnerId& owner,
   return NotOwnerError("mark '" + std::string(key) + "' done: this owner no longer holds it");
 }
 
+void InMemoryStore::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_->Now();
+  breaks_[record.key].emplace_back(record, keep == kKeepDoneForever ? TimePoint::max() : now + keep);
+}
+
+std::vector<BreakRecord> InMemoryStore::Breaks(std::string_view prefix) {
+  std::lock_guard lock(mu_);
+  const TimePoint now = clock_->Now();
+  std::vector<BreakRecord> out;
+  for (auto it = breaks_.lower_bound(prefix); it != breaks_.end(); ++it) {
+    if (!it->first.starts_with(prefix)) break;
+    for (const auto& [record, keep_until] : it->second) {
+      if (now < keep_until) out.push_back(record);
+    }
+  }
+  return out;
+}
+
 Result<Attempt> InMemoryBackend::TryAcquire(const LeaseRequest& request) {
   return store_->TryAcquire(request);
 }

@@ -1,6 +1,7 @@
 // Client::Break on the simulated clock: who is evicted, the token that
 // orders the break, and what the evicted holder sees.
 #include <atomic>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -99,6 +100,60 @@ TEST_F(BreakTest, BadInputIsRefusedBeforeAnythingIsBroken) {
   EXPECT_EQ(operator_->Break("k", bad).status().code(), StatusCode::kInvalidArgument);
   clock->Advance(seconds(2));
   EXPECT_TRUE(held->Check().ok());
+}
+
+TEST_F(BreakTest, EachEvictionLeavesARecordUntilItsRetentionEnds) {
+  AcquireOptions reader = Ttl(seconds(3));
+  reader.shared = true;
+  reader.label = "nightly on host-a";
+  auto first = holder_->TryAcquire("jobs/a", reader);
+  auto second = NewClient()->TryAcquire("jobs/a", reader);
+  auto elsewhere = holder_->TryAcquire("other", Ttl(seconds(3)));
+  ASSERT_TRUE(first.ok() && second.ok() && elsewhere.ok());
+  BreakOptions o;
+  o.label = "dlock break by ops@bastion";
+  o.keep_record = std::chrono::hours(1);
+  auto report = operator_->Break("jobs/a", o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->recorded.ok()) << report->recorded.ToString();
+  auto b = operator_->Breaks("other");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->empty()) << "a key nobody broke has a record";
+
+  auto records = operator_->Breaks("jobs/");
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 2u);
+  std::set<OwnerId> owners;
+  for (const BreakRecord& r : *records) {
+    owners.insert(r.owner);
+    EXPECT_EQ(r.key, "jobs/a");
+    EXPECT_EQ(r.label, "nightly on host-a");
+    EXPECT_EQ(r.by, "dlock break by ops@bastion");
+    EXPECT_EQ(r.break_token, report->token);
+    EXPECT_EQ(r.token, r.owner == first->owner() ? first->token() : second->token());
+    EXPECT_GT(r.at_unix_ms, 0);
+  }
+  EXPECT_EQ(owners, (std::set<OwnerId>{first->owner(), second->owner()}));
+  clock->Advance(std::chrono::hours(1));
+  records = operator_->Breaks("jobs/");
+  ASSERT_TRUE(records.ok());
+  EXPECT_TRUE(records->empty()) << "a record outlived its retention";
+}
+
+TEST_F(BreakTest, ABreakStandsWhenItsRecordCannotBeKept) {
+  auto lease = holder_->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(lease.ok());
+  plan->record_error = FailedPreconditionError("memory:// keeps no break records");
+  auto report = operator_->Break("k");
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->evicted.size(), 1u);
+  EXPECT_GT(report->token, lease->token());
+  EXPECT_EQ(report->recorded.code(), StatusCode::kFailedPrecondition);
+  clock->Advance(seconds(2));
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost);
+  BreakOptions never;
+  never.keep_record = std::chrono::milliseconds(0);
+  EXPECT_EQ(operator_->Break("k", never).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct FaultPlan {
   std::optional<Status> acquire_error;
   std::optional<Status> release_error;
   std::optional<Status> renew_error;
+  std::optional<Status> record_error;  // RecordBreak
   // The next N TryAcquire calls reach the store (and may grant) but report
   // kUnavailable: a reply lost on the way back.
   int lose_acquire_replies = 0;
@@ -98,6 +99,19 @@ class FaultyBackend final : public Backend {
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override {
     return inner_->MarkDone(key, owner, keep);
+  }
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override {
+    {
+      std::lock_guard l(plan_->mu);
+      if (plan_->record_error) return *plan_->record_error;
+    }
+    return inner_->RecordBreak(record, keep);
+  }
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override {
+    return inner_->Breaks(prefix);
+  }
+  Result<std::uint64_t> StoredObjects(std::string_view prefix) override {
+    return inner_->StoredObjects(prefix);
   }
   std::optional<SessionLiveness> Liveness() override { return inner_->Liveness(); }
 

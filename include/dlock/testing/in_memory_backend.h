@@ -34,6 +34,8 @@ class InMemoryStore {
   std::vector<WaiterInfo> Waiters(std::string_view prefix);
   bool IsDone(std::string_view key);
   Status MarkDone(std::string_view key, const OwnerId& owner, std::chrono::milliseconds keep);
+  void RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep);
+  std::vector<BreakRecord> Breaks(std::string_view prefix);
 
  private:
   struct Holding {
@@ -65,6 +67,8 @@ class InMemoryStore {
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_;
   std::map<std::string, TimePoint, std::less<>> done_;  // key -> end of its retention
+  // Break records by key, oldest first, each with the end of its retention.
+  std::map<std::string, std::vector<std::pair<BreakRecord, TimePoint>>, std::less<>> breaks_;
 };
 
 class InMemoryBackend final : public Backend {
@@ -86,6 +90,13 @@ class InMemoryBackend final : public Backend {
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override {
     return store_->MarkDone(key, owner, keep);
+  }
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override {
+    store_->RecordBreak(record, keep);
+    return Status::Ok();
+  }
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override {
+    return store_->Breaks(prefix);
   }
 
  private:
