@@ -63,6 +63,10 @@ constexpr std::int64_t kSchemaVersion = 3;
 // dlock_done: one run-once record per key, kept until keep_until_unix_ms
 // (wall-clock time: a retention of days is a calendar matter; NULL: kept
 // for ever, as every record written before version 3).
+//
+// dlock_breaks: one row per holding a break evicted (BreakRecord), kept
+// until keep_until_unix_ms as run-once records are. Added within version
+// 3: a table an older dlock of the same version never reads.
 constexpr const char* kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS dlock_meta (
   name  TEXT PRIMARY KEY NOT NULL,
@@ -101,6 +105,19 @@ CREATE TABLE IF NOT EXISTS dlock_done (
   done_at_ms INTEGER NOT NULL,
   keep_until_unix_ms INTEGER
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_breaks (
+  key         TEXT NOT NULL,
+  at_unix_ms  INTEGER NOT NULL,
+  owner       TEXT NOT NULL,
+  token       INTEGER NOT NULL,
+  label       TEXT NOT NULL,
+  broken_by   TEXT NOT NULL,
+  break_token INTEGER NOT NULL,
+  keep_until_unix_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS dlock_breaks_by_key ON dlock_breaks (key);
+CREATE INDEX IF NOT EXISTS dlock_breaks_by_expiry ON dlock_breaks (keep_until_unix_ms)
+  WHERE keep_until_unix_ms IS NOT NULL;
 )sql";
 
 // Columns added after a table was first released, for files created by an
@@ -276,7 +293,26 @@ DELETE FROM dlock_done WHERE key IN (
   SELECT key FROM dlock_done WHERE keep_until_unix_ms <= :unix_ms LIMIT 16)
 )sql";
 
-// Wall-clock milliseconds, for run-once retention only (types.h).
+// A break record, and a few records past their retention with it.
+constexpr const char* kRecordBreakSql = R"sql(
+INSERT INTO dlock_breaks (key, at_unix_ms, owner, token, label, broken_by, break_token,
+                          keep_until_unix_ms)
+VALUES (:key, :unix_ms, :owner, :token, :label, :by, :break_token, :keep_until)
+)sql";
+
+constexpr const char* kExpireBreaksSql = R"sql(
+DELETE FROM dlock_breaks WHERE rowid IN (
+  SELECT rowid FROM dlock_breaks WHERE keep_until_unix_ms <= :unix_ms LIMIT 16)
+)sql";
+
+constexpr const char* kBreaksSql = R"sql(
+SELECT key, owner, token, label, broken_by, break_token, at_unix_ms FROM dlock_breaks
+WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
+  AND (keep_until_unix_ms IS NULL OR keep_until_unix_ms > :unix_ms)
+ORDER BY key, rowid
+)sql";
+
+// Wall-clock milliseconds, for retentions only (types.h).
 std::int64_t UnixNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -326,6 +362,7 @@ constexpr const char* kStoredObjectsSql = R"sql(
 SELECT (SELECT count(*) FROM dlock_holders WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
      + (SELECT count(*) FROM dlock_queue WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
      + (SELECT count(*) FROM dlock_done WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
+     + (SELECT count(*) FROM dlock_breaks WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
 )sql";
 
 struct DbCloser {
@@ -593,6 +630,8 @@ class SqliteBackend final : public Backend {
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override;
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
 
  private:
   // What the grant decision needs about `key` for `owner` (kStateSql).
@@ -669,6 +708,7 @@ class SqliteBackend final : public Backend {
   StmtHandle release_, held_by_anyone_, renew_, list_, waiters_;
   StmtHandle enqueue_, purge_queue_, dequeue_;
   StmtHandle held_by_owner_, mark_done_, is_done_, expire_done_;
+  StmtHandle record_break_, expire_breaks_, breaks_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
   // Owners of this connection waiting in each key's queue, with the limit
@@ -821,6 +861,9 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kMarkDoneSql, &mark_done_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kIsDoneSql, &is_done_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kExpireDoneSql, &expire_done_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kRecordBreakSql, &record_break_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kExpireBreaksSql, &expire_breaks_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kBreaksSql, &breaks_, what));
   return Status::Ok();
 }
 
@@ -1085,6 +1128,20 @@ Result<bool> SqliteBackend::IsDone(std::string_view key) {
   return rc == SQLITE_ROW;
 }
 
+namespace {
+
+// Binds :keep_until, the end of a retention of `keep` from `unix_ms` (NULL:
+// for ever).
+void BindKeepUntil(Query& query, std::int64_t unix_ms, std::chrono::milliseconds keep) {
+  if (keep == kKeepDoneForever || keep.count() > std::numeric_limits<std::int64_t>::max() - unix_ms) {
+    query.BindNull(":keep_until");
+  } else {
+    query.Bind(":keep_until", unix_ms + static_cast<std::int64_t>(keep.count()));
+  }
+}
+
+}  // namespace
+
 // Marked only by the current holder, in one transaction with the check.
 Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
                                std::chrono::milliseconds keep) {
@@ -1113,11 +1170,7 @@ Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
     Query mark(mark_done_.get());
     mark.Bind(":key", key).Bind(":owner", owner.ToString()).Bind(":token", token)
         .Bind(":now_ms", now.now_ms);
-    if (keep == kKeepDoneForever || keep.count() > std::numeric_limits<std::int64_t>::max() - unix_ms) {
-      mark.BindNull(":keep_until");
-    } else {
-      mark.Bind(":keep_until", unix_ms + static_cast<std::int64_t>(keep.count()));
-    }
+    BindKeepUntil(mark, unix_ms, keep);
     rc = mark.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what);
     Query expire(expire_done_.get());
@@ -1128,6 +1181,67 @@ Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
   rc = txn.Commit();
   if (IsError(rc)) return FromSqlite(rc, db, what);
   return Status::Ok();
+}
+
+Status SqliteBackend::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(record.key));
+  const std::string what = "record the break of " + std::string(record.key);
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db, what);
+  const std::int64_t unix_ms = UnixNowMs();  // the file has no clock but this host's
+  {
+    Query insert(record_break_.get());
+    insert.Bind(":key", record.key).Bind(":unix_ms", unix_ms)
+        .Bind(":owner", record.owner.ToString())
+        .Bind(":token", static_cast<std::int64_t>(record.token)).Bind(":label", record.label)
+        .Bind(":by", record.by).Bind(":break_token", static_cast<std::int64_t>(record.break_token));
+    BindKeepUntil(insert, unix_ms, keep);
+    rc = insert.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what);
+    Query expire(expire_breaks_.get());
+    expire.Bind(":unix_ms", unix_ms);
+    rc = expire.Step();
+    if (IsError(rc)) return FromSqlite(rc, db, what);
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db, what);
+  return Status::Ok();
+}
+
+Result<std::vector<BreakRecord>> SqliteBackend::Breaks(std::string_view prefix) {
+  const std::string what = "list the breaks of '" + std::string(prefix) + "'";
+  const std::optional<std::string> end = PrefixEnd(prefix);
+  std::lock_guard lock(mu_);
+  Query query(breaks_.get());
+  query.Bind(":lo", prefix).Bind(":unix_ms", UnixNowMs());
+  if (end.has_value()) {
+    query.Bind(":hi", *end);
+  } else {
+    query.BindNull(":hi");
+  }
+  std::vector<BreakRecord> records;
+  int rc;
+  while ((rc = query.Step()) == SQLITE_ROW) {
+    BreakRecord r;
+    r.key = query.Text(0);
+    Result<OwnerId> owner = OwnerId::Parse(query.Text(1));
+    if (!owner.ok()) {
+      return InternalError(what + ": a break record for key " + r.key + " in " + options_.path +
+                           " has a malformed owner id: " + owner.status().message());
+    }
+    r.owner = *owner;
+    r.token = static_cast<FencingToken>(query.Int(2));
+    r.label = query.Text(3);
+    r.by = query.Text(4);
+    r.break_token = static_cast<FencingToken>(query.Int(5));
+    r.at_unix_ms = query.Int(6);
+    records.push_back(std::move(r));
+  }
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what);
+  return records;
 }
 
 // The floor: one single-row write transaction with the same durability as a
