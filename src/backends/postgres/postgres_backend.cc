@@ -130,7 +130,8 @@ class PostgresBackend final : public Backend {
         clock_(options_.clock ? options_.clock : DefaultClock()),
         tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
                 QuoteIdentifier(options_.table + "_done"),
-                QuoteIdentifier(options_.table + "_tokens")},
+                QuoteIdentifier(options_.table + "_tokens"),
+                QuoteIdentifier(options_.table + "_breaks")},
         listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
 
   Status Init() {
@@ -156,6 +157,8 @@ class PostgresBackend final : public Backend {
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override;
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
   Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
 
  private:
@@ -305,12 +308,14 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
 Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadline) {
   const std::string& where = options_.describe;
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle check,
-                         Exec(conn, kCheckSql, {tables_.locks, tables_.queue, tables_.done},
+                         Exec(conn, kCheckSql,
+                              {tables_.locks, tables_.queue, tables_.done, tables_.breaks},
                               deadline, "check the lock tables", where));
   const PGresult* r = check.get();
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
   const bool have_done = Value(r, 0, 5) == "t";
+  const bool have_breaks = Value(r, 0, 7) == "t";
   // Tables of earlier schemas are migrated (CreateTablesSql).
   const bool old_locks = have_locks && (Value(r, 0, 1) == kLocksCommentV1 ||
                                         Value(r, 0, 1) == kLocksCommentV2);
@@ -329,7 +334,9 @@ Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadlin
   DLOCK_RETURN_IF_ERROR(verify(have_locks, 1, kLocksComment, tables_.locks));
   DLOCK_RETURN_IF_ERROR(verify(have_queue, 3, kQueueComment, tables_.queue));
   DLOCK_RETURN_IF_ERROR(verify(have_done, 6, kDoneComment, tables_.done));
-  return !have_locks || !have_queue || !have_done || old_locks || old_queue || old_done;
+  DLOCK_RETURN_IF_ERROR(verify(have_breaks, 8, kBreaksComment, tables_.breaks));
+  return !have_locks || !have_queue || !have_done || !have_breaks || old_locks || old_queue ||
+         old_done;
 }
 
 Status PostgresBackend::CreateTablesLocked(PGconn* conn, SteadyTime deadline) {
@@ -769,6 +776,39 @@ Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner,
     return NotOwnerError(what + ": this owner no longer holds the lock");
   }
   return Status::Ok();
+}
+
+Status PostgresBackend::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(record.key));
+  Params params;
+  params.Bytes(record.key).Text(record.owner.ToString()).Text(std::to_string(record.token))
+      .Text(record.label).Text(record.by).Text(std::to_string(record.break_token));
+  if (keep == kKeepDoneForever) {
+    params.Null();
+  } else {
+    params.Text(std::to_string(keep.count()));
+  }
+  return Run("dlock_record_break", params, CallDeadline(),
+             "record the break of " + std::string(record.key))
+      .status();
+}
+
+Result<std::vector<BreakRecord>> PostgresBackend::Breaks(std::string_view prefix) {
+  const std::string what = "list the breaks of '" + std::string(prefix) + "'";
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_breaks", prefix, what));
+  const PGresult* r = result.get();
+  std::vector<BreakRecord> records;
+  for (int row = 0; row < PQntuples(r); ++row) {
+    BreakRecord b;
+    DLOCK_RETURN_IF_ERROR(ReadKeyAndOwner(r, row, tables_.breaks, what, &b.key, &b.owner));
+    b.token = static_cast<FencingToken>(IntValue(r, row, 2));
+    b.label = Value(r, row, 3);
+    b.by = Value(r, row, 4);
+    b.break_token = static_cast<FencingToken>(IntValue(r, row, 5));
+    b.at_unix_ms = IntValue(r, row, 6);
+    records.push_back(std::move(b));
+  }
+  return records;
 }
 
 // [a-z_][a-z0-9_]{0,55}: a plain identifier that needs no quoting rules

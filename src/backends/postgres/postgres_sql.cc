@@ -13,7 +13,8 @@ SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')
        to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
        CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', false) END,
-       to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class')
+       to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class'),
+       to_regclass($4) IS NOT NULL, obj_description(to_regclass($4), 'pg_class')
 )sql";
 
 namespace {
@@ -96,6 +97,23 @@ BEGIN
     ALTER TABLE {d} ADD COLUMN IF NOT EXISTS keep_until timestamptz;
     CREATE INDEX ON {d} (keep_until) WHERE keep_until IS NOT NULL;
     COMMENT ON TABLE {d} IS '{done_comment}';
+  END IF;
+  -- Within schema 3: one row per holding a break evicted, kept until
+  -- keep_until (NULL: for ever).
+  IF to_regclass('{b}') IS NULL THEN
+    CREATE TABLE {b} (
+      key         bytea NOT NULL,
+      at          timestamptz NOT NULL,
+      owner       text NOT NULL,
+      token       bigint NOT NULL,
+      label       text NOT NULL,
+      broken_by   text NOT NULL,
+      break_token bigint NOT NULL,
+      keep_until  timestamptz
+    );
+    CREATE INDEX ON {b} (key, at);
+    CREATE INDEX ON {b} (keep_until) WHERE keep_until IS NOT NULL;
+    COMMENT ON TABLE {b} IS '{breaks_comment}';
   END IF;
   -- Schema 3: a new row's first token comes from here. It starts above
   -- every token any key was granted, so no key's next token goes down.
@@ -565,6 +583,28 @@ ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token,
 RETURNING 1
 )sql";
 
+// A break record (at and keep_until by the server's clock), and up to 16
+// records past their retention with it. $1 key, $2 owner, $3 token, $4
+// label, $5 broken_by, $6 break_token, $7 retention in ms (NULL: for ever).
+constexpr const char* kRecordBreakSql = R"sql(
+WITH gone AS (
+  DELETE FROM {b} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {b} WHERE keep_until <= clock_timestamp() LIMIT 16)))
+INSERT INTO {b} (key, at, owner, token, label, broken_by, break_token, keep_until)
+VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6,
+        clock_timestamp() + $7 * interval '1 millisecond')
+)sql";
+
+// The break records of keys in [$1, $2) still kept, by key, oldest first.
+constexpr const char* kBreaksSql = R"sql(
+SELECT encode(key, 'hex'), owner, token, label, broken_by, break_token,
+       floor(extract(epoch FROM at) * 1000)::bigint
+FROM {b}
+WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+  AND (keep_until IS NULL OR keep_until > clock_timestamp())
+ORDER BY key, at
+)sql";
+
 constexpr const char* kIsDoneSql =
     "SELECT 1 FROM {d} WHERE key = $1 AND (keep_until IS NULL OR keep_until > clock_timestamp())";
 
@@ -625,6 +665,7 @@ SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND ($2::bytea IS NULL OR key <
           AND key <> '\x00646c6f636b2070696e67'::bytea)
      + (SELECT count(*) FROM {q} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
      + (SELECT count(*) FROM {d} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
+     + (SELECT count(*) FROM {b} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
 )sql";
 
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
@@ -644,6 +685,8 @@ std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id) {
   return Substitute(kCreateSql, {{"t", tables.locks},
                                  {"q", tables.queue},
                                  {"d", tables.done},
+                                 {"b", tables.breaks},
+                                 {"breaks_comment", kBreaksComment},
                                  {"lock_id", std::to_string(lock_id)},
                                  {"locks_comment", kLocksComment},
                                  {"queue_comment", kQueueComment},
@@ -662,6 +705,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
                Substitute(sql, {{"t", tables.locks},
                                 {"q", tables.queue},
                                 {"d", tables.done},
+                                {"b", tables.breaks},
                                 {"s", tables.tokens}}) +
                ";\n";
   };
@@ -686,6 +730,8 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add("dlock_mark_done", "(bytea, text, bigint)", kMarkDoneSql);
   add("dlock_is_done", "(bytea)", kIsDoneSql);
   add("dlock_count", "(bytea, bytea)", kCountSql);
+  add("dlock_record_break", "(bytea, text, bigint, text, text, bigint, bigint)", kRecordBreakSql);
+  add("dlock_breaks", "(bytea, bytea)", kBreaksSql);
   return prepare;
 }
 

@@ -2,8 +2,8 @@
 // prepares, as text. postgres_backend.cc runs them; docs/backend-postgres.md
 // explains them.
 //
-// In the statements, {t} is the locks table, {q} the queue table and {d}
-// the run-once table, all quoted identifiers.
+// In the statements, {t} is the locks table, {q} the queue table, {d} the
+// run-once table and {b} the break records, all quoted identifiers.
 //
 // The sharing rule of backend.h (Admits in include/dlock/sharing.h) is
 // written here in SQL: in kAcquireTemplate's `granted` (first by the
@@ -30,6 +30,8 @@ inline constexpr const char* kLocksCommentV2 = "dlock locks, schema 2";
 inline constexpr const char* kQueueComment = "dlock wait queue, schema 2";
 inline constexpr const char* kDoneComment = "dlock run-once marks, schema 3";
 inline constexpr const char* kDoneCommentV2 = "dlock run-once marks, schema 2";
+// Added within schema 3 (an older dlock of schema 3 never reads it).
+inline constexpr const char* kBreaksComment = "dlock break records, schema 3";
 inline constexpr const char* kLocksCommentV1 = "dlock locks, schema 1";
 inline constexpr const char* kQueueCommentV1 = "dlock wait queue, schema 1";
 
@@ -39,11 +41,13 @@ struct TableNames {
   std::string queue;  // {q}
   std::string done;   // {d}
   std::string tokens;  // {s}, the token sequence
+  std::string breaks;  // {b}, the break records
 };
 
-// Session set-up, one round trip; $1, $2, $3 the three table names.
-// Columns: locks exists, its comment, queue exists, its comment, (a
-// synchronous_commit fix-up), done exists, its comment.
+// Session set-up, one round trip; $1, $2, $3, $4 the locks, queue, done and
+// breaks tables' names. Columns: locks exists, its comment, queue exists,
+// its comment, (a synchronous_commit fix-up), done exists, its comment,
+// breaks exists, its comment.
 extern const char* const kCheckSql;
 
 // Creates the missing tables and migrates schema-1 ones, in one transaction
@@ -59,7 +63,8 @@ std::string SweepSql(const TableNames& tables, int batch);
 // PREPAREs every statement the backend runs: dlock_acquire,
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
 // dlock_release, dlock_release_lean, dlock_renew, dlock_list, dlock_ping,
-// dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count.
+// dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count,
+// dlock_record_break, dlock_breaks.
 std::string PrepareStatementsSql(const TableNames& tables);
 
 }  // namespace dlock::postgres
