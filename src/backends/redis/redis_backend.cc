@@ -191,6 +191,8 @@ class RedisBackend final : public Backend {
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override;
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
 
  private:
   friend class RedisAcquisition;
@@ -622,6 +624,81 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner,
     }
   }
   return Status::Ok();
+}
+
+Status RedisBackend::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(record.key));
+  const std::string what = "record the break of " + Quoted(record.key);
+  const std::string keys[] = {BreaksName(record.key)};
+  // Labels hold no control characters (ValidateLabel): a tab ends a field.
+  const std::string args[] = {record.owner.ToString() + '\t' + std::to_string(record.token) +
+                                  '\t' + std::to_string(record.break_token) + '\t' +
+                                  record.by + '\t' + record.label,
+                              keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::RecordBreak(), keys, args,
+                                                  ReplicaWait(), WriteTimeout(), what));
+  const redisReply* r = replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
+  if (options_.wait_replicas > 0) {
+    long long confirmed = 0;
+    if (!ReplyInt(replies[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
+      return UnavailableError(what + ": fewer than " + std::to_string(options_.wait_replicas) +
+                              " replicas confirmed the record (wait_replicas)");
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// One record as scripts::RecordBreak wrote it; false when it is not one.
+bool ParseBreakRecord(std::string_view text, BreakRecord* out) {
+  std::string_view fields[7];
+  for (int i = 0; i < 6; ++i) {
+    const std::size_t tab = text.find('\t');
+    if (tab == std::string_view::npos) return false;
+    fields[i] = text.substr(0, tab);
+    text.remove_prefix(tab + 1);
+  }
+  fields[6] = text;  // the label, last: it may hold anything printable
+  auto number = [](std::string_view f, auto* v) {
+    return std::from_chars(f.data(), f.data() + f.size(), *v).ec == std::errc() && !f.empty();
+  };
+  auto owner = OwnerId::Parse(fields[2]);
+  if (!owner.ok() || !number(fields[0], &out->at_unix_ms) || !number(fields[3], &out->token) ||
+      !number(fields[4], &out->break_token)) {
+    return false;
+  }
+  out->owner = *owner;
+  out->by = std::string(fields[5]);
+  out->label = std::string(fields[6]);
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<BreakRecord>> RedisBackend::Breaks(std::string_view prefix) {
+  const std::string what = "list the breaks of " + Quoted(prefix);
+  std::vector<BreakRecord> records;
+  Status s = ForEachRow(
+      prefix, BreaksPattern(prefix), &KeyFromBreaksName, scripts::Breaks(), 2, "break records",
+      "list", what,
+      [&](const std::string& key, const redisReply* const* f, const std::string& server) {
+        BreakRecord b;
+        if (!ParseBreakRecord(ReplyString(f[1]), &b)) {
+          return InternalError(what + ": a break record of " + Quoted(key) + " on " + server +
+                               " is malformed (not written by dlock?)");
+        }
+        b.key = key;
+        records.push_back(std::move(b));
+        return Status::Ok();
+      });
+  if (!s.ok()) return s;
+  // By key; each list is oldest first already.
+  std::stable_sort(records.begin(), records.end(),
+                   [](const BreakRecord& a, const BreakRecord& b) { return a.key < b.key; });
+  return records;
 }
 
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {

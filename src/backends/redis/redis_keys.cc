@@ -5,6 +5,7 @@ namespace {
 
 constexpr std::string_view kLockSuffix = "}:lock";
 constexpr std::string_view kQueueSuffix = "}:queue";
+constexpr std::string_view kBreaksSuffix = "}:breaks";
 constexpr std::string_view kNamePrefix = "dlock:{";
 
 std::string Name(std::string_view key, std::string_view role) {
@@ -75,6 +76,7 @@ std::string HoldersName(std::string_view key) { return Name(key, "holders"); }
 std::string HoldInfoName(std::string_view key) { return Name(key, "hinfo"); }
 std::string FenceName(std::string_view key) { return Name(key, "fence"); }
 std::string DoneName(std::string_view key) { return Name(key, "done"); }
+std::string BreaksName(std::string_view key) { return Name(key, "breaks"); }
 
 std::string WakeChannel(int db, std::string_view key) {
   return "dlock:" + std::to_string(db) + ":{" + EscapeKey(key) + "}:wake";
@@ -99,6 +101,11 @@ std::string QueuePattern(std::string_view prefix) {
          GlobEscape(kQueueSuffix);
 }
 
+std::string BreaksPattern(std::string_view prefix) {
+  return std::string(kNamePrefix) + GlobEscape(EscapeKey(prefix)) + "*" +
+         GlobEscape(kBreaksSuffix);
+}
+
 std::string CounterNameOfLock(std::string_view lock_name) {
   std::string name(lock_name.substr(0, lock_name.size() - 4));  // drop "lock"
   return name + "token";
@@ -120,6 +127,10 @@ std::optional<std::string> KeyFromLockName(std::string_view name) {
 
 std::optional<std::string> KeyFromQueueName(std::string_view name) {
   return KeyFromName(name, kQueueSuffix);
+}
+
+std::optional<std::string> KeyFromBreaksName(std::string_view name) {
+  return KeyFromName(name, kBreaksSuffix);
 }
 
 }  // namespace dlock::redis

@@ -21,7 +21,11 @@
 //   dlock:{E}:fence   highest token admitted by fence::Redis (a string):
 //                     the resource's state, not the lock's; it stays
 //   dlock:{E}:done    run-once record (Backend::MarkDone): the token of the
-//                     lease that set it; never expires
+//                     lease that set it, PX = its retention
+//   dlock:{E}:breaks  list of break records (Backend::RecordBreak), oldest
+//                     first, each "at\tkeep_until\towner\ttoken\t
+//                     break_token\tby\tlabel" (server ms; keep_until empty:
+//                     for ever); PX = the longest retention among them
 //
 // beside one token counter per hash slot, dlock:{T}:tokens (redis_slots.h),
 // and wake-ups are published on the channel dlock:<db>:{E}:wake (pub/sub
@@ -54,6 +58,7 @@ std::string HoldersName(std::string_view key);
 std::string HoldInfoName(std::string_view key);
 std::string FenceName(std::string_view key);
 std::string DoneName(std::string_view key);
+std::string BreaksName(std::string_view key);
 std::string WakeChannel(int db, std::string_view key);
 
 // For SCAN MATCH: every lock whose key starts with `prefix`.
@@ -65,12 +70,16 @@ std::string NamesPattern(std::string_view prefix);
 bool IsPerKeyName(std::string_view name);
 // ... every wait queue whose key starts with `prefix`.
 std::string QueuePattern(std::string_view prefix);
+// ... every list of break records whose key starts with `prefix`.
+std::string BreaksPattern(std::string_view prefix);
 // CounterName(K) from LockName(K).
 std::string CounterNameOfLock(std::string_view lock_name);
 // The lock key K back from a name LockName(K); nullopt for other names.
 std::optional<std::string> KeyFromLockName(std::string_view name);
 // The lock key K back from a name QueueName(K); nullopt for other names.
 std::optional<std::string> KeyFromQueueName(std::string_view name);
+// The lock key K back from a name BreaksName(K); nullopt for other names.
+std::optional<std::string> KeyFromBreaksName(std::string_view name);
 
 }  // namespace dlock::redis
 

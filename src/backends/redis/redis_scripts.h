@@ -586,6 +586,55 @@ return 1
   return s;
 }
 
+// Backend::RecordBreak. KEYS: breaks. ARGV: "owner\ttoken\tbreak_token\t
+// by\tlabel", retention in ms ("" for ever). Appends the record stamped
+// with the server's clock, keeps the newest 1000, drops those past their
+// end from the head, and lets the list live as long as its longest
+// retention ("for ever" on a list that already expires: a century). Only
+// commands of the minimal ACL (docs/backend-redis.md): no LTRIM, no
+// PERSIST.
+inline const Script& RecordBreak() {
+  static const Script s(std::string(kLib) + R"lua(
+local now = clock()
+local ttl = redis.call('PTTL', KEYS[1])  -- -2: no list yet, -1: one kept for ever
+local keep_until = ''
+if ARGV[2] ~= '' then keep_until = fmt(now + tonumber(ARGV[2])) end
+local n = redis.call('RPUSH', KEYS[1], fmt(now) .. '\t' .. keep_until .. '\t' .. ARGV[1])
+for _ = 1001, n do redis.call('LPOP', KEYS[1]) end
+while true do
+  local head = redis.call('LINDEX', KEYS[1], 0)
+  local ends = head and tonumber(string.match(head, '^%d+\t(%d+)\t'))
+  if not ends or ends > now then break end
+  redis.call('LPOP', KEYS[1])
+end
+if ttl >= 0 or (ttl == -2 and ARGV[2] ~= '') then
+  local keep = ARGV[2] == '' and 3155760000000 or tonumber(ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], math.max(ttl, keep))
+end
+return 1
+)lua");
+  return s;
+}
+
+// KEYS: breaks_1, breaks_2, ... (found by SCAN). Returns, per record still
+// kept, oldest first: the index of its list (1..) and the record.
+inline const Script& Breaks() {
+  static const Script s(std::string(kLib) + R"lua(
+local out, now = {}, clock()
+for i, name in ipairs(KEYS) do
+  for _, r in ipairs(redis.call('LRANGE', name, 0, -1)) do
+    local ends = string.match(r, '^%d+\t(%d*)\t')
+    if ends and (ends == '' or tonumber(ends) > now) then
+      out[#out + 1] = i
+      out[#out + 1] = r
+    end
+  end
+end
+return out
+)lua");
+  return s;
+}
+
 // Backend::Ping: one script call that touches no key (the floor a lock's
 // round trip is compared against).
 inline const Script& Ping() {
