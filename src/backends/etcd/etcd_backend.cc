@@ -1,6 +1,7 @@
 #include "backends/etcd/etcd_backend.h"
 
 #include <algorithm>
+#include <charconv>
 #include <utility>
 
 #include "backends/etcd/etcd_acquisition.h"
@@ -724,7 +725,8 @@ Result<std::uint64_t> EtcdBackendImpl::StoredObjects(std::string_view prefix) {
   const std::string from = options_.root + std::string(prefix);
   pb::TxnRequest txn;
   for (const std::string& start : {from, DoneKey(options_.root, prefix),
-                                   DelayListPrefix(options_.root, prefix)}) {
+                                   DelayListPrefix(options_.root, prefix),
+                                   BreaksListPrefix(options_.root, prefix)}) {
     if (&start != &from && start.starts_with(from)) continue;
     pb::RangeRequest* r = txn.add_success()->mutable_request_range();
     // An empty key cannot be sent; "\0" to "\0" is every key.
@@ -809,6 +811,85 @@ Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner,
                          "key was deleted): its run is not recorded as done");
   }
   return Status::Ok();
+}
+
+// ---- Break records: BreakKey (etcd_keys.h), on a lease of their own.
+
+namespace {
+
+std::string EncodeBreak(const BreakRecord& r) {
+  return r.owner.ToString() + '\n' + std::to_string(r.token) + '\n' +
+         std::to_string(r.break_token) + '\n' + r.by + '\n' + r.label;
+}
+
+// The record of lock `name` stored at time `at_hex` (the key's 16 hex
+// digits) as `value`; false when it is not one EncodeBreak wrote.
+bool DecodeBreak(std::string name, std::string_view at_hex, std::string_view value,
+                 BreakRecord* out) {
+  std::string_view f[5];
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t nl = value.find('\n');
+    if (nl == std::string_view::npos) return false;
+    f[i] = value.substr(0, nl);
+    value.remove_prefix(nl + 1);
+  }
+  f[4] = value;
+  auto number = [](std::string_view t, auto* v, int base) {
+    return !t.empty() && std::from_chars(t.data(), t.data() + t.size(), *v, base).ec == std::errc();
+  };
+  auto owner = OwnerId::Parse(f[0]);
+  if (!owner.ok() || !number(f[1], &out->token, 10) || !number(f[2], &out->break_token, 10) ||
+      !number(at_hex, &out->at_unix_ms, 16)) {
+    return false;
+  }
+  out->key = std::move(name);
+  out->owner = *owner;
+  out->by = std::string(f[3]);
+  out->label = std::string(f[4]);
+  return true;
+}
+
+}  // namespace
+
+Status EtcdBackendImpl::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(record.key));
+  const std::string what = "record the break of " + Quoted(record.key) + " on " + Describe();
+  DLOCK_ASSIGN_OR_RETURN(const std::int64_t lease, RetentionLease(keep, what));
+  pb::TxnRequest txn;
+  *txn.add_success() =
+      PutOp(BreakKey(options_.root, record.key, record.at_unix_ms, record.owner.ToString()),
+            EncodeBreak(record), lease);
+  auto r = conn_.Txn(txn, OpDeadline());
+  if (!r.ok()) return r.status().WithContext(what);
+  return Status::Ok();
+}
+
+// etcd deletes a record with its lease; what the range holds is kept.
+Result<std::vector<BreakRecord>> EtcdBackendImpl::Breaks(std::string_view prefix) {
+  const std::string what = "list the breaks of " + Quoted(prefix) + " on " + Describe();
+  const std::string from = BreaksListPrefix(options_.root, prefix);
+  pb::RangeRequest r;
+  r.set_key(from);
+  r.set_range_end(PrefixRangeEnd(from));
+  auto got = conn_.Range(r, OpDeadline());
+  if (!got.ok()) return got.status().WithContext(what);
+  std::vector<BreakRecord> records;
+  for (const auto& kv : got->kvs()) {
+    std::optional<std::string> name = BreakLockNameOf(options_.root, kv.key());
+    const std::size_t dash = kv.key().rfind('-');
+    constexpr std::size_t kAtDigits = 16;
+    BreakRecord b;
+    if (!name || dash == std::string::npos || dash < kAtDigits + 1 ||
+        !DecodeBreak(std::move(*name), std::string_view(kv.key()).substr(dash - kAtDigits, kAtDigits),
+                     kv.value(), &b)) {
+      return InternalError(what + ": " + Quoted(kv.key()) + " is no break record dlock wrote");
+    }
+    records.push_back(std::move(b));
+  }
+  // The range is ordered by escaped name; the contract's order is the key's.
+  std::stable_sort(records.begin(), records.end(),
+                   [](const BreakRecord& a, const BreakRecord& b) { return a.key < b.key; });
+  return records;
 }
 
 // ---- Opening

@@ -134,7 +134,9 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override;
-  // The lease a run-once record kept for `keep` hangs on (0: none).
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
+  // The lease a record kept for `keep` hangs on (0: none).
   Result<std::int64_t> RetentionLease(std::chrono::milliseconds keep, const std::string& what);
   std::string Describe() const override;
   Status Ping() override;

@@ -118,6 +118,7 @@ void AppendEscaped(std::string& out, std::string_view name, bool colon) {
 }
 
 constexpr std::string_view kDelayTag = ".dlock-delay:";
+constexpr std::string_view kBreaksTag = ".dlock-breaks:";
 
 }  // namespace
 
@@ -219,11 +220,16 @@ std::string DelayKey(std::string_view delay_prefix, std::string_view queue_prefi
   return k;
 }
 
-std::optional<std::string> DelayLockNameOf(std::string_view root, std::string_view key) {
+namespace {
+
+// The lock name of a key R + tag + N'' + ":" + leaf (N'' as AppendEscaped
+// writes it with colons escaped); nullopt for any other key.
+std::optional<std::string> TaggedLockNameOf(std::string_view root, std::string_view tag,
+                                            std::string_view key) {
   if (key.substr(0, root.size()) != root) return std::nullopt;
   key.remove_prefix(root.size());
-  if (key.substr(0, kDelayTag.size()) != kDelayTag) return std::nullopt;
-  key.remove_prefix(kDelayTag.size());
+  if (key.substr(0, tag.size()) != tag) return std::nullopt;
+  key.remove_prefix(tag.size());
   const std::size_t colon = key.find(':');
   if (colon == std::string_view::npos || colon + 1 == key.size()) return std::nullopt;
   const std::string_view escaped = key.substr(0, colon);
@@ -246,6 +252,35 @@ std::optional<std::string> DelayLockNameOf(std::string_view root, std::string_vi
     i += 2;
   }
   return name;
+}
+
+}  // namespace
+
+std::optional<std::string> DelayLockNameOf(std::string_view root, std::string_view key) {
+  return TaggedLockNameOf(root, kDelayTag, key);
+}
+
+std::string BreaksListPrefix(std::string_view root, std::string_view name_prefix) {
+  std::string k(root);
+  k += kBreaksTag;
+  AppendEscaped(k, name_prefix, /*colon=*/true);
+  return k;
+}
+
+std::string BreakKey(std::string_view root, std::string_view name, std::int64_t at_unix_ms,
+                     std::string_view owner_hex) {
+  char at[24];
+  std::snprintf(at, sizeof at, "%016" PRIx64, static_cast<std::uint64_t>(at_unix_ms));
+  std::string k = BreaksListPrefix(root, name);
+  k += ':';
+  k += at;
+  k += '-';
+  k += owner_hex;
+  return k;
+}
+
+std::optional<std::string> BreakLockNameOf(std::string_view root, std::string_view key) {
+  return TaggedLockNameOf(root, kBreaksTag, key);
 }
 
 std::string EncodeMarker(std::int64_t member_revision, std::string_view member_value) {

@@ -42,6 +42,13 @@
 // value is the member's create_revision (decimal), "\n", and the member's
 // value (owner, limit, label), so that a marker whose member is gone (a
 // delayed holding) still says what it held.
+//
+// Break records (Backend::RecordBreak): R + ".dlock-breaks:" + N'' + ":" +
+// <the break's Unix ms, 16 hex digits> + "-" + <evicted owner hex>, N''
+// escaped as for markers: in no queue's range, naming no lock, and sorted
+// oldest first within N. Each hangs on a lease of its own with the record's
+// retention (none: kept for ever). The value is "owner\ntoken\nbreak_token\n
+// by\nlabel" (labels hold no control characters).
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
@@ -136,6 +143,14 @@ struct MarkerValue {
 };
 std::string EncodeMarker(std::int64_t member_revision, std::string_view member_value);
 MarkerValue DecodeMarker(std::string_view value);
+
+// The break records of every lock whose name starts with `name_prefix`
+// (see the layout above); a record of lock `name` evicting `owner_hex` at
+// `at_unix_ms`; and the lock name of a record's key (nullopt for any other).
+std::string BreaksListPrefix(std::string_view root, std::string_view name_prefix);
+std::string BreakKey(std::string_view root, std::string_view name, std::int64_t at_unix_ms,
+                     std::string_view owner_hex);
+std::optional<std::string> BreakLockNameOf(std::string_view root, std::string_view key);
 
 // For a key R + N + "/" + <hex> (or <hex>-<32 hex>), the lock name N;
 // nullopt for any other key.

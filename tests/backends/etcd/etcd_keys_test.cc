@@ -106,6 +106,23 @@ TEST(EtcdKeysTest, DelayMarkersStayOutOfQueuesAndApartPerName) {
   EXPECT_EQ(DecodeMarker("").member.limit, 1u);
 }
 
+TEST(EtcdKeysTest, BreakRecordsStayOutOfQueuesAndApartPerName) {
+  const std::string k = BreakKey("r/", "jobs/a:b", 0x18c, std::string(32, 'f'));
+  EXPECT_EQ(k, "r/.dlock-breaks:jobs%2Fa%3Ab:000000000000018c-" + std::string(32, 'f'));
+  EXPECT_EQ(BreakLockNameOf("r/", k), "jobs/a:b");
+  EXPECT_EQ(LockNameOf("r/", k), std::nullopt) << "a record is read as a queue member";
+  EXPECT_EQ(DelayLockNameOf("r/", k), std::nullopt);
+  EXPECT_EQ(BreakLockNameOf("r/", DelayKey(DelayPrefix("r/", "a"), "r/a/", "r/a/1f")),
+            std::nullopt);
+  // The range of a name prefix holds the records of every name that starts
+  // with it; a name's own records sort by time.
+  EXPECT_TRUE(k.starts_with(BreaksListPrefix("r/", "jobs/")));
+  EXPECT_FALSE(k.starts_with(BreaksListPrefix("r/", "jobs/b")));
+  EXPECT_LT(BreakKey("r/", "a", 9, "0"), BreakKey("r/", "a", 10, "0"));
+  EXPECT_FALSE(BreakKey("r/", "a:x", 1, "0").starts_with(BreaksListPrefix("r/", "a") + ":"))
+      << "a name's records range holds a longer name's";
+}
+
 TEST(EtcdKeysTest, MemberValuesCarryLimitAndLabel) {
   const std::string owner = "0123456789abcdef0123456789abcdef";
   EXPECT_EQ(EncodeValue(owner, 1, ""), owner) << "the old format for a plain mutex";
