@@ -7,7 +7,8 @@
 // Files: zookeeper_backend.cc (sessions, events, the Backend calls),
 // zk_acquisition.cc (the lock recipe: create, look, watch, grant),
 // zk_lock_delay.cc (markers left by lost holdings), zk_keeper.cc (the
-// heartbeat and the reaping of expired nodes).
+// heartbeat and the reaping of expired nodes), zk_breaks.cc (break
+// records), zk_footprint.cc (counting what is stored).
 #ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
 #define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
 
@@ -161,7 +162,13 @@ struct ZooKeeperBackendImpl {
   Status ForEachNode(std::string_view prefix, bool holders, const NodeFn& fn);
   Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> Walk(const Live& live,
                                                                           std::string_view prefix);
-  Status CreateDoneDir(const Live& live);
+  // A directory of records (DoneDir, BreaksDir), persistent.
+  Status CreateRecordDir(const Live& live, const std::string& dir);
+
+  // --- break records (zk_breaks.cc) ----------------------------------------
+  Result<std::vector<std::string>> BreakNodes(const Live& live);
+  void DeleteExpiredBreaks(const Live& live, const std::vector<std::string>& names);
+  Result<std::uint64_t> CountBreaks(const Live& live, std::string_view prefix);
 
   // --- counting what is stored (zk_footprint.cc) -------------------------
   Result<std::uint64_t> CountSubtrees(const Live& live, std::vector<std::string> tops);

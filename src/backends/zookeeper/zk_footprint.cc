@@ -1,7 +1,7 @@
 // Backend::StoredObjects for ZooKeeper: the znodes kept for keys that start
 // with a prefix — lock paths and their parents (containers, which the
 // server deletes some time after they empty), lock nodes, lock-delay
-// markers and their directories, run-once records.
+// markers and their directories, run-once records, break records.
 #include <string>
 #include <vector>
 
@@ -59,7 +59,8 @@ Result<std::vector<std::string>> ZooKeeperBackendImpl::ChildrenFor(const Live& l
   DLOCK_ASSIGN_OR_RETURN(const auto children, ChildrenOf(live, {dir}, attempt_timeout));
   std::vector<std::string> out;
   for (const auto& child : children[0]) {
-    if (dir == root && (child == "zookeeper" || child == kDoneDirName || child == kDelayDirName)) {
+    if (dir == root && (child == "zookeeper" || child == kDoneDirName || child == kDelayDirName ||
+                        child == kBreaksDirName)) {
       continue;
     }
     const auto decoded = DecodeSegment(child);
@@ -86,7 +87,9 @@ Result<std::uint64_t> ZooKeeperBackend::StoredObjects(std::string_view prefix) {
   DLOCK_ASSIGN_OR_RETURN(auto markers, m.ChildrenFor(live, DelayDir(m.options.chroot), p));
   locks.insert(locks.end(), records.begin(), records.end());
   locks.insert(locks.end(), markers.begin(), markers.end());
-  return m.CountSubtrees(live, std::move(locks));
+  DLOCK_ASSIGN_OR_RETURN(const std::uint64_t breaks, m.CountBreaks(live, p));
+  DLOCK_ASSIGN_OR_RETURN(const std::uint64_t kept, m.CountSubtrees(live, std::move(locks)));
+  return kept + breaks;
 }
 
 }  // namespace dlock::zookeeper

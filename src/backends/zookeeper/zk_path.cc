@@ -1,6 +1,7 @@
 #include "backends/zookeeper/zk_path.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <optional>
 #include <tuple>
@@ -187,6 +188,41 @@ Result<std::string> FlatName(std::string_view key) {
 Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
   DLOCK_ASSIGN_OR_RETURN(const std::string name, FlatName(key));
   return DoneDir(chroot) + "/" + name;
+}
+
+std::string BreaksDir(std::string_view chroot) {
+  return std::string(chroot) + "/" + std::string(kBreaksDirName);
+}
+
+Result<std::string> BreakNodePrefix(std::string_view key,
+                                    std::optional<std::int64_t> keep_until_unix_ms) {
+  DLOCK_ASSIGN_OR_RETURN(std::string name, FlatName(key));
+  name += "%-";
+  name += keep_until_unix_ms ? std::to_string(*keep_until_unix_ms) : "ever";
+  name += '-';
+  return name;
+}
+
+std::optional<BreakNodeName> ParseBreakNode(std::string_view name) {
+  const std::size_t end_of_key = name.find("%-");
+  const std::size_t dash = name.rfind('-');
+  if (end_of_key == std::string_view::npos || end_of_key == 0 || dash <= end_of_key + 2) {
+    return std::nullopt;
+  }
+  BreakNodeName out;
+  auto key = DecodeSegment(name.substr(0, end_of_key));
+  if (!key) return std::nullopt;
+  out.key = std::move(*key);
+  const std::string_view keep = name.substr(end_of_key + 2, dash - end_of_key - 2);
+  if (keep != "ever") {
+    std::int64_t until = 0;
+    if (std::from_chars(keep.data(), keep.data() + keep.size(), until).ec != std::errc() ||
+        std::to_string(until) != keep) {
+      return std::nullopt;
+    }
+    out.keep_until_unix_ms = until;
+  }
+  return out;
 }
 
 std::string DelayDir(std::string_view chroot) {

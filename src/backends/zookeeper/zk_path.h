@@ -54,6 +54,24 @@ inline constexpr std::string_view kDoneDirName = "%dlock-done";
 std::string DoneDir(std::string_view chroot);
 Result<std::string> DonePath(std::string_view chroot, std::string_view key);
 
+// Break records (Backend::RecordBreak) live in one flat directory too,
+// <chroot>/%dlock-breaks, one persistent sequential znode per record named
+// <name>%-<keep until>-<sequence>: <name> as for run-once records, <keep
+// until> the end of its retention in Unix ms by the writer's clock ("ever":
+// kept for ever). A '%' in <name> is always followed by two hex digits, so
+// "%-" ends it.
+inline constexpr std::string_view kBreaksDirName = "%dlock-breaks";
+std::string BreaksDir(std::string_view chroot);
+// What BreakNodePrefix(key, keep_until) + the sequence ZooKeeper appends
+// is made of; ParseBreakNode reads it back (nullopt: not such a name).
+struct BreakNodeName {
+  std::string key;
+  std::optional<std::int64_t> keep_until_unix_ms;  // nullopt: for ever
+};
+Result<std::string> BreakNodePrefix(std::string_view key,
+                                    std::optional<std::int64_t> keep_until_unix_ms);
+std::optional<BreakNodeName> ParseBreakNode(std::string_view name);
+
 // Lock-delay markers: DelayPath(chroot, key) is a directory holding one
 // marker per holding with a lock-delay, named as its lock node.
 inline constexpr std::string_view kDelayDirName = "%dlock-delay";

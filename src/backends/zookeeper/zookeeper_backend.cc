@@ -444,8 +444,9 @@ Result<std::vector<std::pair<std::string, std::vector<LockNode>>>> ZooKeeperBack
       for (const auto& child : r->children) {
         if (ParseLockNode(child)) continue;
         if (level[i] == "/" && child == "zookeeper") continue;
-        if (level[i] == root && (child == kDoneDirName || child == kDelayDirName)) {
-          continue;  // run-once records, lock-delay markers
+        if (level[i] == root &&
+            (child == kDoneDirName || child == kDelayDirName || child == kBreaksDirName)) {
+          continue;  // run-once records, lock-delay markers, break records
         }
         if (first && !partial.empty()) {
           auto decoded = DecodeSegment(child);
@@ -536,11 +537,10 @@ Result<std::vector<WaiterInfo>> ZooKeeperBackend::Waiters(std::string_view prefi
 // ---------------------------------------------------------------------------
 // Run-once records
 
-Status ZooKeeperBackendImpl::CreateDoneDir(const Live& live) {
-  // Persistent, the chroot's ancestors too: records are never deleted, so
-  // a container would only add a way to lose the directory.
+Status ZooKeeperBackendImpl::CreateRecordDir(const Live& live, const std::string& dir) {
+  // Persistent, the chroot's ancestors too: the directory is never deleted,
+  // so a container would only add a way to lose it.
   if (!options.chroot.empty()) DLOCK_RETURN_IF_ERROR(CreateParents(live, options.chroot));
-  const std::string dir = DoneDir(options.chroot);
   auto op = live.session->Create(dir, "", 0);
   const Reply* r = op->Wait(attempt_timeout);
   if (r == nullptr) return UnavailableError("ZooKeeper did not answer the create of " + dir);
@@ -671,7 +671,7 @@ Status ZooKeeperBackend::MarkDone(std::string_view key, const OwnerId& owner,
         continue;
       }
       if (created == ZNONODE && !replace) {
-        DLOCK_RETURN_IF_ERROR(m.CreateDoneDir(*live));
+        DLOCK_RETURN_IF_ERROR(m.CreateRecordDir(*live, DoneDir(m.options.chroot)));
         continue;
       }
       return ZkError(r->results[1] != ZOK ? r->results[1] : created, "writing " + done);

@@ -95,6 +95,8 @@ class ZooKeeperBackend final : public Backend {
   Result<bool> IsDone(std::string_view key) override;
   Status MarkDone(std::string_view key, const OwnerId& owner,
                   std::chrono::milliseconds keep) override;
+  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
+  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
   std::string Describe() const override;
   std::optional<SessionLiveness> Liveness() override;
 

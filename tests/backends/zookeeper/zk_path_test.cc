@@ -57,6 +57,31 @@ TEST(ZkPathTest, DoneRecordsLiveApartFromEveryLock) {
   }
 }
 
+TEST(ZkPathTest, BreakRecordNamesCarryTheKeyAndTheirEnd) {
+  EXPECT_EQ(BreaksDir("/dlock"), "/dlock/%dlock-breaks");
+  EXPECT_FALSE(DecodeSegment(kBreaksDirName).has_value()) << "the directory decodes to a key";
+  EXPECT_EQ(*BreakNodePrefix("jobs/nightly", 1700000000000), "jobs%2Fnightly%-1700000000000-");
+  EXPECT_EQ(*BreakNodePrefix("/a", std::nullopt), "a%-ever-");
+  EXPECT_EQ(BreakNodePrefix("/", 1).status().code(), StatusCode::kInvalidArgument);
+  // Keys with the separators in them come back whole, with the sequence
+  // ZooKeeper appends.
+  for (const std::string key : {"a", "a-b%-c", "%-", "x/y-1-2", ".", "p%_ *\xff"}) {
+    for (const std::optional<std::int64_t> end : {std::optional<std::int64_t>(42),
+                                                  std::optional<std::int64_t>()}) {
+      const std::string name = *BreakNodePrefix(key, end) + "0000000007";
+      auto parsed = ParseBreakNode(name);
+      ASSERT_TRUE(parsed.has_value()) << name;
+      EXPECT_EQ(parsed->key, key) << name;
+      EXPECT_EQ(parsed->keep_until_unix_ms, end) << name;
+      EXPECT_TRUE(NormalizeChroot("/" + name).ok()) << name << " breaks the path rules";
+    }
+  }
+  for (const std::string bad : {"", "a", "a%-", "a%-12", "%-12-0000000001", "a%-x-0000000001",
+                                "a%-012-0000000001", "a%zz%-1-0000000001"}) {
+    EXPECT_FALSE(ParseBreakNode(bad).has_value()) << "'" << bad << "' read as a record";
+  }
+}
+
 TEST(ZkPathTest, ChrootMustFollowZooKeepersPathRules) {
   EXPECT_EQ(*NormalizeChroot(""), "");
   EXPECT_EQ(*NormalizeChroot("/"), "");
