@@ -730,6 +730,88 @@ TEST_F(ConformanceTest, ABreakEvictsTheHolderAndOrdersItselfAfterIt) {
   EXPECT_TRUE(next->Release().ok());
 }
 
+// The audit trail of a break: a record per evicted holding, in the store,
+// that another client reads. The store's clock and this host's are the same
+// machine's here; a minute either way only guards against a unit mistake.
+TEST_F(ConformanceTest, ABreakIsRecordedInTheStore) {
+  auto holder = NewClient();
+  auto breaker = NewClient();
+  auto reader = NewClient();
+  ASSERT_TRUE(holder && breaker && reader);
+  const std::string key = UniqueKey("recorded-break");
+  AcquireOptions o = Opts(milliseconds(10'000));
+  o.label = "nightly on host-a";
+  auto lease = TryAnswered(*holder, key, o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const auto unix_ms = [] {
+    return std::chrono::duration_cast<milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const std::int64_t before_ms = unix_ms();
+  BreakOptions b;
+  b.label = "conformance break by ops";
+  auto report = breaker->Break(key, b);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const std::int64_t after_ms = unix_ms();
+  EXPECT_TRUE(report->recorded.ok()) << report->recorded.ToString();
+
+  auto records = Answered([&] { return reader->Breaks(key); });
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 1u);
+  const BreakRecord& r = records->front();
+  EXPECT_EQ(r.key, key);
+  EXPECT_EQ(r.owner, lease->owner());
+  EXPECT_EQ(r.token, lease->token());
+  EXPECT_EQ(r.label, "nightly on host-a");
+  EXPECT_EQ(r.by, "conformance break by ops");
+  EXPECT_EQ(r.break_token, report->token);
+  EXPECT_GE(r.at_unix_ms, before_ms - 60'000);
+  EXPECT_LE(r.at_unix_ms, after_ms + 60'000);
+  auto unrelated = Answered([&] { return reader->Breaks(UniqueKey("never-broken")); });
+  ASSERT_TRUE(unrelated.ok()) << unrelated.status().ToString();
+  EXPECT_TRUE(unrelated->empty()) << "a key nobody broke has " << unrelated->size() << " records";
+  auto by_prefix = Answered([&] { return reader->Breaks(UniqueKey("recorded-")); });
+  ASSERT_TRUE(by_prefix.ok()) << by_prefix.status().ToString();
+  EXPECT_EQ(by_prefix->size(), 1u) << "a prefix of the key does not find its record";
+}
+
+// A record is gone from the listing once its retention ends, and from the
+// store soon after (ZooKeeper and the SQL stores delete what a read or the
+// next record finds past its end; etcd and Redis expire it themselves).
+TEST_F(ConformanceTest, BreakRecordsGoWhenTheirRetentionEnds) {
+  auto holder = NewClient();
+  auto breaker = NewClient();
+  auto counter = RawBackend();
+  ASSERT_TRUE(holder && breaker && counter);
+  const std::string key = UniqueKey("short-record");
+  auto lease = TryAnswered(*holder, key, Opts(milliseconds(10'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  BreakOptions b;
+  b.keep_record = milliseconds(1000);  // etcd: its shortest lease, whole seconds
+  auto report = breaker->Break(key, b);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(report->recorded.ok()) << report->recorded.ToString();
+  Result<std::vector<BreakRecord>> left = std::vector<BreakRecord>{};
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] { return (left = breaker->Breaks(key)).ok() && left->empty(); }, milliseconds(60'000)))
+      << "the record outlived its retention: "
+      << (left.ok() ? std::to_string(left->size()) + " left" : left.status().ToString());
+  // Another record is written, as the next break would: the stores that
+  // delete old records on the way do it then.
+  auto other = TryAnswered(*holder, key + "-next", Opts(milliseconds(10'000)));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(breaker->Break(key + "-next").ok());
+  Result<std::uint64_t> stored = 0;
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] {
+        (void)breaker->Breaks(key);
+        return (stored = counter->StoredObjects(key)).ok() && *stored == 1;
+      },
+      milliseconds(60'000)))
+      << "want only the next key's record left under the prefix, have "
+      << (stored.ok() ? std::to_string(*stored) : stored.status().ToString());
+}
+
 // The footprint: keys that were held, handed over, shared and held with a
 // lock-delay leave nothing in the store once released (a store's fixed
 // objects, such as one token counter for all keys, are not counted), and a
