@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "cli/lock_flags.h"
 #include "cli/status_view.h"
 #include "cli/text.h"
 
@@ -29,6 +30,7 @@ struct BreakFlags {
   std::vector<std::string> owners;
   bool force = false;
   bool json = false;
+  std::string keep = "30d";  // the break records' retention
   std::string backend;
 };
 
@@ -79,11 +81,12 @@ Status Confirmed(const BreakFlags& flags, std::size_t holders) {
 
 void Print(const BreakFlags& flags, const BreakReport& report) {
   if (flags.json) {
-    std::cout << JsonText(json{{"key", flags.key},
-                               {"evicted", HoldersJson(report.evicted)},
-                               {"token", report.token}},
-                          2)
-              << '\n';
+    json j{{"key", flags.key},
+           {"evicted", HoldersJson(report.evicted)},
+           {"token", report.token},
+           {"recorded", report.recorded.ok()}};
+    if (!report.recorded.ok()) j["record_error"] = report.recorded.message();
+    std::cout << JsonText(j, 2) << '\n';
     return;
   }
   for (const HolderInfo& h : report.evicted) {
@@ -93,6 +96,14 @@ void Print(const BreakFlags& flags, const BreakReport& report) {
   if (report.token != 0) {
     std::cout << "the break's token is " << report.token
               << ": a fence that has seen it refuses the evicted holders' writes\n";
+  }
+  if (report.evicted.empty()) return;
+  if (report.recorded.ok()) {
+    std::cout << "recorded in the store (kept " << flags.keep << "): dlock status --breaks '"
+              << Printable(flags.key) << "' shows it\n";
+  } else {
+    // The break stands; only its audit trail is missing.
+    std::cerr << "dlock: the break was not recorded: " << report.recorded.message() << '\n';
   }
 }
 
@@ -104,6 +115,8 @@ int RunBreak(const BreakFlags& flags) {
   }
   auto owners = ParseOwners(flags.owners);
   if (!owners.ok()) return Fail(owners.status());
+  auto keep = KeepFlag(flags.keep);
+  if (!keep.ok()) return Fail(keep.status());
   auto store = OpenStore(flags.backend);
   if (!store.ok()) return Fail(store.status());
   auto targets = Targets(*store->client, flags, *owners);
@@ -122,6 +135,7 @@ int RunBreak(const BreakFlags& flags) {
   BreakOptions options;
   for (const HolderInfo& h : *targets) options.owners.push_back(h.owner);  // only those shown
   options.label = BreakerLabel();
+  options.keep_record = *keep;
   auto report = store->client->Break(flags.key, options);
   if (!report.ok()) return Fail(report.status());
   if (report->evicted.empty()) {
@@ -147,11 +161,17 @@ void AddBreakCommand(CLI::App& app, Commands& commands) {
   cmd->add_flag("--force", flags->force,
                 "break without asking (required when input is not a terminal)");
   cmd->add_flag("--json", flags->json, "print what was broken as JSON");
+  cmd->add_option("--keep", flags->keep,
+                  "keep the store's record of each eviction this long (e.g. 90d), or "
+                  "'forever'; dlock status --breaks shows them")
+      ->capture_default_str();
   cmd->add_option("--backend", flags->backend, kBackendHelp);
   cmd->footer(
       "Shows the holders, asks at a terminal (or takes --force), evicts exactly those shown, "
-      "and prints each one broken and the break's token.\nExit status: 0 broken, or nothing "
-      "to break; 1 not confirmed; 64 usage (or no terminal and no --force); 69 store "
+      "and prints each one broken and the break's token. The store keeps a record of each "
+      "eviction (who, when, owner, token) for --keep, where it can.\nExit status: 0 broken "
+      "(recorded or not: a record that could not be kept is said on stderr), or nothing to "
+      "break; 1 not confirmed; 64 usage (or no terminal and no --force); 69 store "
       "unavailable; 77 credentials refused.");
   commands.push_back({cmd, [flags] { return RunBreak(*flags); }});
 }

@@ -34,15 +34,6 @@ struct ExecPlan : LockPlan {
   milliseconds keep = kDefaultDoneRetention;  // `dlock once`'s record
 };
 
-Result<milliseconds> KeepFlag(const std::string& text) {
-  if (text == "forever") return kKeepDoneForever;
-  DLOCK_ASSIGN_OR_RETURN(const milliseconds keep, FlagDuration("--keep", text));
-  if (keep < std::chrono::seconds(1)) {
-    return InvalidArgumentError("--keep " + text + ": at least 1s, or 'forever'");
-  }
-  return keep;
-}
-
 Result<ExecPlan> CheckFlags(const ExecFlags& flags) {
   ExecPlan plan;
   DLOCK_ASSIGN_OR_RETURN(

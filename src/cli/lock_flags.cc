@@ -46,6 +46,15 @@ Result<milliseconds> FlagDuration(std::string_view flag, const std::string& text
   return d;
 }
 
+Result<milliseconds> KeepFlag(const std::string& text) {
+  if (text == "forever") return kKeepDoneForever;
+  DLOCK_ASSIGN_OR_RETURN(const milliseconds keep, FlagDuration("--keep", text));
+  if (keep < std::chrono::seconds(1)) {
+    return InvalidArgumentError("--keep " + text + ": at least 1s, or 'forever'");
+  }
+  return keep;
+}
+
 Result<LockPlan> CheckLockFlags(const LockFlags& flags, std::string_view usage) {
   LockPlan plan;
   DLOCK_RETURN_IF_ERROR(CheckKeys(flags, usage, plan));

@@ -46,6 +46,10 @@ Result<LockPlan> CheckLockFlags(const LockFlags& flags, std::string_view usage);
 // A duration flag's value (internal::ParseDuration), errors naming `flag`.
 Result<std::chrono::milliseconds> FlagDuration(std::string_view flag, const std::string& text);
 
+// --keep: how long a record (run-once, break) is kept; "forever", or a
+// duration of at least 1s.
+Result<std::chrono::milliseconds> KeepFlag(const std::string& text);
+
 // KEY, --ttl, --wait, --no-wait, --max-hold, --lock-delay, --backend.
 void AddLockFlags(CLI::App& cmd, LockFlags& flags);
 // --shared, --permits, --label.

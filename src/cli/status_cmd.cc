@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/break_view.h"
 #include "cli/command.h"
 #include "cli/common.h"
 #include "cli/status_view.h"
@@ -30,6 +31,17 @@ int RunWaits(Store& store, const StatusFlags& flags) {
   return report.cycles.empty() ? kExitOk : kExitDeadlock;
 }
 
+int RunBreaks(Store& store, const StatusFlags& flags) {
+  auto records = store.client->Breaks(flags.prefix);
+  if (!records.ok()) return Fail(records.status());
+  if (flags.json) {
+    std::cout << JsonText(BreaksJson(*records), 2) << '\n';
+  } else {
+    WriteBreaks(std::cout, *records, flags.prefix, store.client->Describe());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunStatus(const StatusFlags& flags) {
@@ -37,6 +49,7 @@ int RunStatus(const StatusFlags& flags) {
   auto store = OpenStore(flags.backend);
   if (!store.ok()) return Fail(store.status());
   if (flags.waits) return RunWaits(*store, flags);
+  if (flags.breaks) return RunBreaks(*store, flags);
   auto holders = store->client->List(flags.prefix);
   if (!holders.ok()) return Fail(holders.status());
   if (flags.json) {
@@ -93,13 +106,18 @@ void AddStatusCommands(CLI::App& app, Commands& commands) {
   cmd->add_option("prefix", status->prefix, "only keys starting with this");
   cmd->add_flag("--json", status->json,
                 "print JSON: an array of holders, or with --waits the wait-for graph");
-  cmd->add_flag("--waits", status->waits,
+  auto* waits = cmd->add_flag("--waits", status->waits,
                 "show who waits for whom, name any deadlock cycle, and tell it from waiting "
                 "behind a slow holder (exit 3 if there is a cycle)");
+  auto* breaks = cmd->add_flag("--breaks", status->breaks,
+                "show the store's records of dlock break: when, by whom, the evicted owner "
+                "and token, the break's token (kept for the break's --keep)")
+      ->excludes(waits);
   cmd->add_option("--backend", status->backend, kBackendHelp);
   auto* watch = cmd->add_flag("--watch", status->watch,
                 "a live view: holders and waiters (deadlocks marked) redrawn in place like "
                 "top, q or Ctrl-C to quit; with --json, one JSON object per line per look");
+  watch->excludes(breaks);
   cmd->add_option("--interval", status->interval, "--watch: time between looks (100ms..1h)")
       ->capture_default_str()
       ->needs(watch);

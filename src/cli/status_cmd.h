@@ -11,6 +11,7 @@ struct StatusFlags {
   std::string prefix;
   bool json = false;
   bool waits = false;  // the wait-for graph instead of the holder list
+  bool breaks = false;  // the break records instead of the holder list
   std::string backend;
   bool watch = false;           // a live view, redrawn every `interval`
   std::string interval = "1s";  // 100ms..1h

@@ -24,6 +24,7 @@ at_terminal() {
 job=$!
 wait_for 20 is_held job || fail "the job never held its key"
 token=$("$DLOCK" status job --json | field token)
+job_owner=$("$DLOCK" status job --json | field owner)
 
 # Asked first: no terminal and no --force is refused; "no" at a terminal
 # breaks nothing (1); either way the holder keeps the key.
@@ -53,6 +54,23 @@ if [[ "${DLOCK_BACKEND:-}" != redlock* ]]; then
 fi
 expect_exit 0 "nothing to break" -- "$DLOCK" break job --force
 
+# The store keeps a record of the eviction for another process to read:
+# when, by whom, the evicted owner and its token, and the break's token.
+if [[ "${DLOCK_BACKEND:-}" != redlock* ]]; then
+  grep -q '"recorded": true' "$WORK/yes.out" || fail "the break was not recorded: $(cat "$WORK/yes.out")"
+  "$DLOCK" status --breaks job --json >"$WORK/breaks.json" || fail "status --breaks failed"
+  grep -q "\"owner\": \"$job_owner\"" "$WORK/breaks.json" &&
+    grep -Eq "\"token\": $token,?\$" "$WORK/breaks.json" &&
+    grep -Eq "\"break_token\": $broke,?\$" "$WORK/breaks.json" &&
+    grep -q '"by": "dlock break by ' "$WORK/breaks.json" ||
+    fail "the record does not say whom the break evicted: $(cat "$WORK/breaks.json")"
+  "$DLOCK" status --breaks >"$WORK/breaks.txt" || fail "status --breaks (text) failed"
+  grep -q "'job' broken by dlock break by .*: evicted owner $job_owner (token $token[,)]" "$WORK/breaks.txt" ||
+    fail "the text lacks the record: $(cat "$WORK/breaks.txt")"
+  expect_exit 0 "" -- "$DLOCK" status --breaks never-broken
+  grep -q "^no breaks recorded under 'never-broken'" "$WORK/stdout" || fail "$(cat "$WORK/stdout")"
+fi
+
 # A detached holder: broken with --force; its handle then reports the loss.
 h=$("$DLOCK" acquire detached --ttl 3s) || fail "acquire failed"
 expect_exit 0 "" -- "$DLOCK" break detached --force
@@ -78,4 +96,6 @@ wait "$first" "$second" 2>/dev/null
 expect_exit 64 "not an owner id" -- "$DLOCK" break job --owner nothex --force
 expect_exit 64 "" -- "$DLOCK" break "" --force
 expect_exit 64 "" -- "$DLOCK" break
+expect_exit 64 "--keep 0s: at least 1s" -- "$DLOCK" break job --force --keep 0s
+expect_exit 64 "" -- "$DLOCK" status --breaks --waits
 finish

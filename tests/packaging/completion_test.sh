@@ -39,7 +39,7 @@ subcommands=$("$DLOCK" --help | awk '/^Subcommands:/ { on = 1; next }
 expect "--help --version -h $(echo $subcommands)" dlock ""
 expect "exec" dlock ex
 expect "--ttl" dlock exec orders/42 --tt
-expect "--backend --count --help --interval --json --waits --watch" dlock status --backend sqlite:///tmp/x.db --
+expect "--backend --breaks --count --help --interval --json --waits --watch" dlock status --backend sqlite:///tmp/x.db --
 expect "write" dlock fence w
 expect "--dir" dlock fence write --d
 expect "--help --version" dlock --
