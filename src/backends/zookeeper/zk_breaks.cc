@@ -130,10 +130,10 @@ Result<std::vector<BreakRecord>> ZooKeeperBackend::Breaks(std::string_view prefi
     if (!parsed || Expired(*parsed, now_ms) || !parsed->key.starts_with(p)) continue;
     wanted.emplace_back(std::move(parsed->key), name);
   }
-  std::sort(wanted.begin(), wanted.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first < b.first
-                              : a.second.substr(a.second.size() - 10) <
-                                    b.second.substr(b.second.size() - 10);
+  // Every name ends in its ten-digit sequence (ParseBreakNode checked it).
+  auto sequence = [](const std::string& name) { return name.substr(name.size() - 10); };
+  std::sort(wanted.begin(), wanted.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : sequence(a.second) < sequence(b.second);
   });
   std::vector<std::shared_ptr<Op>> reads;
   for (const auto& [key, name] : wanted) {

@@ -209,6 +209,12 @@ std::optional<BreakNodeName> ParseBreakNode(std::string_view name) {
   if (end_of_key == std::string_view::npos || end_of_key == 0 || dash <= end_of_key + 2) {
     return std::nullopt;
   }
+  // ZooKeeper's sequence: ten decimal digits.
+  const std::string_view sequence = name.substr(dash + 1);
+  if (sequence.size() != 10 ||
+      !std::all_of(sequence.begin(), sequence.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
   BreakNodeName out;
   auto key = DecodeSegment(name.substr(0, end_of_key));
   if (!key) return std::nullopt;

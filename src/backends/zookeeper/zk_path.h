@@ -63,7 +63,8 @@ Result<std::string> DonePath(std::string_view chroot, std::string_view key);
 inline constexpr std::string_view kBreaksDirName = "%dlock-breaks";
 std::string BreaksDir(std::string_view chroot);
 // What BreakNodePrefix(key, keep_until) + the sequence ZooKeeper appends
-// is made of; ParseBreakNode reads it back (nullopt: not such a name).
+// (ten digits) is made of; ParseBreakNode reads it back (nullopt: not such
+// a name).
 struct BreakNodeName {
   std::string key;
   std::optional<std::int64_t> keep_until_unix_ms;  // nullopt: for ever

@@ -77,7 +77,8 @@ TEST(ZkPathTest, BreakRecordNamesCarryTheKeyAndTheirEnd) {
     }
   }
   for (const std::string bad : {"", "a", "a%-", "a%-12", "%-12-0000000001", "a%-x-0000000001",
-                                "a%-012-0000000001", "a%zz%-1-0000000001"}) {
+                                "a%-012-0000000001", "a%zz%-1-0000000001", "a%-ever-",
+                                "a%-ever-123", "a%-ever-00000000x1"}) {
     EXPECT_FALSE(ParseBreakNode(bad).has_value()) << "'" << bad << "' read as a record";
   }
 }
