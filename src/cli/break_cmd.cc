@@ -83,8 +83,8 @@ void Print(const BreakFlags& flags, const BreakReport& report) {
   if (flags.json) {
     json j{{"key", flags.key},
            {"evicted", HoldersJson(report.evicted)},
-           {"token", report.token},
-           {"recorded", report.recorded.ok()}};
+           {"token", report.token}};
+    if (!report.evicted.empty()) j["recorded"] = report.recorded.ok();
     if (!report.recorded.ok()) j["record_error"] = report.recorded.message();
     std::cout << JsonText(j, 2) << '\n';
     return;
