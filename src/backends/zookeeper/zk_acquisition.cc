@@ -349,6 +349,7 @@ ZkAcquisition::Step ZkAcquisition::Grant() {
   h->token = head->node.token;
   h->delay_path = c_->delay_path;
   h->marker_made = c_->delay_ms > 0;
+  h->delete_path = head->alone && c_->delay_ms == 0 && !head->hints.any();
   h->gen = c_->gen;
   h->expires_at = m_->Now() + ttl_;
   Attempt a;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -64,6 +65,9 @@ struct Holding {
   // Its lock-delay marker (delay_path/node) exists: a clean release deletes
   // it with the node.
   bool marker_made = false;
+  // Granted alone, with no lock-delay about (Contender::AtHead::alone): the
+  // release also deletes the lock path if it is empty by then.
+  bool delete_path = false;
   std::uint64_t gen = 0;  // the session it lives on
   // An exists watch on the node tells us if someone deletes it.
   bool node_watch_armed = false;
@@ -197,12 +201,18 @@ struct ZooKeeperBackendImpl {
   // Nodes the keeper is deleting (async), and those it is still to delete.
   std::vector<std::pair<std::shared_ptr<Op>, Reap>> reaping;
   std::vector<Reap> to_reap;
+  // Lock paths a release of this backend deleted within kReuseWindow, and
+  // when (DeletesPathAtRelease); the same, oldest first, for forgetting.
+  std::map<std::string, TimePoint> emptied_paths;
+  std::deque<std::pair<TimePoint, std::string>> emptied_order;
   bool heartbeat_now = false;
   TimePoint last_heartbeat{};
   TimePoint keeper_next{};  // when the keeper, asleep, plans to wake
   std::jthread keeper;      // last: started in the constructor body
 
  private:
+  // Whether a release of `h` deletes its lock path too (emptied_paths).
+  bool DeletesPathAtRelease(const Holding& h);
   // zk_lock_delay.cc
   Result<std::chrono::milliseconds> WaitForLostHoldings(const Live& live, Contender& c,
                                                         const OwnNode& node);

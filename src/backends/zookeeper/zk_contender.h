@@ -110,6 +110,11 @@ struct Contender {
     // While lock-delays keep the key: until then (our clock) the next
     // attempt answers without asking the store.
     TimePoint delay_until{};
+    // Our node was the lock path's only child at the look that put us
+    // here: a key nobody else wanted, whose emptied path the release may
+    // delete rather than leave it to the server's container reaper (a path
+    // below the chroot is a container, whether dlock or Curator made it).
+    bool alone = false;
   };
   struct Granted {};
   struct Abandoned {};

@@ -285,13 +285,47 @@ Status ZooKeeperBackendImpl::ReleaseHolding(const Live& live, const Holding& h) 
   const std::string path = h.NodePath();
   auto op = live.session->Delete(path);
   const Reply* r = op->Wait(attempt_timeout);
-  if (r != nullptr && r->rc == ZOK) return Status::Ok();
+  if (r != nullptr && r->rc == ZOK) {
+    // Sent after the node's delete on the same session, so answered after
+    // it; not waited for. A waiter that came meanwhile makes it fail
+    // (ZNOTEMPTY); one that creates its node just after finds no path and
+    // makes it again, as after any reaping.
+    if (DeletesPathAtRelease(h)) (void)live.session->Delete(h.lock_path);
+    return Status::Ok();
+  }
   if (r != nullptr && r->rc == ZNONODE) return GoneBefore(h);
   // Unknown: the keeper finds the node by the owner's guid and deletes it.
   ReapLater(Reap{h.key, h.owner, h.lock_path, "", h.gen, Now() + kReapRetry});
   return r == nullptr ? UnavailableError("ZooKeeper did not answer the delete of " + path +
                                          " in time; it is retried")
                       : ZkError(r->rc, "deleting " + path);
+}
+
+// ZooKeeper deletes an emptied container at most znode.container.
+// maxPerMinute (10,000 by default) a minute: keys used once at a higher rate
+// would pile up, so the release of a key held alone deletes its path. But
+// a key used again and again would pay for making its path each time:
+// releases within kReuseWindow of one that deleted it leave it alone.
+bool ZooKeeperBackendImpl::DeletesPathAtRelease(const Holding& h) {
+  constexpr std::chrono::seconds kReuseWindow{10};
+  constexpr std::size_t kRemembered = 65'536;  // ~6,500 keys a second; beyond, the reaper's
+  if (!h.delete_path) return false;
+  std::lock_guard lock(mu);
+  const TimePoint now = Now();
+  while (!emptied_order.empty() && now - emptied_order.front().first >= kReuseWindow) {
+    auto it = emptied_paths.find(emptied_order.front().second);
+    if (it != emptied_paths.end() && it->second == emptied_order.front().first) {
+      emptied_paths.erase(it);
+    }
+    emptied_order.pop_front();
+  }
+  // Released again within the window: a key in use (a hot key pays for
+  // its path once a window, not once a release).
+  if (emptied_paths.contains(h.lock_path)) return false;
+  if (emptied_paths.size() >= kRemembered) return false;
+  emptied_paths.emplace(h.lock_path, now);
+  emptied_order.emplace_back(now, h.lock_path);
+  return true;
 }
 
 void ZooKeeperBackendImpl::ArmNodeWatch(const Live& live, const std::shared_ptr<Holding>& h) {
