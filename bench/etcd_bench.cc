@@ -197,13 +197,20 @@ int Contend(const Flags& f) {
 double Us(Steady::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // Runs argv to completion; its exit status (-1 if it could not start).
-int Run(const std::vector<std::string>& argv, bool quiet = true) {
+// With `stderr_path`, the program's stderr is appended there (to tell why a
+// peer failed).
+int Run(const std::vector<std::string>& argv, bool quiet = true,
+        const std::string& stderr_path = "") {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (quiet) posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
   pid_t pid;
   const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -227,12 +234,30 @@ struct Contended {
   std::string skipped_because;
   std::vector<std::pair<std::int64_t, std::int64_t>> holds;
   int errors = 0;
+  std::string first_error;  // the first failed process's last stderr line
 };
+
+// The last non-empty line of `path`: what a failed peer said last.
+std::string LastLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last.size() > 300 ? last.substr(0, 300) + "..." : last;
+}
 
 nlohmann::json Judge(const Contended& c) {
   nlohmann::json j = {{"peer", c.peer}, {"how", c.how}};
   if (!c.ran) {
     j["skipped"] = c.skipped_because;
+    return j;
+  }
+  // A peer that failed before it measured anything is a failure, never a
+  // rate of zero.
+  if (c.errors > 0 && c.holds.size() < 2) {
+    j["failed"] = std::to_string(c.errors) + " of its processes failed" +
+                  (c.first_error.empty() ? "" : ": " + c.first_error);
     return j;
   }
   auto holds = c.holds;
@@ -371,16 +396,20 @@ class Bench {
     std::vector<std::thread> threads;
     std::atomic<int> errors{0};
     for (int i = 0; i < kContenders; ++i) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, i] {
         auto args = argv;
         args.push_back(out);
-        if (Run(args, false) != 0) ++errors;
+        const std::string err = dir_ + "/" + c.peer + "." + std::to_string(i) + ".stderr";
+        if (Run(args, false, err) != 0) ++errors;
       });
     }
     for (auto& t : threads) t.join();
     c.holds = ReadStamps(out);
     c.ran = true;
     c.errors = errors;
+    for (int i = 0; i < kContenders && c.first_error.empty(); ++i) {
+      c.first_error = LastLine(dir_ + "/" + c.peer + "." + std::to_string(i) + ".stderr");
+    }
     return c;
   }
 
@@ -402,9 +431,10 @@ class Bench {
     const auto end = Steady::now() + std::chrono::seconds(f_.seconds);
     std::vector<std::thread> threads;
     for (int i = 0; i < kContenders; ++i) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, i] {
+        const std::string err = dir_ + "/" + c.peer + "." + std::to_string(i) + ".stderr";
         while (Steady::now() < end) {
-          if (Run(args) != 0) ++errors;
+          if (Run(args, true, err) != 0) ++errors;
         }
       });
     }
@@ -412,6 +442,9 @@ class Bench {
     c.holds = ReadStamps(out);
     c.ran = true;
     c.errors = errors;
+    for (int i = 0; i < kContenders && c.first_error.empty(); ++i) {
+      c.first_error = LastLine(dir_ + "/" + c.peer + "." + std::to_string(i) + ".stderr");
+    }
     return c;
   }
 
@@ -526,6 +559,11 @@ int main(int argc, char** argv) {
   bool measured = true;
   for (const auto& r : runs) {
     nlohmann::json j = Judge(r);
+    if (j.contains("failed")) {
+      if (r.peer == "dlock") measured = false;
+      report["contended"].push_back(j);
+      continue;
+    }
     if (r.peer == "dlock") {
       dlock_rate = j["per_second"];
       dlock_handoff = j["handoff"]["p50_us"];
@@ -556,9 +594,11 @@ int main(int argc, char** argv) {
   std::printf("contended, 4 x %d us hold   acq/s   hand-off p50   p99 (us)  overlaps\n",
               f.hold_us);
   for (const auto& j : report["contended"]) {
-    if (j.contains("skipped")) {
-      std::printf("  %-14s skipped: %s\n", j["peer"].get<std::string>().c_str(),
-                  j["skipped"].get<std::string>().c_str());
+    if (j.contains("skipped") || j.contains("failed")) {
+      const bool skipped = j.contains("skipped");
+      std::printf("  %-14s %s: %s\n", j["peer"].get<std::string>().c_str(),
+                  skipped ? "skipped" : "FAILED",
+                  j[skipped ? "skipped" : "failed"].get<std::string>().c_str());
       continue;
     }
     std::printf("  %-14s %13.0f %14.0f %9.0f %6d\n", j["peer"].get<std::string>().c_str(),
