@@ -5,6 +5,7 @@
 # promoted replica has an older counter. Without wait_replicas the tokens
 # go back (checker d); with it, no grant is made that a failover can lose.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/chaos_lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis.sh
 trap 'pkill -KILL -f "$WORK/dlock-chaos-cluster" 2>/dev/null; cleanup' EXIT
 
@@ -32,34 +33,12 @@ run() {
     --duration 15s --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
 }
 
-# killed JSON: whether the run got as far as killing a primary with
-# unreplicated grants. On a loaded machine the schedule can slip until the
-# run ends with the replica held back and no kill: nothing was staged.
-killed() {
-  local dir
-  dir=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run_results"][0]["dir"])' \
-    "$1" 2>/dev/null) || return 1
-  grep -q '"member-kill-unreplicated"' "$dir/history.jsonl" 2>/dev/null
-}
-
-# summary JSON: the run in a few lines (a failure's message, kept short).
-summary() {
-  python3 - "$1" <<'PY' 2>/dev/null || echo "$1"
-import json, sys
-r = json.loads(sys.argv[1])
-print(r["backend"], "faults:", r["faults_by_kind"])
-for c in r["run_results"][0]["checks"]:
-    if c["verdict"] != "pass":
-        print(f'  {c["id"]} {c["verdict"]}: {c["detail"]}', "; ".join(c["violations"][:2]))
-PY
-}
-
 # show_logs JSON: what the sentinels and members logged in a failed run;
 # first the sentinels' events (TILT, votes, failovers: their "#" lines),
 # which CI's excerpt of a long output must not cut.
 show_logs() {
   local dir f
-  dir=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run_results"][0]["dir"])' "$1")
+  dir=$(run_dir "$1")
   for f in "$dir"/cluster-logs/s?.log; do
     echo "== $f (events)"
     grep ' # ' "$f" | grep -v 'oO0OoO0OoO0Oo\|Redis version\|Configuration loaded' | tail -n 30
@@ -73,13 +52,8 @@ show_logs() {
 # The unfenced run must show the failover's damage, so it must stage the
 # failover: a run that never killed the primary is made again with another
 # seed (three runs at most), and the first that did is judged.
-for seed in 5 6 7; do
-  out=$(run unfenced "" "$seed")
-  rc=$?
-  killed "$out" && break
-  echo "seed $seed: the primary was never killed (the schedule slipped); again" >&2
-done
-killed "$out" || fail "three unfenced runs never killed the primary: $(summary "$out")"
+run_until_killed run unfenced "" ||
+  fail "three unfenced runs never killed the primary: $(summary "$out")"
 [ "$rc" = 3 ] || {
   fail "without wait_replicas: exited $rc, want 3 (tokens went back): $(summary "$out")"
   show_logs "$out"
