@@ -827,6 +827,15 @@ TEST_F(ConformanceTest, ReleasedKeysLeaveNothingBehind) {
     FAIL() << "the store cannot count what it keeps: " << none.status().ToString();
   }
   std::map<std::string, FencingToken> last;
+  {  // A holding is counted, or the zero below would prove nothing.
+    auto held = TryAnswered(*a, prefix + "counted", Opts(milliseconds(10'000)));
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    Result<std::uint64_t> counted = counter->StoredObjects(prefix);
+    ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+    EXPECT_GE(*counted, 1u) << "a held key was not counted";
+    last[prefix + "counted"] = held->token();
+    EXPECT_TRUE(held->Release().ok());
+  }
   auto hold_and_release = [&](Client& client, const std::string& key, AcquireOptions o) {
     auto lease = TryAnswered(client, key, o);
     ASSERT_TRUE(lease.ok()) << key << ": " << lease.status().ToString();

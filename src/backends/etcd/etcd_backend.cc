@@ -723,11 +723,13 @@ Result<std::vector<WaiterInfo>> EtcdBackendImpl::Waiters(std::string_view prefix
 // outside that range.
 Result<std::uint64_t> EtcdBackendImpl::StoredObjects(std::string_view prefix) {
   const std::string from = options_.root + std::string(prefix);
+  const std::string ranges[] = {from, DoneKey(options_.root, prefix),
+                                DelayListPrefix(options_.root, prefix),
+                                BreaksListPrefix(options_.root, prefix)};
   pb::TxnRequest txn;
-  for (const std::string& start : {from, DoneKey(options_.root, prefix),
-                                   DelayListPrefix(options_.root, prefix),
-                                   BreaksListPrefix(options_.root, prefix)}) {
-    if (&start != &from && start.starts_with(from)) continue;
+  for (const std::string& start : ranges) {
+    // A range inside the first is counted with it.
+    if (&start != &ranges[0] && start.starts_with(from)) continue;
     pb::RangeRequest* r = txn.add_success()->mutable_request_range();
     // An empty key cannot be sent; "\0" to "\0" is every key.
     r->set_key(start.empty() ? std::string(1, '\0') : start);
