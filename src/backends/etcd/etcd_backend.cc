@@ -779,6 +779,15 @@ Result<std::int64_t> EtcdBackendImpl::RetentionLease(std::chrono::milliseconds k
   return lease->id();
 }
 
+// A retention lease whose record was not written would hold nothing for
+// as long as the retention (30 days by default): revoked, best effort, when
+// the write's answer (`failure`: OK for a failed compare) says nothing was
+// written. After kUnavailable the record may exist: it keeps its lease.
+void EtcdBackendImpl::DropRetentionLease(std::int64_t lease, const Status& failure) {
+  if (lease == 0 || failure.code() == StatusCode::kUnavailable) return;
+  (void)conn_.LeaseRevoke(lease, OpDeadline());
+}
+
 Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner,
                                  std::chrono::milliseconds keep) {
   const std::string name(key);
@@ -804,6 +813,7 @@ Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner,
   *txn.add_success() = PutOp(DoneKey(options_.root, name),
                              owner.ToString() + "\n" + std::to_string(revision), lease);
   auto r = conn_.Txn(txn, OpDeadline());
+  if (!r.ok() || !r->succeeded()) DropRetentionLease(lease, r.ok() ? Status::Ok() : r.status());
   if (!r.ok()) {
     return r.status().WithContext("mark " + Quoted(name) + " done on " + Describe());
   }
@@ -862,7 +872,10 @@ Status EtcdBackendImpl::RecordBreak(const BreakRecord& record, std::chrono::mill
       PutOp(BreakKey(options_.root, record.key, record.at_unix_ms, record.owner.ToString()),
             EncodeBreak(record), lease);
   auto r = conn_.Txn(txn, OpDeadline());
-  if (!r.ok()) return r.status().WithContext(what);
+  if (!r.ok()) {
+    DropRetentionLease(lease, r.status());
+    return r.status().WithContext(what);
+  }
   return Status::Ok();
 }
 

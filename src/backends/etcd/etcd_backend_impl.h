@@ -138,6 +138,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
   // The lease a record kept for `keep` hangs on (0: none).
   Result<std::int64_t> RetentionLease(std::chrono::milliseconds keep, const std::string& what);
+  void DropRetentionLease(std::int64_t lease, const Status& failure);
   std::string Describe() const override;
   Status Ping() override;
 
