@@ -60,6 +60,12 @@ inline constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(8760);
 // matter, and a clock stepped forward by days ends records early.
 inline constexpr std::chrono::milliseconds kDefaultDoneRetention = std::chrono::hours(24 * 30);
 inline constexpr std::chrono::milliseconds kKeepDoneForever = std::chrono::milliseconds::max();
+// The longest finite retention: ten years, far inside what every store's
+// clock arithmetic can add to now.
+inline constexpr std::chrono::milliseconds kMaxRetention = std::chrono::hours(24 * 3653);
+// OK for kKeepDoneForever and for 1 ms..kMaxRetention; kInvalidArgument
+// otherwise, saying what is accepted.
+DLOCK_EXPORT Status ValidateRetention(std::chrono::milliseconds keep);
 
 // Keys are 1..1024 bytes of anything but NUL.
 DLOCK_EXPORT Status ValidateKey(std::string_view key);

@@ -29,10 +29,8 @@ bool Chosen(const HolderInfo& h, std::string_view key, const BreakOptions& optio
 
 Result<BreakReport> ClientCore::Break(std::string_view key, const BreakOptions& options) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
-  if (options.keep_record <= milliseconds(0)) {
-    return InvalidArgumentError("break of key '" + std::string(key) +
-                                "': the record's retention must be positive");
-  }
+  DLOCK_RETURN_IF_ERROR(
+      ValidateRetention(options.keep_record).WithContext("break of key '" + std::string(key) + "'"));
   const std::string label = options.label.empty() ? "break by " + label_ : options.label;
   DLOCK_RETURN_IF_ERROR(ValidateLabel(label));
   DLOCK_ASSIGN_OR_RETURN(std::vector<HolderInfo> holders, Counted(backend_->List(key)));

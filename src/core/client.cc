@@ -122,10 +122,7 @@ Status Client::MarkDone(const Lease& lease, std::chrono::milliseconds keep) {
 
 Result<bool> Client::RunOnce(std::string_view key, const AcquireOptions& options,
                              const std::function<Status()>& job, std::chrono::milliseconds keep) {
-  if (keep <= std::chrono::milliseconds(0)) {
-    return InvalidArgumentError("run once " + std::string(key) +
-                                ": the record's retention must be positive");
-  }
+  DLOCK_RETURN_IF_ERROR(ValidateRetention(keep).WithContext("run once " + std::string(key)));
   auto done = IsDone(key);
   if (!done.ok()) return done.status();
   if (*done) return false;

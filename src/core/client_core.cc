@@ -284,9 +284,7 @@ Result<bool> ClientCore::IsDone(std::string_view key) {
 }
 
 Status ClientCore::MarkDone(const LeaseState& state, std::chrono::milliseconds keep) {
-  if (keep <= std::chrono::milliseconds(0)) {
-    return InvalidArgumentError("mark " + state.key + " done: the record's retention must be positive");
-  }
+  DLOCK_RETURN_IF_ERROR(ValidateRetention(keep).WithContext("mark " + state.key + " done"));
   DLOCK_RETURN_IF_ERROR(Check(state));
   return Counted(backend_->MarkDone(state.key, state.owner, keep));
 }

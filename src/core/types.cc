@@ -16,6 +16,14 @@ int HexValue(char c) {
 
 }  // namespace
 
+Status ValidateRetention(std::chrono::milliseconds keep) {
+  if (keep == kKeepDoneForever || (keep > std::chrono::milliseconds(0) && keep <= kMaxRetention)) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError("a record's retention of " + std::to_string(keep.count()) +
+                              " ms: accepted: 1 ms to 10 years, or for ever (kKeepDoneForever)");
+}
+
 Result<OwnerId> OwnerId::Parse(std::string_view hex) {
   if (hex.size() != 32) {
     return InvalidArgumentError("owner id must be 32 hex digits, got " +

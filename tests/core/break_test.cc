@@ -98,8 +98,24 @@ TEST_F(BreakTest, BadInputIsRefusedBeforeAnythingIsBroken) {
   BreakOptions bad;
   bad.label = std::string("line\nbreak");
   EXPECT_EQ(operator_->Break("k", bad).status().code(), StatusCode::kInvalidArgument);
+  BreakOptions too_long;
+  too_long.keep_record = kMaxRetention + std::chrono::milliseconds(1);
+  EXPECT_EQ(operator_->Break("k", too_long).status().code(), StatusCode::kInvalidArgument);
   clock->Advance(seconds(2));
   EXPECT_TRUE(held->Check().ok());
+}
+
+TEST(RetentionTest, ForEverAndOneMillisecondToTenYearsAreAccepted) {
+  using std::chrono::milliseconds;
+  EXPECT_TRUE(ValidateRetention(kKeepDoneForever).ok());
+  EXPECT_TRUE(ValidateRetention(milliseconds(1)).ok());
+  EXPECT_TRUE(ValidateRetention(kMaxRetention).ok());
+  for (milliseconds bad : {milliseconds(0), milliseconds(-1), kMaxRetention + milliseconds(1),
+                           kKeepDoneForever - milliseconds(1)}) {
+    const Status s = ValidateRetention(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad.count();
+    EXPECT_NE(s.message().find("accepted: 1 ms to 10 years"), std::string::npos) << s.message();
+  }
 }
 
 TEST_F(BreakTest, EachEvictionLeavesARecordUntilItsRetentionEnds) {
