@@ -42,16 +42,29 @@ Result<BreakReport> ClientCore::Break(std::string_view key, const BreakOptions& 
     // changed hands meanwhile is not touched.
     const Status ended = Counted(backend_->Release(h.key, h.owner));
     if (ended.code() == StatusCode::kNotOwner) continue;
-    if (!ended.ok()) return ended.WithContext("break of key '" + std::string(key) + "'");
+    if (!ended.ok()) {
+      return FailedAfterEvicting(report, label, options,
+                                 ended.WithContext("break of key '" + std::string(key) + "'"));
+    }
     highest = std::max(highest, h.token);
     report.evicted.push_back(std::move(h));
   }
   if (report.evicted.empty()) return report;
   if (backend_->OrdersTokens()) {
-    DLOCK_ASSIGN_OR_RETURN(report.token, TokenAfterBreak(key, highest, label));
+    Result<FencingToken> token = TokenAfterBreak(key, highest, label);
+    if (!token.ok()) return FailedAfterEvicting(report, label, options, token.status());
+    report.token = *token;
   }
   report.recorded = RecordBreaks(report, label, options.keep_record);
   return report;
+}
+
+// A break that fails after it evicted somebody still leaves the records of
+// those evictions (with no ordering token), so the audit trail has them.
+Status ClientCore::FailedAfterEvicting(const BreakReport& report, const std::string& by,
+                                       const BreakOptions& options, Status failure) {
+  if (!report.evicted.empty()) (void)RecordBreaks(report, by, options.keep_record);
+  return failure;
 }
 
 // One record per evicted holding, written after the ordering grant so that
@@ -86,6 +99,10 @@ Result<FencingToken> ClientCore::TokenAfterBreak(std::string_view key, FencingTo
   Duration poll = milliseconds(1);
   for (;;) {
     Result<Attempt> attempt = Counted(backend_->TryAcquire(request));
+    // Only a store that could not answer is asked again.
+    if (!attempt.ok() && attempt.status().code() != StatusCode::kUnavailable) {
+      return attempt.status();
+    }
     if (attempt.ok() && attempt->granted) {
       (void)Counted(backend_->Release(request.key, request.owner));
       return attempt->token;

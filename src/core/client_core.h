@@ -121,6 +121,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // grant made since, the break's own or a waiter's (break.cc).
   Result<FencingToken> TokenAfterBreak(std::string_view key, FencingToken evicted,
                                        const std::string& label);
+  // `failure`, after recording the evictions `report` holds (break.cc).
+  Status FailedAfterEvicting(const BreakReport& report, const std::string& by,
+                             const BreakOptions& options, Status failure);
   // The store's records of a break's evictions, kept for `keep` (break.cc).
   Status RecordBreaks(const BreakReport& report, const std::string& by,
                       std::chrono::milliseconds keep);

@@ -105,6 +105,22 @@ TEST_F(BreakTest, BadInputIsRefusedBeforeAnythingIsBroken) {
   EXPECT_TRUE(held->Check().ok());
 }
 
+TEST_F(BreakTest, AnEvictionIsRecordedWhenTheBreakFailsAfterIt) {
+  auto lease = holder_->TryAcquire("k", Ttl(seconds(3)));
+  ASSERT_TRUE(lease.ok());
+  plan->SetAcquireError(PermissionDeniedError("this user may not lock k"));
+  auto report = operator_->Break("k");
+  EXPECT_EQ(report.status().code(), StatusCode::kPermissionDenied);
+  plan->SetAcquireError(std::nullopt);
+  auto records = operator_->Breaks("k");
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 1u) << "the eviction left no record";
+  EXPECT_EQ((*records)[0].owner, lease->owner());
+  EXPECT_EQ((*records)[0].break_token, 0u);
+  clock->Advance(seconds(2));
+  EXPECT_EQ(lease->Check().code(), StatusCode::kLeaseLost) << "the eviction did not stand";
+}
+
 TEST(RetentionTest, ForEverAndOneMillisecondToTenYearsAreAccepted) {
   using std::chrono::milliseconds;
   EXPECT_TRUE(ValidateRetention(kKeepDoneForever).ok());
