@@ -83,6 +83,17 @@ bool IsTlsFileProblem(std::string_view text) {
 
 }  // namespace
 
+Status CheckShape(const PGresult* r, int columns, int min_rows, std::string_view what,
+                  std::string_view where) {
+  if (r != nullptr && PQnfields(r) >= columns && PQntuples(r) >= min_rows) return Status::Ok();
+  const std::string got = r == nullptr ? "nothing"
+                                       : std::to_string(PQntuples(r)) + " row(s) of " +
+                                             std::to_string(PQnfields(r)) + " column(s)";
+  return UnavailableError(std::string(what) + " (" + std::string(where) + "): the server answered " +
+                          got + ", not the " + std::to_string(columns) +
+                          " column(s) dlock reads (the outcome is unknown)");
+}
+
 Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
               std::string_view where) {
   const std::string prefix = std::string(what) + " (" + std::string(where) + "): ";

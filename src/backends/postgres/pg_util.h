@@ -96,6 +96,13 @@ using ConnInfo = std::vector<std::pair<std::string, std::string>>;
 Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
               std::string_view where);
 
+// OK when `r` has at least the `columns` columns and `min_rows` rows that
+// its reader reads; kUnavailable otherwise (the outcome unknown), so that a
+// reply of another shape, from a proxy or a server that answered something
+// else, is an error and never a read out of bounds.
+Status CheckShape(const PGresult* r, int columns, int min_rows, std::string_view what,
+                  std::string_view where);
+
 // Connects within `deadline` (non-blocking connect + poll). The connection is
 // left in non-blocking mode with notices silenced.
 Result<PgConnHandle> Connect(const ConnInfo& info, SteadyTime deadline,

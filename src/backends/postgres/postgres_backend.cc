@@ -312,6 +312,7 @@ Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadlin
                               {tables_.locks, tables_.queue, tables_.done, tables_.breaks},
                               deadline, "check the lock tables", where));
   const PGresult* r = check.get();
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, 9, 1, "check the lock tables", where));
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
   const bool have_done = Value(r, 0, 5) == "t";
@@ -424,8 +425,11 @@ Status ValidateRequest(const LeaseRequest& request) {
   return Status::Ok();
 }
 
-// Both acquire forms answer (token or NULL, ms the holder has left or NULL).
-Attempt ReadAttempt(const PGresult* r) {
+// Both acquire forms answer (token or NULL, ms the holder has left or NULL),
+// the lean form with a third column.
+Result<Attempt> ReadAttempt(const PGresult* r, int columns, const std::string& what,
+                            const std::string& where) {
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, columns, 1, what, where));
   Attempt attempt;
   if (!IsNull(r, 0, 0)) {
     attempt.granted = true;
@@ -464,11 +468,12 @@ Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const Q
     DLOCK_ASSIGN_OR_RETURN(
         PgResultHandle lean,
         Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline, what));
-    if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get());
+    DLOCK_RETURN_IF_ERROR(CheckShape(lean.get(), 3, 1, what, options_.describe));
+    if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get(), 3, what, options_.describe);
   }
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run(waiting ? "dlock_acquire" : "dlock_acquire_once",
                                                   params, deadline, what));
-  return ReadAttempt(full.get());
+  return ReadAttempt(full.get(), 2, what, options_.describe);
 }
 
 Params PostgresBackend::ReleaseParams(std::string_view key, const std::string& owner) const {
@@ -502,6 +507,7 @@ Status PostgresBackend::ReleaseAndLeaveQueue(std::string_view key, const std::st
                          Run("dlock_release", ReleaseParams(key, owner), deadline, what));
   const PGresult* r = result.get();
   released_since_sweep_.store(true, std::memory_order_relaxed);
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, 2, 1, what, options_.describe));
   if (IntValue(r, 0, 0) > 0) return Status::Ok();
   if (Value(r, 0, 1) == "t") {
     return NotOwnerError(what + ": the lock is held by another owner");
@@ -614,9 +620,12 @@ std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases)
         .Text(ArrayLiteral(round.owners))
         .Text(ArrayLiteral(round.ttls));
     auto renewed = Run("dlock_renew", params, deadline, "renew");
-    if (!renewed.ok()) {
+    const Status answered = renewed.ok()
+                                ? CheckShape(renewed->get(), 2, 0, "renew", options_.describe)
+                                : renewed.status();
+    if (!answered.ok()) {
       // One statement: when it failed, none of its renewals happened.
-      failure = renewed.status();
+      failure = answered;
       for (std::size_t j = 0; j < round.keys.size(); ++j) {
         done.emplace("!" + round.keys[j], round.owners[j]);
       }
@@ -658,6 +667,7 @@ Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
 Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
   const std::string what = "count the rows for '" + std::string(prefix) + "'";
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_count", prefix, what));
+  DLOCK_RETURN_IF_ERROR(CheckShape(result.get(), 1, 1, what, options_.describe));
   return static_cast<std::uint64_t>(IntValue(result.get(), 0, 0));
 }
 
@@ -693,6 +703,7 @@ Result<std::int64_t> PostgresBackend::SweepOnce() {
     conn_.reset();  // cut off or timed out mid-sweep: start the next call afresh
   }
   if (!swept.ok()) return swept.status();
+  DLOCK_RETURN_IF_ERROR(CheckShape(swept->get(), 1, 1, what, options_.describe));
   return IntValue(swept->get(), 0, 0);
 }
 
@@ -716,6 +727,7 @@ Result<std::vector<HolderInfo>> PostgresBackend::List(std::string_view prefix) {
   const std::string what = "list '" + std::string(prefix) + "'";
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_list", prefix, what));
   const PGresult* r = result.get();
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, 8, 0, what, options_.describe));
   std::vector<HolderInfo> holders;
   for (int row = 0; row < PQntuples(r); ++row) {
     HolderInfo info;
@@ -735,6 +747,7 @@ Result<std::vector<WaiterInfo>> PostgresBackend::Waiters(std::string_view prefix
   const std::string what = "list the waiters for '" + std::string(prefix) + "'";
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_waiters", prefix, what));
   const PGresult* r = result.get();
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, 5, 0, what, options_.describe));
   std::vector<WaiterInfo> waiters;
   for (int row = 0; row < PQntuples(r); ++row) {
     WaiterInfo info;
@@ -797,6 +810,7 @@ Result<std::vector<BreakRecord>> PostgresBackend::Breaks(std::string_view prefix
   const std::string what = "list the breaks of '" + std::string(prefix) + "'";
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result, RunForPrefix("dlock_breaks", prefix, what));
   const PGresult* r = result.get();
+  DLOCK_RETURN_IF_ERROR(CheckShape(r, 7, 0, what, options_.describe));
   std::vector<BreakRecord> records;
   for (int row = 0; row < PQntuples(r); ++row) {
     BreakRecord b;

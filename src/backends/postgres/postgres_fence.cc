@@ -11,6 +11,7 @@
 namespace dlock::fence {
 namespace {
 
+using postgres::CheckShape;
 using postgres::FromPg;
 using postgres::PgResultHandle;
 
@@ -121,13 +122,14 @@ Status AdmitImpl(PGconn* conn, std::string_view key, FencingToken token, bool* m
     }
     return admitted.status();
   }
+  DLOCK_RETURN_IF_ERROR(CheckShape(admitted->get(), 1, 1, "fence: admit", Where(conn)));
   if (std::string_view(PQgetvalue(admitted->get(), 0, 0)) == "t") return Status::Ok();
   // Not admitted: a higher token is recorded. Read it in a new statement,
   // which (in READ COMMITTED) sees a row committed while we waited for it.
   auto highest = Exec(conn, kHighestSql, key, nullptr, "read the highest token");
   if (!highest.ok()) return highest.status();
   FencingToken h = 0;
-  if (PQntuples(highest->get()) == 1) {
+  if (PQntuples(highest->get()) == 1 && PQnfields(highest->get()) >= 1) {
     h = std::strtoull(PQgetvalue(highest->get(), 0, 0), nullptr, 10);
   }
   return StaleToken(token, h, key);
@@ -144,6 +146,8 @@ Status Postgres::EnsureSchema(PGconn* conn) {
   if (!exists || PQresultStatus(exists.get()) != PGRES_TUPLES_OK) {
     return FromPg(conn, exists.get(), "fence: look for table dlock_fence", Where(conn));
   }
+  DLOCK_RETURN_IF_ERROR(
+      CheckShape(exists.get(), 1, 1, "fence: look for table dlock_fence", Where(conn)));
   if (std::string_view(PQgetvalue(exists.get(), 0, 0)) == "t") return Status::Ok();
   Status s = ExecPlain(conn, kCreateSql, "create table dlock_fence");
   if (!s.ok() && PQtransactionStatus(conn) != PQTRANS_IDLE) {
@@ -190,10 +194,12 @@ Result<FencingToken> Postgres::Highest(PGconn* conn, std::string_view key) {
   if (!exists || PQresultStatus(exists.get()) != PGRES_TUPLES_OK) {
     return FromPg(conn, exists.get(), "fence: look for table dlock_fence", Where(conn));
   }
+  DLOCK_RETURN_IF_ERROR(
+      CheckShape(exists.get(), 1, 1, "fence: look for table dlock_fence", Where(conn)));
   if (std::string_view(PQgetvalue(exists.get(), 0, 0)) != "t") return FencingToken{0};
   auto highest = Exec(conn, kHighestSql, key, nullptr, "read the highest token");
   if (!highest.ok()) return highest.status();
-  if (PQntuples(highest->get()) != 1) return FencingToken{0};
+  if (PQntuples(highest->get()) != 1 || PQnfields(highest->get()) < 1) return FencingToken{0};
   return static_cast<FencingToken>(std::strtoull(PQgetvalue(highest->get(), 0, 0), nullptr, 10));
 }
 

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/postgres/pg_listener.h"
+#include "backends/postgres/pg_util.h"
 #include "backends/postgres/postgres_backend.h"
 #include "core/registry.h"
 #include "core/uri.h"
@@ -70,6 +71,20 @@ std::string Get(const PostgresOptions& o, const std::string& key) {
 }
 
 // ---------------------------------------------------------------- no server
+
+// A reply of another shape than dlock's statement returns is an error
+// (outcome unknown), never a read past the result's end.
+TEST(PostgresReply, AResultOfAnotherShapeIsAnError) {
+  EXPECT_EQ(CheckShape(nullptr, 1, 1, "acquire k", "here").code(), StatusCode::kUnavailable);
+  PgResultHandle empty(PQmakeEmptyPGresult(nullptr, PGRES_TUPLES_OK));
+  ASSERT_TRUE(empty);
+  const Status none = CheckShape(empty.get(), 2, 1, "acquire k", "postgres://h/db");
+  EXPECT_EQ(none.code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.message().find("0 row(s) of 0 column(s), not the 2 column(s)"),
+            std::string::npos)
+      << none.message();
+  EXPECT_TRUE(CheckShape(empty.get(), 0, 0, "list", "here").ok());
+}
 
 TEST(PostgresUri, TableMustBeAPlainIdentifier) {
   for (const char* bad : {"x;drop table y", "x;drop%20table%20y", "X", "1abc", "a-b", "a.b",
