@@ -48,7 +48,8 @@ BEGIN
       label         text,
       holder_limit  bigint NOT NULL DEFAULT 1,
       holder_token  bigint,
-      sharers       jsonb NOT NULL DEFAULT '[]'
+      sharers       jsonb NOT NULL DEFAULT '[]',
+      layout        smallint NOT NULL CHECK (layout = 3)
     ) WITH (fillfactor = 90);
     COMMENT ON TABLE {t} IS '{locks_comment}';
     ANALYZE {t};
@@ -61,8 +62,16 @@ BEGIN
                     ADD COLUMN IF NOT EXISTS sharers jsonb NOT NULL DEFAULT '[]';
     -- Schema 1 kept one holder per key, whose token was the counter.
     UPDATE {t} SET holder_token = token WHERE owner IS NOT NULL;
-    COMMENT ON TABLE {t} IS '{locks_comment}';
-  ELSIF obj_description(to_regclass('{t}'), 'pg_class') = '{locks_comment_v2}' THEN
+  END IF;
+  IF obj_description(to_regclass('{t}'), 'pg_class') IN ('{locks_comment_v1}',
+                                                         '{locks_comment_v2}') THEN
+    -- Schema 3 deletes the rows of free keys. An older dlock still running
+    -- would make such a key's row again with token 1 and go on from there,
+    -- issuing its old tokens a second time: its INSERT, which does not name
+    -- `layout`, must fail. The default fills the existing rows only.
+    ALTER TABLE {t} ADD COLUMN IF NOT EXISTS layout smallint NOT NULL DEFAULT 3
+                    CHECK (layout = 3);
+    ALTER TABLE {t} ALTER COLUMN layout DROP DEFAULT;
     COMMENT ON TABLE {t} IS '{locks_comment}';
   END IF;
   IF to_regclass('{q}') IS NULL THEN
@@ -198,9 +207,9 @@ held AS (
 {queue_read}
 granted AS (
   INSERT INTO {t} AS l (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
-                        lock_delay_ms, label, holder_limit, sharers)
+                        lock_delay_ms, label, holder_limit, sharers, layout)
   SELECT $1, $2, n.token, n.token, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6,
-         '[]'
+         '[]', 3
   FROM c, (SELECT nextval('{s}') AS token) AS n
   WHERE EXISTS (SELECT 1 FROM held WHERE owner = $2 AND live)
      OR (NOT EXISTS (SELECT 1 FROM held WHERE owner = $2)
@@ -526,7 +535,8 @@ RETURNING encode(l.key, 'hex'), r.owner
 // grant is, on a row no lock can use (its key starts with a NUL byte, which
 // lock keys never hold, and it never has an owner).
 constexpr const char* kPingSql = R"sql(
-INSERT INTO {t} AS l (key, owner, token) VALUES ('\x00646c6f636b2070696e67'::bytea, NULL, 1)
+INSERT INTO {t} AS l (key, owner, token, layout)
+VALUES ('\x00646c6f636b2070696e67'::bytea, NULL, 1, 3)
 ON CONFLICT (key) DO UPDATE SET token = l.token % 1000000000 + 1
 )sql";
 

@@ -255,7 +255,9 @@ TEST_F(PostgresBackendTest, SweptRowsLeaveNothingAndTokensGoOnAboveThem) {
 }
 
 // Schema-2 tables (a counter per row, never deleted; no sequence) gain the
-// token sequence, which starts above every token already granted.
+// token sequence, which starts above every token already granted, and a
+// schema-2 dlock still running can no longer make a row: it would start a
+// swept key again at token 1.
 TEST_F(PostgresBackendTest, SchemaTwoTablesGainASequenceAboveEveryToken) {
   const std::string table = Unique("v2");
   const std::string uri = WithParam(ServerUri(), "table=" + table);
@@ -265,6 +267,7 @@ TEST_F(PostgresBackendTest, SchemaTwoTablesGainASequenceAboveEveryToken) {
     ASSERT_NE(made, nullptr);
   }
   Query(admin.get(), "DROP SEQUENCE " + table + "_tokens");
+  Query(admin.get(), "ALTER TABLE " + table + " DROP COLUMN layout");
   Query(admin.get(), "COMMENT ON TABLE " + table + " IS 'dlock locks, schema 2'");
   Query(admin.get(), "INSERT INTO " + table + " (key, owner, token) VALUES ('old'::bytea, NULL, 5000)");
   Query(admin.get(), "INSERT INTO " + table + "_done VALUES ('ran'::bytea, '" +
@@ -279,6 +282,13 @@ TEST_F(PostgresBackendTest, SchemaTwoTablesGainASequenceAboveEveryToken) {
   auto old = b->TryAcquire({"old", OwnerId(1, 1), milliseconds(5000)});
   ASSERT_TRUE(old.ok() && old->granted) << old.status().ToString();
   EXPECT_EQ(old->token, 5001u) << "an existing row's counter goes on";
+  // A schema-2 grant of a key without a row, as that dlock wrote it.
+  PGresult* v2 = PQexec(admin.get(), ("INSERT INTO " + table +
+                                      " (key, owner, token) VALUES ('swept'::bytea, 'x', 1)")
+                                         .c_str());
+  EXPECT_EQ(PQresultStatus(v2), PGRES_FATAL_ERROR) << "an old dlock could still make a row";
+  EXPECT_STREQ(PQresultErrorField(v2, PG_DIAG_SQLSTATE), "23502");  // not_null_violation
+  PQclear(v2);
   b.reset();
   Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done");
   Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
