@@ -41,6 +41,8 @@ constexpr milliseconds kJustReleased{1000};
 constexpr milliseconds kSweepEvery{5000};
 constexpr int kSweepBatch = 200;
 constexpr int kSweepBatchesPerRound = 50;
+// The last batch, as the backend closes: at most this long.
+constexpr milliseconds kLastSweepWithin{200};
 
 // A table name as a quoted SQL identifier (IsTableName admits no '"').
 std::string QuoteIdentifier(std::string_view name) { return "\"" + std::string(name) + "\""; }
@@ -201,11 +203,13 @@ class PostgresBackend final : public Backend {
   Status CreateTablesLocked(PGconn* conn, SteadyTime deadline);
 
   // Deleting the rows of keys nobody holds (SweepSql): every kSweepEvery,
-  // when this backend released something since the last sweep, in batches
-  // while they come back full (a bounded number per round).
+  // while this backend released something not yet swept, in batches while
+  // they come back full (a bounded number per round); and once as it
+  // closes.
   void SweepLoop(std::stop_token stop);
-  // One batch: how many rows it deleted.
-  Result<std::int64_t> SweepOnce();
+  void NoteReleaseForSweep();
+  // One batch within `deadline`: how many rows it deleted.
+  Result<std::int64_t> SweepOnce(SteadyTime deadline);
 
   // The last release by this backend of a key, which NOTIFYed the head of
   // its queue: a waiting acquire of that key that begins at once (a process
@@ -243,7 +247,9 @@ class PostgresBackend final : public Backend {
   SteadyTime stale_since_{};
 
   Listener listener_;
-  std::atomic<bool> released_since_sweep_{false};
+  // When this backend last released a key or wrote a record that expires
+  // (steady clock ticks); 0 when every row it freed has been swept since.
+  std::atomic<SteadyTime::rep> released_at_{0};
   std::jthread sweeper_;  // last: stopped and joined before the rest goes
 };
 
@@ -492,7 +498,7 @@ Status PostgresBackend::Release(std::string_view key, const OwnerId& owner) {
                              "release " + std::string(key)));
   if (PQntuples(held.get()) == 1) {
     NoteReleased(key);
-    released_since_sweep_.store(true, std::memory_order_relaxed);
+    NoteReleaseForSweep();
     return Status::Ok();
   }
   // Nothing released: somebody else's, nobody's, a shared holding, or a
@@ -506,7 +512,7 @@ Status PostgresBackend::ReleaseAndLeaveQueue(std::string_view key, const std::st
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
                          Run("dlock_release", ReleaseParams(key, owner), deadline, what));
   const PGresult* r = result.get();
-  released_since_sweep_.store(true, std::memory_order_relaxed);
+  NoteReleaseForSweep();
   DLOCK_RETURN_IF_ERROR(CheckShape(r, 2, 1, what, options_.describe));
   if (IntValue(r, 0, 0) > 0) return Status::Ok();
   if (Value(r, 0, 1) == "t") {
@@ -671,33 +677,44 @@ Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
   return static_cast<std::uint64_t>(IntValue(result.get(), 0, 0));
 }
 
+void PostgresBackend::NoteReleaseForSweep() {
+  released_at_.store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+// A row is swept once its key was last granted kSweepEvery ago, so sweeps
+// go on every kSweepEvery until one runs that long after the last release.
 void PostgresBackend::SweepLoop(std::stop_token stop) {
   std::mutex mu;
   std::condition_variable_any wake;
   std::unique_lock lock(mu);
   while (!stop.stop_requested()) {
     wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
-    if (stop.stop_requested() || !released_since_sweep_.exchange(false)) continue;
-    bool more = true;
+    SteadyTime::rep released = released_at_.load();
+    if (stop.stop_requested() || released == 0) continue;
+    const bool all_aged =
+        SteadyClock::now() - SteadyTime(SteadyTime::duration(released)) >= kSweepEvery;
+    bool more = true, failed = false;
     for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
-      const Result<std::int64_t> swept = SweepOnce();
+      const Result<std::int64_t> swept = SweepOnce(CallDeadline());
       more = swept.ok() && *swept == kSweepBatch;
       // A sweep kept out (lock_timeout) or cut short is tried next time.
-      if (!swept.ok() || (more && round + 1 == kSweepBatchesPerRound)) {
-        released_since_sweep_.store(true, std::memory_order_relaxed);
-      }
+      failed = !swept.ok() || (more && round + 1 == kSweepBatchesPerRound);
     }
+    if (all_aged && !failed) released_at_.compare_exchange_strong(released, 0);
   }
+  // A process that lives for one lock (`dlock exec`, `dlock once`) never
+  // reaches a round: one batch on the way out, so that what earlier such
+  // processes left goes with it, bounded so that exit stays quick.
+  if (released_at_.load() != 0) (void)SweepOnce(SteadyClock::now() + kLastSweepWithin);
 }
 
-Result<std::int64_t> PostgresBackend::SweepOnce() {
+Result<std::int64_t> PostgresBackend::SweepOnce(SteadyTime deadline) {
   const std::string what = "sweep free rows from " + tables_.locks;
-  const SteadyTime deadline = CallDeadline();
   std::unique_lock lock(mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) return UnavailableError(what + ": the connection is busy");
   if (awaiting_stale_reply_) return UnavailableError(what + ": an earlier reply is due");
   DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
-  auto swept = Exec(conn_.get(), SweepSql(tables_, kSweepBatch), {}, deadline, what,
+  auto swept = Exec(conn_.get(), SweepSql(tables_, kSweepBatch, kSweepEvery), {}, deadline, what,
                     options_.describe);
   if (PQstatus(conn_.get()) != CONNECTION_OK || PQtransactionStatus(conn_.get()) != PQTRANS_IDLE) {
     conn_.reset();  // cut off or timed out mid-sweep: start the next call afresh
@@ -782,7 +799,7 @@ Status PostgresBackend::MarkDone(std::string_view key, const OwnerId& owner,
   } else {
     params.Text(std::to_string(keep.count()));
   }
-  released_since_sweep_.store(true, std::memory_order_relaxed);  // records expire by sweep
+  NoteReleaseForSweep();  // records expire by sweep
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
                          Run("dlock_mark_done", params, CallDeadline(), what));
   if (PQntuples(result.get()) == 0) {

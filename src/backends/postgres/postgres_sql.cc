@@ -631,8 +631,13 @@ constexpr const char* kIsDoneSql =
 // token of the deleted rows. Candidates are chosen before the lock (a scan
 // of a large table must not keep grants out) and checked again under it;
 // lock_timeout bounds how long grants queue behind a sweep that waits.
-// Expired places in the queue and run-once records past their retention
-// go too. The ping row is kept.
+// Only rows whose last grant is {idle_ms} ms old are candidates, so that a
+// busy key keeps its row (and its grants their one-row update) rather than
+// being deleted and made again between uses. Expired places in the queue
+// and run-once records past their retention go too, after the table lock:
+// deleted before it, a queue place a grant in flight is about to touch
+// would make the grant wait for the sweep while the sweep waits for the
+// grant, until lock_timeout ended the sweep. The ping row is kept.
 constexpr const char* kSweepSql = R"sql(
 DO $sweep$
 DECLARE
@@ -640,12 +645,12 @@ DECLARE
   top bigint;
   swept bigint := 0;
 BEGIN
-  DELETE FROM {q} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {q} WHERE expires_at <= clock_timestamp() LIMIT {batch}));
-  DELETE FROM {d} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {d} WHERE keep_until <= clock_timestamp() LIMIT {batch}));
   SELECT array_agg(key) INTO victims FROM (
-    SELECT key FROM {t} AS l WHERE {free} LIMIT {batch}) AS v;
+    SELECT key FROM {t} AS l
+    WHERE {free}
+      AND (l.acquired_at IS NULL
+           OR l.acquired_at <= clock_timestamp() - {idle_ms} * interval '1 millisecond')
+    LIMIT {batch}) AS v;
   IF victims IS NOT NULL THEN
     SET LOCAL lock_timeout = '20ms';
     LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE;
@@ -655,6 +660,10 @@ BEGIN
       PERFORM setval('{s}', greatest(top, (SELECT last_value FROM {s})));
     END IF;
   END IF;
+  DELETE FROM {q} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {q} WHERE expires_at <= clock_timestamp() LIMIT {batch}));
+  DELETE FROM {d} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {d} WHERE keep_until <= clock_timestamp() LIMIT {batch}));
   PERFORM set_config('dlock.swept', swept::text, false);
 END
 $sweep$;
@@ -745,13 +754,14 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   return prepare;
 }
 
-std::string SweepSql(const TableNames& tables, int batch) {
+std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseconds idle) {
   return Substitute(Substitute(kSweepSql, {{"free", kFreeRowSql}}),
                     {{"t", tables.locks},
                      {"q", tables.queue},
                      {"d", tables.done},
                      {"s", tables.tokens},
-                     {"batch", std::to_string(batch)}});
+                     {"batch", std::to_string(batch)},
+                     {"idle_ms", std::to_string(idle.count())}});
 }
 
 }  // namespace dlock::postgres

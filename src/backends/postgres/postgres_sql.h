@@ -14,6 +14,7 @@
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_SQL_H_
 #define DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_SQL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -54,11 +55,11 @@ extern const char* const kCheckSql;
 // under the advisory lock `lock_id`.
 std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id);
 
-// Deletes up to `batch` rows of keys nobody holds, in one transaction that
-// locks out every grant meanwhile (see the comment on kSweepSql), and
-// leaves the number deleted in the setting dlock.swept; then reads it
-// back. Text for the simple query protocol.
-std::string SweepSql(const TableNames& tables, int batch);
+// Deletes up to `batch` rows of keys nobody holds and nobody was granted
+// for `idle`, in one transaction that locks out every grant meanwhile (see
+// the comment on kSweepSql), and leaves the number deleted in the setting
+// dlock.swept; then reads it back. Text for the simple query protocol.
+std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseconds idle);
 
 // PREPAREs every statement the backend runs: dlock_acquire,
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,

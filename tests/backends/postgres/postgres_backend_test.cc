@@ -254,6 +254,38 @@ TEST_F(PostgresBackendTest, SweptRowsLeaveNothingAndTokensGoOnAboveThem) {
   ASSERT_TRUE(b->Release(key, OwnerId(3, 4)).ok());
 }
 
+// A process that lives for one lock (`dlock exec`) never reaches a sweep
+// round: its backend sweeps once as it closes, and takes what earlier such
+// processes freed. A row granted within the last few seconds stays (a busy
+// key keeps its row between uses). Its own table: no other sweeper.
+TEST_F(PostgresBackendTest, AClosingBackendSweepsWhatEarlierOnesFreed) {
+  const std::string table = Unique("closing");
+  const std::string uri = WithParam(ServerUri(), "table=" + table);
+  auto cycle = [&](const std::string& key) {
+    auto b = Raw(uri);
+    ASSERT_NE(b, nullptr);
+    auto granted = b->TryAcquire({key, OwnerId(1, 2), milliseconds(5000)});
+    ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    ASSERT_TRUE(b->Release(key, OwnerId(1, 2)).ok());
+  };  // closed at once
+  auto counter = Raw(uri);
+  ASSERT_NE(counter, nullptr);
+  cycle("first");
+  Result<std::uint64_t> left = counter->StoredObjects("first");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_EQ(*left, 1u) << "a row granted a moment ago was swept";
+  auto admin = AdminConnect();
+  Query(admin.get(), "UPDATE " + table + " SET acquired_at = acquired_at - interval '1 minute'");
+  cycle("second");
+  left = counter->StoredObjects("first");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_EQ(*left, 0u) << "the closing backend left the earlier process's row";
+  counter.reset();
+  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done, " +
+                         table + "_breaks");
+  Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
+}
+
 // Schema-2 tables (a counter per row, never deleted; no sequence) gain the
 // token sequence, which starts above every token already granted, and a
 // schema-2 dlock still running can no longer make a row: it would start a
