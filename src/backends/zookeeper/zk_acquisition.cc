@@ -350,6 +350,7 @@ ZkAcquisition::Step ZkAcquisition::Grant() {
   h->delay_path = c_->delay_path;
   h->marker_made = c_->delay_ms > 0;
   h->delete_path = head->alone && c_->delay_ms == 0 && !head->hints.any();
+  h->lock_path_version = head->path_version;
   h->gen = c_->gen;
   h->expires_at = m_->Now() + ttl_;
   Attempt a;

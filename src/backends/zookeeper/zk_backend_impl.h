@@ -66,8 +66,10 @@ struct Holding {
   // it with the node.
   bool marker_made = false;
   // Granted alone, with no lock-delay about (Contender::AtHead::alone): the
-  // release also deletes the lock path if it is empty by then.
+  // release also deletes the lock path if it is empty by then and its data
+  // still at this version (no lock-delay flag set since).
   bool delete_path = false;
+  std::int32_t lock_path_version = -1;
   std::uint64_t gen = 0;  // the session it lives on
   // An exists watch on the node tells us if someone deletes it.
   bool node_watch_armed = false;

@@ -84,7 +84,7 @@ LookResult ApplyLook(Contender& c, const std::vector<LockNode>& sorted, const No
   }
   const QueueDecision decision = DecideQueue(ahead, {}, c.limit);
   if (decision.outcome == QueueDecision::Outcome::kGranted) {
-    c.standing = Contender::AtHead{node, hints, TimePoint{}, sorted.size() == 1};
+    c.standing = Contender::AtHead{node, hints, TimePoint{}, sorted.size() == 1, parent.version};
     return LookResult::kApplied;
   }
   Contender::Queued next{node, hints, parent.cversion, WatchFor(c, sorted, mine, decision)};

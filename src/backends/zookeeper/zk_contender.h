@@ -115,6 +115,9 @@ struct Contender {
     // delete rather than leave it to the server's container reaper (a path
     // below the chroot is a container, whether dlock or Curator made it).
     bool alone = false;
+    // The lock path's data version at that look: the release deletes the
+    // path only at it, so a lock-delay flag set since keeps the path.
+    std::int32_t path_version = -1;
   };
   struct Granted {};
   struct Abandoned {};

@@ -365,9 +365,9 @@ std::shared_ptr<Op> Session::Get(const std::string& path, DoneHandler on_done) {
   });
 }
 
-std::shared_ptr<Op> Session::Delete(const std::string& path, DoneHandler on_done) {
+std::shared_ptr<Op> Session::Delete(const std::string& path, DoneHandler on_done, int version) {
   return Start(Kind::kWrite, std::move(on_done), [&](const void* ctx) {
-    return zoo_adelete(zh_, path.c_str(), -1, &Completions::Void, ctx);
+    return zoo_adelete(zh_, path.c_str(), version, &Completions::Void, ctx);
   });
 }
 

@@ -157,7 +157,9 @@ class Session {
   // With `watch`, a node event for `path` later reaches the NodeHandler.
   std::shared_ptr<Op> Exists(const std::string& path, bool watch, DoneHandler on_done = {});
   std::shared_ptr<Op> Get(const std::string& path, DoneHandler on_done = {});
-  std::shared_ptr<Op> Delete(const std::string& path, DoneHandler on_done = {});
+  // Deletes `path` if its data's version is `version` (-1: any).
+  std::shared_ptr<Op> Delete(const std::string& path, DoneHandler on_done = {},
+                             int version = -1);
   // setData if the data's version is `version` (-1: any); Reply::stat is the
   // node's after the write (its mtime the ensemble's "now").
   std::shared_ptr<Op> Set(const std::string& path, std::string_view data, int version,

@@ -288,9 +288,11 @@ Status ZooKeeperBackendImpl::ReleaseHolding(const Live& live, const Holding& h) 
   if (r != nullptr && r->rc == ZOK) {
     // Sent after the node's delete on the same session, so answered after
     // it; not waited for. A waiter that came meanwhile makes it fail
-    // (ZNOTEMPTY); one that creates its node just after finds no path and
-    // makes it again, as after any reaping.
-    if (DeletesPathAtRelease(h)) (void)live.session->Delete(h.lock_path);
+    // (ZNOTEMPTY), and so does a lock-delay flag set since the grant (a
+    // sharer's: ZBADVERSION), which must outlive the sharer's holding; one
+    // that creates its node just after finds no path and makes it again,
+    // as after any reaping.
+    if (DeletesPathAtRelease(h)) (void)live.session->Delete(h.lock_path, {}, h.lock_path_version);
     return Status::Ok();
   }
   if (r != nullptr && r->rc == ZNONODE) return GoneBefore(h);

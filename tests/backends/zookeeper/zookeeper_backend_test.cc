@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -626,6 +627,40 @@ TEST(ZooKeeperBackendTest, AKeyHeldAloneTakesItsLockPathWithItsRelease) {
   }, std::chrono::seconds(20))) << "the waiter was not granted: " << next.status().ToString();
   EXPECT_TRUE(zk.Exists(*LockPath(FixtureOptions().chroot, busy))) << "the waiter's path went";
   ASSERT_TRUE(other->Release(busy, second).ok());
+}
+
+// A reader granted alone would delete the path at its release; a second
+// reader with a lock-delay joined meanwhile, flagged the path and lost its
+// holding (its node deleted by hand): its lock-delay must outlive it, so
+// the first reader's release keeps the flagged path, and a writer right
+// after is held back.
+TEST(ZooKeeperBackendTest, ALockDelayFlagSetSinceTheGrantKeepsTheLockPath) {
+  Observer zk;
+  const std::string key = UniqueKey("footprint/flagged");
+  const std::string path = *LockPath(FixtureOptions().chroot, key);
+  auto first = OpenZooKeeper(FixtureOptions());
+  auto second = OpenZooKeeper(FixtureOptions());
+  LeaseRequest reader = Req(key, NewOwner());
+  reader.limit = kSharedLimit;
+  auto granted = Answered(*first, reader);
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  LeaseRequest delayed = Req(key, NewOwner());
+  delayed.limit = kSharedLimit;
+  delayed.lock_delay = seconds(30);
+  granted = Answered(*second, delayed);
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  const std::vector<LockNode> nodes = zk.Contenders(key);
+  ASSERT_EQ(nodes.size(), 2u);
+  const std::string guid = GuidOf(delayed.owner);
+  const auto lost = std::find_if(nodes.begin(), nodes.end(),
+                                 [&](const LockNode& n) { return n.guid == guid; });
+  ASSERT_NE(lost, nodes.end());
+  ASSERT_TRUE(zk.Delete(path + "/" + lost->name));
+  ASSERT_TRUE(first->Release(key, reader.owner).ok());
+  EXPECT_TRUE(zk.Exists(path)) << "the flagged path went with the first reader's release";
+  auto writer = Answered(*first, Req(key, NewOwner()));
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_FALSE(writer->granted) << "granted inside the lost reader's lock-delay";
 }
 
 TEST(ZooKeeperBackendTest, ALockAndItsDoneRecordDoNotDisturbEachOther) {
