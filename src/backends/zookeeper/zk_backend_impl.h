@@ -7,8 +7,9 @@
 // Files: zookeeper_backend.cc (sessions, events, the Backend calls),
 // zk_acquisition.cc (the lock recipe: create, look, watch, grant),
 // zk_lock_delay.cc (markers left by lost holdings), zk_keeper.cc (the
-// heartbeat and the reaping of expired nodes), zk_breaks.cc (break
-// records), zk_footprint.cc (counting what is stored).
+// heartbeat and the reaping of expired nodes), zk_done.cc (run-once
+// records), zk_breaks.cc (break records), zk_footprint.cc (counting what
+// is stored).
 #ifndef DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
 #define DLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_BACKEND_IMPL_H_
 
@@ -49,6 +50,14 @@ inline constexpr int kHeartbeatsPerTimeout = 4;
 inline constexpr std::chrono::milliseconds kReapRetry{200};
 
 inline std::string Quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// This host's wall clock in Unix ms: records' retentions are calendar
+// matters, judged by it.
+inline std::int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // kUnavailable when the ensemble did not answer (`r` null) within
 // `timeout`, else the mapped error of its answer.
@@ -170,6 +179,12 @@ struct ZooKeeperBackendImpl {
                                                                           std::string_view prefix);
   // A directory of records (DoneDir, BreaksDir), persistent.
   Status CreateRecordDir(const Live& live, const std::string& dir);
+
+  // --- run-once records (zk_done.cc) ---------------------------------------
+  bool DropExpiredRecords(const Live& live, const std::string& dir,
+                          const std::vector<std::string>& children);
+  Status CreateDoneKeyNode(const Live& live, const std::string& dir);
+  void AfterMarking(const Live& live, const std::string& dir, const std::string& kept);
 
   // --- break records (zk_breaks.cc) ----------------------------------------
   Result<std::vector<std::string>> BreakNodes(const Live& live);

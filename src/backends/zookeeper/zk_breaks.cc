@@ -19,12 +19,6 @@ using std::chrono::milliseconds;
 // How many records past their end one write or listing deletes at most.
 constexpr std::size_t kExpiredPerPass = 64;
 
-std::int64_t UnixNowMs() {
-  return std::chrono::duration_cast<milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // "owner\ntoken\nbreak_token\nby\nlabel": labels hold no control characters.
 std::string EncodeRecord(const BreakRecord& r) {
   return r.owner.ToString() + '\n' + std::to_string(r.token) + '\n' +

@@ -190,6 +190,38 @@ Result<std::string> DonePath(std::string_view chroot, std::string_view key) {
   return DoneDir(chroot) + "/" + name;
 }
 
+namespace {
+
+// "ever", or a Unix ms count written as std::to_string does (and nothing
+// else, so that one end has one name).
+std::string FormatKeepUntil(std::optional<std::int64_t> until) {
+  return until ? std::to_string(*until) : std::string("ever");
+}
+std::optional<std::optional<std::int64_t>> ParseKeepUntil(std::string_view text) {
+  if (text == "ever") return std::optional<std::int64_t>();
+  std::int64_t until = 0;
+  if (std::from_chars(text.data(), text.data() + text.size(), until).ec != std::errc() ||
+      std::to_string(until) != text) {
+    return std::nullopt;
+  }
+  return std::optional<std::int64_t>(until);
+}
+
+}  // namespace
+
+std::string FormatDoneRecord(const DoneRecordName& record) {
+  return FormatKeepUntil(record.keep_until_unix_ms) + "-" + record.owner.ToString();
+}
+
+std::optional<DoneRecordName> ParseDoneRecord(std::string_view name) {
+  const std::size_t dash = name.rfind('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  auto until = ParseKeepUntil(name.substr(0, dash));
+  auto owner = OwnerId::Parse(name.substr(dash + 1));
+  if (!until || !owner.ok()) return std::nullopt;
+  return DoneRecordName{*until, *owner};
+}
+
 std::string BreaksDir(std::string_view chroot) {
   return std::string(chroot) + "/" + std::string(kBreaksDirName);
 }
@@ -198,7 +230,7 @@ Result<std::string> BreakNodePrefix(std::string_view key,
                                     std::optional<std::int64_t> keep_until_unix_ms) {
   DLOCK_ASSIGN_OR_RETURN(std::string name, FlatName(key));
   name += "%-";
-  name += keep_until_unix_ms ? std::to_string(*keep_until_unix_ms) : "ever";
+  name += FormatKeepUntil(keep_until_unix_ms);
   name += '-';
   return name;
 }
@@ -219,15 +251,9 @@ std::optional<BreakNodeName> ParseBreakNode(std::string_view name) {
   auto key = DecodeSegment(name.substr(0, end_of_key));
   if (!key) return std::nullopt;
   out.key = std::move(*key);
-  const std::string_view keep = name.substr(end_of_key + 2, dash - end_of_key - 2);
-  if (keep != "ever") {
-    std::int64_t until = 0;
-    if (std::from_chars(keep.data(), keep.data() + keep.size(), until).ec != std::errc() ||
-        std::to_string(until) != keep) {
-      return std::nullopt;
-    }
-    out.keep_until_unix_ms = until;
-  }
+  auto until = ParseKeepUntil(name.substr(end_of_key + 2, dash - end_of_key - 2));
+  if (!until) return std::nullopt;
+  out.keep_until_unix_ms = *until;
   return out;
 }
 

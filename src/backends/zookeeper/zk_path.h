@@ -17,7 +17,9 @@
 // its own node again after a lost reply, and `dlock status` shows owners.
 //
 // Run-once records (`dlock once`) live apart from every lock, in one flat
-// directory: <chroot>/%dlock-done/<name>, a persistent znode per key. The
+// directory: <chroot>/%dlock-done/<name>, a container znode per key holding
+// its records (DoneRecordName), one per marking. (A record of the dlock
+// before retentions is that znode's own data, kept for ever.) The
 // directory's name is no encoding EncodeSegment produces (a '%' there is
 // always followed by two hex digits, or stands alone for an empty segment),
 // so no key's lock path is it or under it; and being a child of the chroot,
@@ -49,10 +51,23 @@ Result<std::string> NormalizeChroot(std::string_view chroot);
 Result<std::string> LockPath(std::string_view chroot, std::string_view key);
 
 // The directory of run-once records under `chroot` (normalised), and the
-// record of `key` in it. DonePath: kInvalidArgument for an empty key.
+// node of `key`'s records in it. DonePath: kInvalidArgument for an empty
+// key.
 inline constexpr std::string_view kDoneDirName = "%dlock-done";
 std::string DoneDir(std::string_view chroot);
 Result<std::string> DonePath(std::string_view chroot, std::string_view key);
+
+// One run-once record, a child of DonePath: "<keep until>-<owner>", the end
+// of its retention in Unix ms by the writer's clock ("ever": kept for
+// ever), and the 32 hex digits of the holder that marked it. The owner
+// makes each name unique (owner ids are never reused), so a record past its
+// end is deleted by its name, and never a newer one in its place.
+struct DoneRecordName {
+  std::optional<std::int64_t> keep_until_unix_ms;  // nullopt: for ever
+  OwnerId owner;
+};
+std::string FormatDoneRecord(const DoneRecordName& record);
+std::optional<DoneRecordName> ParseDoneRecord(std::string_view name);
 
 // Break records (Backend::RecordBreak) live in one flat directory too,
 // <chroot>/%dlock-breaks, one persistent sequential znode per record named

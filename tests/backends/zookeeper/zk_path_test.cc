@@ -57,6 +57,24 @@ TEST(ZkPathTest, DoneRecordsLiveApartFromEveryLock) {
   }
 }
 
+TEST(ZkPathTest, DoneRecordNamesCarryTheirEndAndTheirOwner) {
+  const OwnerId owner(0x0123456789abcdef, 0xfedcba9876543210);
+  const std::string name = FormatDoneRecord({1733400000123, owner});
+  EXPECT_EQ(name, "1733400000123-0123456789abcdeffedcba9876543210");
+  auto parsed = ParseDoneRecord(name);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->keep_until_unix_ms, 1733400000123);
+  EXPECT_EQ(parsed->owner, owner);
+  parsed = ParseDoneRecord(FormatDoneRecord({std::nullopt, owner}));
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_FALSE(parsed->keep_until_unix_ms.has_value()) << "for ever";
+  for (const std::string& bad : std::vector<std::string>{"", "ever", "-0123456789abcdeffedcba9876543210",
+                                "01-0123456789abcdeffedcba9876543210", "x-" + owner.ToString(),
+                                "12-" + owner.ToString().substr(1), "12-" + owner.ToString() + "0"}) {
+    EXPECT_FALSE(ParseDoneRecord(bad).has_value()) << bad;
+  }
+}
+
 TEST(ZkPathTest, BreakRecordNamesCarryTheKeyAndTheirEnd) {
   EXPECT_EQ(BreaksDir("/dlock"), "/dlock/%dlock-breaks");
   EXPECT_FALSE(DecodeSegment(kBreaksDirName).has_value()) << "the directory decodes to a key";

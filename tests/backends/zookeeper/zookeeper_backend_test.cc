@@ -103,6 +103,11 @@ class Observer {
     const Reply* r = op->Wait(seconds(5));
     return r != nullptr && r->rc == ZOK;
   }
+  bool Create(const std::string& path, int flags = 0) {
+    auto op = session_->Create(path, "", flags);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK;
+  }
   bool Delete(const std::string& path) {
     auto op = session_->Delete(path);
     const Reply* r = op->Wait(seconds(5));
@@ -578,6 +583,60 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   ASSERT_TRUE(backend->Release(key, b).ok());
   backend.reset();  // its session ends: the record is persistent
   EXPECT_TRUE(*other->IsDone(key));
+}
+
+// A record is deleted by its name, which no later record shares: a delete
+// meant for an earlier one (a reader that found it expired, then stalled)
+// cannot take the record written after it, so the job is not run again.
+TEST(ZooKeeperBackendTest, ALateDeleteOfAnEarlierRecordLeavesTheNewOne) {
+  Observer zk;
+  const std::string key = UniqueKey("once/aba");
+  const std::string dir = *DonePath(FixtureOptions().chroot, key);
+  auto backend = OpenZooKeeper(FixtureOptions());
+  auto mark = [&] {
+    const OwnerId owner = NewOwner();
+    auto granted = Answered(*backend, Req(key, owner));
+    EXPECT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    EXPECT_TRUE(backend->MarkDone(key, owner, seconds(60)).ok());
+    EXPECT_TRUE(backend->Release(key, owner).ok());
+  };
+  mark();
+  const std::vector<std::string> earlier = zk.Children(dir);
+  ASSERT_EQ(earlier.size(), 1u);
+  mark();  // supersedes the earlier record, which it deletes
+  (void)zk.Delete(dir + "/" + earlier[0]);  // the stalled reader's delete, late
+  EXPECT_EQ(zk.Children(dir).size(), 1u);
+  Result<bool> done = backend->IsDone(key);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(*done) << "the new record went with the earlier one's delete";
+}
+
+// Keys marked once and never asked about again (a date, a job id) would
+// keep their records for ever: each marking also deletes records past
+// their end under up to 16 other keys. A chroot of its own, so that those
+// are all the keys there are; the expired record is made by hand, as a
+// marking a minute ago with a retention of a second would have named it.
+TEST(ZooKeeperBackendTest, RecordsPastTheirEndGoWithOtherKeysMarkings) {
+  Observer zk;
+  ZkOptions o = FixtureOptions();
+  o.chroot = "/" + UniqueKey("janitor");
+  auto backend = OpenZooKeeper(o);
+  auto mark = [&](const std::string& key) {
+    const OwnerId owner = NewOwner();
+    auto granted = Answered(*backend, Req(key, owner));
+    EXPECT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    EXPECT_TRUE(backend->MarkDone(key, owner, seconds(60)).ok());
+    EXPECT_TRUE(backend->Release(key, owner).ok());
+  };
+  mark("first");  // makes the records directory
+  const std::string dir = *DonePath(o.chroot, "never-again");
+  ASSERT_TRUE(zk.Create(dir, ZOO_CONTAINER));
+  const std::int64_t a_minute_ago = zk.StoreNowMs() - 60'000;
+  ASSERT_TRUE(zk.Create(dir + "/" + FormatDoneRecord({a_minute_ago, NewOwner()})));
+  mark("tomorrow");
+  EXPECT_TRUE(testing_support::Eventually([&] { return zk.Children(dir).empty(); }, seconds(10)))
+      << "the expired record of a key nobody asks about stayed";
+  EXPECT_EQ(zk.Children(*DonePath(o.chroot, "tomorrow")).size(), 1u);
 }
 
 // A key nobody else wanted leaves no lock path behind for the container
