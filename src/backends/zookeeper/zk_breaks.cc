@@ -18,6 +18,10 @@ using std::chrono::milliseconds;
 
 // How many records past their end one write or listing deletes at most.
 constexpr std::size_t kExpiredPerPass = 64;
+// The most records kept: they share one directory, which every write and
+// listing reads whole, within ZooKeeper's reply limit (jute.maxbuffer,
+// 1 MB by default). Beyond it, each write deletes the oldest.
+constexpr std::size_t kMaxRecords = 1000;
 
 // "owner\ntoken\nbreak_token\nby\nlabel": labels hold no control characters.
 std::string EncodeRecord(const BreakRecord& r) {
@@ -63,14 +67,26 @@ Result<std::vector<std::string>> ZooKeeperBackendImpl::BreakNodes(const Live& li
 }
 
 // Deletes, pipelined and without waiting long, the records among `names`
-// past their end: a later pass finds what this one left.
+// past their end, and the oldest beyond kMaxRecords: a later pass finds
+// what this one left.
 void ZooKeeperBackendImpl::DeleteExpiredBreaks(const Live& live,
                                                const std::vector<std::string>& names) {
   const std::int64_t now_ms = UnixNowMs();
-  std::vector<std::shared_ptr<Op>> ops;
+  std::vector<std::string> doomed, kept;
   for (const std::string& name : names) {
     const auto parsed = ParseBreakNode(name);
-    if (!parsed || !Expired(*parsed, now_ms)) continue;
+    if (!parsed) continue;
+    (Expired(*parsed, now_ms) ? doomed : kept).push_back(name);
+  }
+  if (kept.size() > kMaxRecords) {
+    // Every name ends in its ten-digit sequence (ParseBreakNode checked it).
+    auto sequence = [](const std::string& n) { return std::string_view(n).substr(n.size() - 10); };
+    std::sort(kept.begin(), kept.end(),
+              [&](const auto& a, const auto& b) { return sequence(a) < sequence(b); });
+    doomed.insert(doomed.end(), kept.begin(), kept.end() - kMaxRecords);
+  }
+  std::vector<std::shared_ptr<Op>> ops;
+  for (const std::string& name : doomed) {
     ops.push_back(live.session->Delete(BreaksDir(options.chroot) + "/" + name));
     if (ops.size() == kExpiredPerPass) break;
   }
