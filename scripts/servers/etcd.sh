@@ -11,6 +11,10 @@
 #   etcd.sh restart DIR      kill the member that leads now and start it again
 #                            (the store-restart fault of `dlock chaos`)
 #   etcd.sh leader DIR       print the number of the member that leads now
+#   etcd.sh states DIR       one line per member: its pid, process state and,
+#                            if it runs, its view (raft term, leader id,
+#                            revision): what a test shows when a fault did
+#                            not do what it expected
 #   etcd.sh endpoint DIR N   print member N's client address (127.0.0.1:PORT)
 #   etcd.sh health DIR       wait until every running member answers (30 s)
 #   etcd.sh port DIR N       print member N's client port
@@ -47,7 +51,7 @@
 source "$(dirname "$0")/lib.sh"
 
 usage() {
-  echo "usage: etcd.sh start|start-secure|configure-linked|launch|stop|health|leader|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint|port|member-id DIR N" >&2
+  echo "usage: etcd.sh start|start-secure|configure-linked|launch|stop|health|leader|states|restart DIR, or etcd.sh kill|pause|resume|restart|endpoint|port|member-id DIR N" >&2
   exit 64
 }
 
@@ -341,6 +345,18 @@ for m in json.loads(sys.argv[1])["members"]:
     done
     echo "no member of $dir leads" >&2
     exit 1
+    ;;
+  states)
+    for ((n = 1; n <= $(members); n++)); do
+      pid=$(member_pid "$n") || { echo "n$n: not running"; continue; }
+      line="n$n: pid $pid state $(ps -o stat= -p "$pid" 2>/dev/null | tr -d ' ')"
+      if running "$n"; then
+        line+=" $(ctl "$n" --command-timeout 1s endpoint status -w json 2>/dev/null |
+          python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; print("id %x leader %x term %s revision %s" % (s["header"]["member_id"], s["leader"], s["raftTerm"], s["header"]["revision"]))' 2>/dev/null ||
+          echo "(no status)")"
+      fi
+      echo "$line"
+    done
     ;;
   *) usage ;;
 esac

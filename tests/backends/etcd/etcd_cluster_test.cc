@@ -136,7 +136,8 @@ TEST(EtcdClusterTest, QuorumLossFailsAcquireByItsDeadlineAndServiceReturns) {
   const TimePoint start = MonotonicClock::now();
   auto r = client->Acquire(name, Opts(seconds(3), kWait));
   const auto took = MonotonicClock::now() - start;
-  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable)
+      << r.status().ToString() << "; the members now:\n" << Cluster("states");
   const std::string msg = r.status().message();
   EXPECT_TRUE(msg.find("no leader") != std::string::npos ||
               msg.find("no answer") != std::string::npos ||
