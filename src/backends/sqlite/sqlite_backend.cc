@@ -1245,7 +1245,7 @@ Result<std::vector<BreakRecord>> SqliteBackend::Breaks(std::string_view prefix) 
 }
 
 // The floor: one single-row write transaction with the same durability as a
-// grant, on dlock_meta, which no lock reads.
+// grant, on its own row of dlock_meta ('ping'), which no grant touches.
 Status SqliteBackend::Ping() {
   std::lock_guard lock(mu_);
   sqlite3* db = db_.get();
