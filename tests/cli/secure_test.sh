@@ -23,7 +23,12 @@ expect_exit 75 "no leader" -- "$DLOCK" leader secure/election
 expect_exit 0 "" -- "$DLOCK" once secure/once-a --ttl 5s -- true
 expect_exit 0 "" -- "$DLOCK" bench --iterations 50 --duration 1s --contenders 2 --clients 2 --leases 50
 
-out=$("$DLOCK" chaos --faults pause --duration 5s --ttl 1s --seed 5 --json --dir "$WORK" 2>&1)
+# Long enough for a few dozen operations at what one costs here now (a
+# loaded cluster with TLS can take seconds to answer a first connect).
+cost=$(slowest_ms 3 "$DLOCK" exec secure/chaos-probe --ttl 5s -- true) || cost=1000
+duration=$((cost * 20 > 5000 ? cost * 20 : 5000))
+out=$("$DLOCK" chaos --faults pause --duration "${duration}ms" --ttl 1s --seed 5 --json \
+  --dir "$WORK" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "chaos exited $rc: $out"
 python3 -c '
