@@ -2,12 +2,14 @@
 # shellcheck disable=SC2046  # $(restart STORE)'s words are meant to split
 # The long chaos campaigns behind docs/guarantees.md, outside CI.
 #
-#   scripts/campaign.sh [--runs N] [--time-limit D] [--duration L] [--out DIR]
-#                       [CAMPAIGN...]
+#   scripts/campaign.sh [--runs N] [--control-runs M] [--time-limit D]
+#                       [--duration L] [--out DIR] [CAMPAIGN...]
 #
 # For each campaign, the fenced workload and then the unfenced control with
-# the same seed and faults, each at most N runs (default 200) and at most D
-# long (default 60m: no run starts after it). --duration sets every run's
+# the same seed and faults, at most N runs (default 200) and M runs (default
+# N) each, and at most D long each (default 60m: no run starts after it).
+# The control only shows that the checkers catch what the fence prevents,
+# which a few runs do; the fenced runs are the claim. --duration sets every run's
 # length (default: each campaign's own, 10-30 s), so that 200 runs fit in
 # the time there is. Campaigns (default: all):
 #
@@ -36,14 +38,15 @@
 # (build it first: cmake --preset default && cmake --build build), or $DLOCK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=200 limit=60m duration="" out=campaign-$(date +%Y%m%d-%H%M)
+runs=200 control_runs="" limit=60m duration="" out=campaign-$(date +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
+    --control-runs) control_runs=$2; shift 2 ;;
     --time-limit) limit=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -*) sed -n '2,35p' "$0" >&2; exit 64 ;;
+    -*) sed -n '2,38p' "$0" >&2; exit 64 ;;
     *) break ;;
   esac
 done
@@ -70,7 +73,9 @@ chaos() {
   local name=$1 workload=$2
   shift 2
   mkdir -p "$out/runs"
-  echo "campaign.sh: $name, $workload (at most $runs runs, $limit)" >&2
+  local n=$runs
+  [ "$workload" = fenced ] || n=${control_runs:-$runs}
+  echo "campaign.sh: $name, $workload (at most $n runs, $limit)" >&2
   local args=() prev=""
   for a in "$@"; do  # --duration L replaces the campaign's own
     [ "$prev" = --duration ] && [ -n "$duration" ] && a=$duration
@@ -78,7 +83,7 @@ chaos() {
     prev=$a
   done
   # 3 and 4 (violations, recovery failures) are findings, not failures here.
-  "$DLOCK" chaos --workload "$workload" --runs "$runs" --time-limit "$limit" --json \
+  "$DLOCK" chaos --workload "$workload" --runs "$n" --time-limit "$limit" --json \
     --dir "$out/runs" "${args[@]}" >"$out/$name-$workload.json" || [ $? -le 4 ]
 }
 
