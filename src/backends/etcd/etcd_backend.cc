@@ -6,6 +6,7 @@
 
 #include "backends/etcd/etcd_acquisition.h"
 #include "backends/etcd/etcd_backend_impl.h"
+#include "core/break_text.h"
 #include "core/duration.h"
 
 namespace dlock::etcd {
@@ -829,35 +830,17 @@ Status EtcdBackendImpl::MarkDone(std::string_view key, const OwnerId& owner,
 
 namespace {
 
-std::string EncodeBreak(const BreakRecord& r) {
-  return r.owner.ToString() + '\n' + std::to_string(r.token) + '\n' +
-         std::to_string(r.break_token) + '\n' + r.by + '\n' + r.label;
-}
-
 // The record of lock `name` stored at time `at_hex` (the key's 16 hex
 // digits) as `value`; false when it is not one EncodeBreak wrote.
 bool DecodeBreak(std::string name, std::string_view at_hex, std::string_view value,
                  BreakRecord* out) {
-  std::string_view f[5];
-  for (int i = 0; i < 4; ++i) {
-    const std::size_t nl = value.find('\n');
-    if (nl == std::string_view::npos) return false;
-    f[i] = value.substr(0, nl);
-    value.remove_prefix(nl + 1);
-  }
-  f[4] = value;
-  auto number = [](std::string_view t, auto* v, int base) {
-    return !t.empty() && std::from_chars(t.data(), t.data() + t.size(), *v, base).ec == std::errc();
-  };
-  auto owner = OwnerId::Parse(f[0]);
-  if (!owner.ok() || !number(f[1], &out->token, 10) || !number(f[2], &out->break_token, 10) ||
-      !number(at_hex, &out->at_unix_ms, 16)) {
+  if (!internal::DecodeBreakText(value, out)) return false;
+  if (at_hex.empty() ||
+      std::from_chars(at_hex.data(), at_hex.data() + at_hex.size(), out->at_unix_ms, 16).ec !=
+          std::errc()) {
     return false;
   }
   out->key = std::move(name);
-  out->owner = *owner;
-  out->by = std::string(f[3]);
-  out->label = std::string(f[4]);
   return true;
 }
 
@@ -870,7 +853,7 @@ Status EtcdBackendImpl::RecordBreak(const BreakRecord& record, std::chrono::mill
   pb::TxnRequest txn;
   *txn.add_success() =
       PutOp(BreakKey(options_.root, record.key, record.at_unix_ms, record.owner.ToString()),
-            EncodeBreak(record), lease);
+            internal::EncodeBreakText(record), lease);
   auto r = conn_.Txn(txn, OpDeadline());
   if (!r.ok()) {
     DropRetentionLease(lease, r.status());

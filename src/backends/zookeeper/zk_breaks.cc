@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/zookeeper/zk_backend_impl.h"
+#include "core/break_text.h"
 #include "backends/zookeeper/zookeeper_backend.h"
 
 namespace dlock::zookeeper {
@@ -22,32 +23,6 @@ constexpr std::size_t kExpiredPerPass = 64;
 // listing reads whole, within ZooKeeper's reply limit (jute.maxbuffer,
 // 1 MB by default). Beyond it, each write deletes the oldest.
 constexpr std::size_t kMaxRecords = 1000;
-
-// "owner\ntoken\nbreak_token\nby\nlabel": labels hold no control characters.
-std::string EncodeRecord(const BreakRecord& r) {
-  return r.owner.ToString() + '\n' + std::to_string(r.token) + '\n' +
-         std::to_string(r.break_token) + '\n' + r.by + '\n' + r.label;
-}
-
-bool DecodeRecord(std::string_view data, BreakRecord* out) {
-  std::string_view f[5];
-  for (int i = 0; i < 4; ++i) {
-    const std::size_t nl = data.find('\n');
-    if (nl == std::string_view::npos) return false;
-    f[i] = data.substr(0, nl);
-    data.remove_prefix(nl + 1);
-  }
-  f[4] = data;
-  auto owner = OwnerId::Parse(f[0]);
-  auto number = [](std::string_view t, FencingToken* v) {
-    return !t.empty() && std::from_chars(t.data(), t.data() + t.size(), *v).ec == std::errc();
-  };
-  if (!owner.ok() || !number(f[1], &out->token) || !number(f[2], &out->break_token)) return false;
-  out->owner = *owner;
-  out->by = std::string(f[3]);
-  out->label = std::string(f[4]);
-  return true;
-}
 
 bool Expired(const BreakNodeName& n, std::int64_t now_ms) {
   return n.keep_until_unix_ms && *n.keep_until_unix_ms <= now_ms;
@@ -105,7 +80,7 @@ Status ZooKeeperBackend::RecordBreak(const BreakRecord& record, milliseconds kee
   const std::string dir = BreaksDir(m.options.chroot);
   const std::string path = dir + "/" + name;
   for (int round = 0; round < 2; ++round) {
-    auto op = live.session->Create(path, EncodeRecord(record), ZOO_PERSISTENT_SEQUENTIAL);
+    auto op = live.session->Create(path, internal::EncodeBreakText(record), ZOO_PERSISTENT_SEQUENTIAL);
     const Reply* r = op->Wait(m.attempt_timeout);
     if (r == nullptr) {
       return UnavailableError("ZooKeeper did not answer the create of " + path +
@@ -156,7 +131,7 @@ Result<std::vector<BreakRecord>> ZooKeeperBackend::Breaks(std::string_view prefi
     if (r->rc == ZNONODE) continue;  // deleted meanwhile
     if (r->rc != ZOK) return ZkError(r->rc, "reading the break record " + wanted[i].second);
     BreakRecord b;
-    if (!DecodeRecord(r->data, &b)) {
+    if (!internal::DecodeBreakText(r->data, &b)) {
       return InternalError("the break record " + wanted[i].second + " on " + m.Describe() +
                            " is malformed (not written by dlock?)");
     }
