@@ -30,7 +30,8 @@ struct BreakFlags {
   std::vector<std::string> owners;
   bool force = false;
   bool json = false;
-  std::string keep = "30d";  // the break records' retention
+  std::string keep = "30d";  // the break records' retention: kDefaultBreakRetention
+  static_assert(kDefaultBreakRetention == std::chrono::hours(24 * 30), "--keep's default");
   std::string backend;
 };
 

@@ -20,7 +20,8 @@ struct ExecFlags : LockFlags {
   // `dlock once`: skip if KEY is marked done; mark it done after CMD exits 0,
   // for `keep` (a duration, or "forever").
   bool once = false;
-  std::string keep = "30d";
+  std::string keep = "30d";  // kDefaultDoneRetention
+  static_assert(kDefaultDoneRetention == std::chrono::hours(24 * 30), "--keep's default");
 };
 
 int RunExec(const ExecFlags& flags);
