@@ -208,8 +208,7 @@ class PostgresBackend final : public Backend {
   // closes.
   void SweepLoop(std::stop_token stop);
   void NoteReleaseForSweep();
-  // One batch within `deadline`: how many rows it deleted.
-  Result<std::int64_t> SweepOnce(SteadyTime deadline);
+  Result<std::int64_t> SweepOn(PgConnHandle& conn, SteadyTime deadline);
 
   // The last release by this backend of a key, which NOTIFYed the head of
   // its queue: a waiting acquire of that key that begins at once (a process
@@ -683,10 +682,13 @@ void PostgresBackend::NoteReleaseForSweep() {
 
 // A row is swept once its key was last granted kSweepEvery ago, so sweeps
 // go on every kSweepEvery until one runs that long after the last release.
+// The loop sweeps on a connection of its own, opened at its first round: a
+// renewal must never queue behind a sweep for the backend's connection.
 void PostgresBackend::SweepLoop(std::stop_token stop) {
   std::mutex mu;
   std::condition_variable_any wake;
   std::unique_lock lock(mu);
+  PgConnHandle own;
   while (!stop.stop_requested()) {
     wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
     SteadyTime::rep released = released_at_.load();
@@ -695,7 +697,7 @@ void PostgresBackend::SweepLoop(std::stop_token stop) {
         SteadyClock::now() - SteadyTime(SteadyTime::duration(released)) >= kSweepEvery;
     bool more = true, failed = false;
     for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
-      const Result<std::int64_t> swept = SweepOnce(CallDeadline());
+      const Result<std::int64_t> swept = SweepOn(own, CallDeadline());
       more = swept.ok() && *swept == kSweepBatch;
       // A sweep kept out (lock_timeout) or cut short is tried next time.
       failed = !swept.ok() || (more && round + 1 == kSweepBatchesPerRound);
@@ -704,20 +706,36 @@ void PostgresBackend::SweepLoop(std::stop_token stop) {
   }
   // A process that lives for one lock (`dlock exec`, `dlock once`) never
   // reaches a round: one batch on the way out, so that what earlier such
-  // processes left goes with it, bounded so that exit stays quick.
-  if (released_at_.load() != 0) (void)SweepOnce(SteadyClock::now() + kLastSweepWithin);
+  // processes left goes with it, bounded so that exit stays quick. On the
+  // backend's connection unless the loop opened one: nothing else runs now.
+  if (released_at_.load() == 0) return;
+  const SteadyTime deadline = SteadyClock::now() + kLastSweepWithin;
+  if (own) {
+    (void)SweepOn(own, deadline);
+    return;
+  }
+  std::unique_lock busy(mu_, std::defer_lock);
+  if (!busy.try_lock_until(deadline) || awaiting_stale_reply_ || !conn_) return;
+  (void)SweepOn(conn_, deadline);
 }
 
-Result<std::int64_t> PostgresBackend::SweepOnce(SteadyTime deadline) {
+// One batch on `conn` (opened first when null; dropped after a failure
+// that left it in an unknown state): how many rows it deleted.
+Result<std::int64_t> PostgresBackend::SweepOn(PgConnHandle& conn, SteadyTime deadline) {
   const std::string what = "sweep free rows from " + tables_.locks;
-  std::unique_lock lock(mu_, std::defer_lock);
-  if (!lock.try_lock_until(deadline)) return UnavailableError(what + ": the connection is busy");
-  if (awaiting_stale_reply_) return UnavailableError(what + ": an earlier reply is due");
-  DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
-  auto swept = Exec(conn_.get(), SweepSql(tables_, kSweepBatch, kSweepEvery), {}, deadline, what,
+  if (!conn) {
+    auto opened = Connect(options_.conninfo, deadline, options_.describe);
+    if (!opened.ok()) return opened.status().WithContext(what);
+    // Durable as every dlock session: the sweep raises the token sequence.
+    DLOCK_RETURN_IF_ERROR(Exec(opened->get(), "SET synchronous_commit TO on", {}, deadline, what,
+                               options_.describe)
+                              .status());
+    conn = std::move(*opened);
+  }
+  auto swept = Exec(conn.get(), SweepSql(tables_, kSweepBatch, kSweepEvery), {}, deadline, what,
                     options_.describe);
-  if (PQstatus(conn_.get()) != CONNECTION_OK || PQtransactionStatus(conn_.get()) != PQTRANS_IDLE) {
-    conn_.reset();  // cut off or timed out mid-sweep: start the next call afresh
+  if (PQstatus(conn.get()) != CONNECTION_OK || PQtransactionStatus(conn.get()) != PQTRANS_IDLE) {
+    conn.reset();  // cut off or timed out mid-sweep: start the next one afresh
   }
   if (!swept.ok()) return swept.status();
   DLOCK_RETURN_IF_ERROR(CheckShape(swept->get(), 1, 1, what, options_.describe));
