@@ -277,14 +277,18 @@ Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
   return Place(live, node, *r);
 }
 
-// Finds our node among the siblings and applies the look. Ours is `node`
-// or, after a lost reply, the lowest with our guid; any other node with our
-// guid is a duplicate from a retried create, and goes.
+// Finds our node among the siblings and applies the look. Ours is the
+// lowest with our guid: `node`, or a node an earlier attempt of this owner
+// made and never heard back about (a lost reply; a retried TryAcquire is a
+// new acquisition with the same owner), which keeps its place and its
+// token, as the contract wants of a retry. Any other node with our guid is
+// a duplicate, and goes.
 Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& children) {
   const std::vector<LockNode> sorted = SortedContenders(children.children);
   const auto mine = std::find_if(sorted.begin(), sorted.end(), [&](const LockNode& n) {
-    return node.name.empty() ? n.guid == c_->guid : n.name == node.name;
+    return n.guid == c_->guid || (!node.name.empty() && n.name == node.name);
   });
+  if (mine != sorted.end() && mine->name != node.name) node = OwnNode{};  // adopting it
   for (auto it = sorted.begin(); it != sorted.end(); ++it) {
     if (it != mine && it->guid == c_->guid) (void)live.session->Delete(c_->PathOf(it->name));
   }

@@ -585,6 +585,37 @@ TEST(ZooKeeperBackendTest, AHolderWhoseNodeIsGoneMarksNothing) {
   EXPECT_TRUE(*other->IsDone(key));
 }
 
+// A TryAcquire whose reply was lost made a node that the next try of the
+// same owner (a new acquisition) must take as its own: the retry is granted
+// with that node's token, as the contract wants of a retried request, and
+// its own new node goes. (The earlier node is made by hand here, as the
+// lost attempt would have named it.)
+TEST(ZooKeeperBackendTest, ARetriedTryAcquireAdoptsTheNodeItsLostAttemptMade) {
+  Observer zk;
+  const std::string key = UniqueKey("lost-reply/retried");
+  const std::string path = *LockPath(FixtureOptions().chroot, key);
+  auto backend = OpenZooKeeper(FixtureOptions());
+  for (int i = 0; i < 2; ++i) {  // makes the path, and keeps it (see AKeyHeldAlone...)
+    const OwnerId other = NewOwner();
+    auto granted = Answered(*backend, Req(key, other));
+    ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    ASSERT_TRUE(backend->Release(key, other).ok());
+  }
+  const OwnerId owner = NewOwner();
+  ASSERT_TRUE(zk.Create(path + "/" + LockNodePrefix(owner), ZOO_EPHEMERAL_SEQUENTIAL));
+  const std::vector<LockNode> before = zk.Contenders(key);
+  ASSERT_EQ(before.size(), 1u);
+  const std::int64_t lost_czxid = zk.Czxid(key, before[0].name);
+  auto retried = Answered(*backend, Req(key, owner));
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_TRUE(retried->granted) << "the retry queued behind its own lost attempt";
+  EXPECT_EQ(retried->token, static_cast<FencingToken>(lost_czxid));
+  EXPECT_TRUE(testing_support::Eventually([&] { return zk.Contenders(key).size() == 1; },
+                                          seconds(10)))
+      << "the retry's own new node stayed";
+  (void)backend->Release(key, owner);
+}
+
 // A record is deleted by its name, which no later record shares: a delete
 // meant for an earlier one (a reader that found it expired, then stalled)
 // cannot take the record written after it, so the job is not run again.
