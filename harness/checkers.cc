@@ -327,19 +327,24 @@ CheckResult CheckPausesTested(const History& h) {
     // the lock can tell.
     if (p.worker >= 0 || (p.op != "pause" && p.op != "partition")) continue;
     const int victim = static_cast<int>(p.value);
-    // The victim's token and its first write after the pause.
+    // The victim's token and its first write after the pause, by the same
+    // process: a victim that died while paused is restarted, and the new
+    // process's writes, with tokens of their own, were never stale.
     FencingToken token = 0;
+    int incarnation = -1;
     for (std::size_t j = i; j-- > 0;) {
       const Event& e = h.events[j];
       if (e.worker == victim && e.op == "acquire" && e.type == EventType::kOk) {
         token = e.token;
+        incarnation = e.incarnation;
         break;
       }
     }
     const Event* write = nullptr;
     for (std::size_t j = i + 1; j < h.events.size(); ++j) {
       const Event& e = h.events[j];
-      if (e.worker == victim && e.op == "write" && e.type != EventType::kInvoke) {
+      if (e.worker == victim && e.incarnation == incarnation && e.token == token &&
+          e.op == "write" && e.type != EventType::kInvoke) {
         write = &e;
         break;
       }

@@ -2,6 +2,9 @@
 // history with exactly the defect it exists to catch, and a clean one.
 #include "harness/checkers.h"
 
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace dlock::harness {
@@ -217,6 +220,29 @@ TEST(CheckersTest, G_StaleWriteAdmittedAfterAPauseFails) {
     }
   }
   EXPECT_EQ(Find(RunCheckers(h, {}), "g").verdict, Verdict::kFail);
+}
+
+// Regression (campaign run 1001, SQLite): the paused worker died while
+// stopped and was restarted; the new process's first write, with a token
+// of its own, is not the paused holder's stale write.
+TEST(CheckersTest, G_ARestartedWorkersWriteIsNotThePausedOnes) {
+  History h = Clean();
+  std::vector<Event> kept;
+  for (const Event& e : h.events) {
+    if (!(e.worker == 0 && e.op == "write" && e.token == 3)) kept.push_back(e);  // died paused
+  }
+  h.events = kept;
+  std::int64_t t = h.events.back().t_ns / kMs + 10;
+  for (auto [op, type, token] : {std::tuple{"acquire", EventType::kOk, FencingToken{5}},
+                                 std::tuple{"read", EventType::kOk, FencingToken{5}},
+                                 std::tuple{"write", EventType::kOk, FencingToken{5}}}) {
+    Event e = Ev(t++, 0, op, type, token, 3);
+    e.incarnation = 1;
+    h.events.push_back(e);
+  }
+  auto g = Find(RunCheckers(h, {}), "g");
+  EXPECT_NE(g.verdict, Verdict::kFail) << g.detail;
+  EXPECT_NE(g.detail.find("tested nothing"), std::string::npos) << g.detail;
 }
 
 TEST(CheckersTest, G_PauseThatTestedNothingSaysSo) {
