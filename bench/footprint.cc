@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,11 +52,14 @@ bool Cycle(Backend& b, const std::string& prefix, std::uint64_t from, std::uint6
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: dlock_bench_footprint URI KEYS [THREADS]\n";
+  // "-": the URI is in $DLOCK_BACKEND, so that a password in it stays out
+  // of the process list.
+  const char* from_env = std::getenv("DLOCK_BACKEND");
+  if (argc < 3 || (std::string_view(argv[1]) == "-" && from_env == nullptr)) {
+    std::cerr << "usage: dlock_bench_footprint URI|- KEYS [THREADS] (-: $DLOCK_BACKEND)\n";
     return 64;
   }
-  const std::string uri = argv[1];
+  const std::string uri = std::string_view(argv[1]) == "-" ? from_env : argv[1];
   const std::uint64_t keys = std::strtoull(argv[2], nullptr, 10);
   const int threads = argc > 3 ? std::atoi(argv[3]) : 4;
   const std::string prefix =

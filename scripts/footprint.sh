@@ -13,7 +13,9 @@
 # the KEYS on the same server, each round under a fresh prefix, so that a
 # size that stays put from one round to the next shows it is bounded.
 #
-# Uses build/dlock_bench_footprint (build it first), or $FOOTPRINT.
+# Uses build/dlock_bench_footprint (build it first), or $FOOTPRINT. The
+# store's URI reaches it in $DLOCK_BACKEND, never in argv (a test server's
+# password is in it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 store=${1:?usage: scripts/footprint.sh STORE [KEYS] [THREADS]}
@@ -39,7 +41,11 @@ case $store in
   postgres)
     bash scripts/servers/postgres.sh start "$dir/server" >/dev/null
     uri=$(cat "$dir/server/uri")
-    sql() { psql "$uri" -Atc "$1"; }
+    # psql reads the password from a file of its own, not from its argv.
+    ( umask 077 && echo "$uri" | sed -n 's|^postgres://\([^:]*\):\([^@]*\)@\([^:/]*\):\([0-9]*\)/\(.*\)$|\3:\4:\5:\1:\2|p' >"$dir/pgpass" )
+    export PGPASSFILE=$dir/pgpass
+    conn=$(echo "$uri" | sed 's|^\(postgres://[^:]*\):[^@]*@|\1@|')
+    sql() { psql "$conn" -Atc "$1"; }
     size() {
       echo "rows $(sql 'SELECT count(*) FROM dlock_locks') queue $(sql 'SELECT count(*) FROM dlock_locks_queue') table_bytes $(sql "SELECT pg_total_relation_size('dlock_locks')")"
     }
@@ -93,11 +99,11 @@ esac
 
 # A first key makes the store's fixed objects (tables, counters,
 # directories), so the baseline is what any used store has.
-"$bench" "$uri" 1 1 >/dev/null
+DLOCK_BACKEND=$uri "$bench" - 1 1 >/dev/null
 echo "before: $(size)"
 for ((round = 1; round <= rounds; round++)); do
   start=$(date +%s)
-  "$bench" "$uri" "$keys" "$threads"
+  DLOCK_BACKEND=$uri "$bench" - "$keys" "$threads"
   echo "round $round seconds: $(($(date +%s) - start))"
   echo "round $round after: $(size)"
   housekeeping
