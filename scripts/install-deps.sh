@@ -21,6 +21,9 @@ packages=(
   "${demo_packages[@]}"
   # PostgreSQL backend: client library, and the server its tests start
   libpq-dev postgresql
+  # MariaDB backend: the C connector (libmariadb), and the server its tests
+  # start
+  libmariadb-dev mariadb-server
   # Redis backend: client library, and the server its tests start
   libhiredis-dev redis-server
   # Redis peer in the benchmark: redis-py's Lock (node redlock uses the
