@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/timed_mutex.h"
 #include "dlock/status.h"
 
 namespace dlock::postgres {
@@ -40,44 +41,8 @@ struct PgResultClearer {
 };
 using PgResultHandle = std::unique_ptr<PGresult, PgResultClearer>;
 
-// A mutex whose lock can give up at a deadline, for the connections (a call
-// must not wait for a busy connection past its own time limit). Not
-// std::timed_mutex: its try_lock_until is pthread_mutex_clocklock, which
-// ThreadSanitizer (GCC 12) does not see, so it reports every unlock.
-// Meets the Lockable and TimedLockable requirements (std::unique_lock).
-class TimedMutex {
- public:
-  void lock() {
-    std::unique_lock l(mu_);
-    cv_.wait(l, [&] { return !locked_; });
-    locked_ = true;
-  }
-  bool try_lock() {
-    std::lock_guard l(mu_);
-    if (locked_) return false;
-    locked_ = true;
-    return true;
-  }
-  template <typename Clock, typename Duration>
-  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    std::unique_lock l(mu_);
-    if (!cv_.wait_until(l, deadline, [&] { return !locked_; })) return false;
-    locked_ = true;
-    return true;
-  }
-  void unlock() {
-    {
-      std::lock_guard l(mu_);
-      locked_ = false;
-    }
-    cv_.notify_one();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool locked_ = false;
-};
+// A mutex whose lock can give up at a deadline (core/timed_mutex.h).
+using TimedMutex = internal::TimedMutex;
 
 // libpq connection keywords and values, in order (PQconnectStartParams).
 using ConnInfo = std::vector<std::pair<std::string, std::string>>;
