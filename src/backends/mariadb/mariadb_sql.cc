@@ -1,0 +1,504 @@
+#include "backends/mariadb/mariadb_sql.h"
+
+#include <map>
+
+#include "backends/mariadb/mariadb_conn.h"
+
+namespace dlock::mariadb {
+namespace {
+
+// The server's clock, in microseconds since the epoch, whatever the
+// session's time zone: UTC_TIMESTAMP is UTC, and the difference of two
+// DATETIMEs is plain arithmetic (no zone, no daylight saving).
+constexpr const char* kNowUs = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+// Holdings: one row per holder of a key. A holding counts (for the sharing
+// rule) while expires_us + lock_delay_ms is ahead of the server's clock,
+// and is held (listed, renewable) while expires_us is.
+constexpr const char* kHoldingsSql = R"sql(
+CREATE TABLE IF NOT EXISTS {t} (
+  lock_key      VARBINARY(1024) NOT NULL,
+  owner         CHAR(32) CHARACTER SET ascii NOT NULL,
+  token         BIGINT UNSIGNED NOT NULL,
+  expires_us    BIGINT NOT NULL,
+  acquired_us   BIGINT NOT NULL,
+  ttl_ms        BIGINT NOT NULL,
+  lock_delay_ms BIGINT NOT NULL,
+  holder_limit  BIGINT NOT NULL,
+  label         VARBINARY(256) NOT NULL,
+  PRIMARY KEY (lock_key, owner)
+) ENGINE=InnoDB COMMENT='{version}')sql";
+
+// Keys in use: a row while the key has holdings or places, the row each
+// change to the key locks first (a key without a row has nothing to lock).
+// next_place numbers the key's waiters in arrival order.
+constexpr const char* kKeysSql = R"sql(
+CREATE TABLE IF NOT EXISTS {k} (
+  lock_key   VARBINARY(1024) NOT NULL PRIMARY KEY,
+  next_place BIGINT NOT NULL DEFAULT 0
+) ENGINE=InnoDB COMMENT='{version}')sql";
+
+constexpr const char* kQueueSql = R"sql(
+CREATE TABLE IF NOT EXISTS {q} (
+  lock_key     VARBINARY(1024) NOT NULL,
+  owner        CHAR(32) CHARACTER SET ascii NOT NULL,
+  place        BIGINT NOT NULL,
+  enqueued_us  BIGINT NOT NULL,
+  expires_us   BIGINT NOT NULL,
+  holder_limit BIGINT NOT NULL,
+  label        VARBINARY(256) NOT NULL,
+  PRIMARY KEY (lock_key, owner)
+) ENGINE=InnoDB COMMENT='{version}')sql";
+
+constexpr const char* kDoneSql = R"sql(
+CREATE TABLE IF NOT EXISTS {d} (
+  lock_key      VARBINARY(1024) NOT NULL PRIMARY KEY,
+  owner         CHAR(32) CHARACTER SET ascii NOT NULL,
+  token         BIGINT UNSIGNED NOT NULL,
+  done_us       BIGINT NOT NULL,
+  keep_until_us BIGINT NULL,
+  KEY (keep_until_us)
+) ENGINE=InnoDB COMMENT='{version}')sql";
+
+constexpr const char* kBreaksTableSql = R"sql(
+CREATE TABLE IF NOT EXISTS {b} (
+  id            BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  lock_key      VARBINARY(1024) NOT NULL,
+  at_us         BIGINT NOT NULL,
+  owner         CHAR(32) CHARACTER SET ascii NOT NULL,
+  token         BIGINT UNSIGNED NOT NULL,
+  label         VARBINARY(256) NOT NULL,
+  broken_by     VARBINARY(1024) NOT NULL,
+  break_token   BIGINT UNSIGNED NOT NULL,
+  keep_until_us BIGINT NULL,
+  KEY (lock_key, at_us),
+  KEY (keep_until_us)
+) ENGINE=InnoDB COMMENT='{version}')sql";
+
+// Every grant's token (docs/decisions.md, "MariaDB tokens"). InnoDB, so
+// that its refills are in the same redo log as the grants: a grant that is
+// durable had its refill written before it. The cache only means a crash
+// skips values, never that one comes back.
+constexpr const char* kTokensSql = R"sql(
+CREATE SEQUENCE IF NOT EXISTS {s} START WITH 1 MINVALUE 1 MAXVALUE 9223372036854775806
+  INCREMENT BY 1 CACHE 1000 NOCYCLE ENGINE=InnoDB COMMENT='{version}')sql";
+
+// Acquire: one attempt, one transaction. p_queue_ms 0: a single attempt
+// (takes no place); > 0: a waiting attempt, which takes or refreshes the
+// owner's place in the queue when refused.
+//  - The owner's wake-up name (GET_LOCK 'dlock/<owner>', on this session)
+//    is taken before anything of it can be seen, so a waiter that finds it
+//    free knows its holder is gone (docs/backend-mariadb.md, "Wake-ups").
+//  - The key's row is locked first (created if missing): every change to a
+//    key happens under it, so what follows sees every committed change.
+//  - Holdings are read with FOR UPDATE: the latest versions, also of a
+//    renewal (which does not lock the key's row) that committed meanwhile.
+//  - Granted when we hold the key live (a retry: same token, lease
+//    refreshed) or when no holding of ours counts and
+//      holdings that count + live waiters ahead + 1 <= the smallest limit
+//    among ours, theirs and the waiters' (the sharing rule). The token is
+//    drawn after the key's row is locked, so a grant draws after every
+//    earlier grant of the key committed: tokens only go up per key.
+//  - Refused, a waiting attempt gets what stands ahead of it, in order, for
+//    the client to choose whom to wait for (DecideQueue).
+constexpr const char* kAcquireSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_acquire}(IN p_key VARBINARY(1024),
+    IN p_owner CHAR(32) CHARACTER SET ascii, IN p_ttl_ms BIGINT, IN p_delay_ms BIGINT,
+    IN p_label VARBINARY(256), IN p_limit BIGINT, IN p_queue_ms BIGINT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE v_name VARCHAR(64) DEFAULT CONCAT('dlock/', p_owner);
+  DECLARE v_held, v_mine, v_mine_live, v_ahead BIGINT DEFAULT 0;
+  DECLARE v_lim_held, v_lim_ahead, v_place, v_left_us BIGINT;
+  DECLARE v_token BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  IF COALESCE(IS_USED_LOCK(v_name), 0) <> CONNECTION_ID() THEN
+    DO GET_LOCK(v_name, 0);
+  END IF;
+  START TRANSACTION;
+  INSERT INTO {k} (lock_key) VALUES (p_key) ON DUPLICATE KEY UPDATE next_place = next_place;
+  SELECT COUNT(*), MIN(holder_limit), COALESCE(SUM(owner = p_owner), 0),
+         COALESCE(SUM(owner = p_owner AND expires_us > v_now), 0),
+         MIN(expires_us + lock_delay_ms * 1000) - v_now
+    INTO v_held, v_lim_held, v_mine, v_mine_live, v_left_us
+    FROM {t} WHERE lock_key = p_key AND expires_us + lock_delay_ms * 1000 > v_now FOR UPDATE;
+  IF p_queue_ms > 0 THEN
+    SELECT MIN(place) INTO v_place FROM {q}
+      WHERE lock_key = p_key AND owner = p_owner AND expires_us > v_now;
+  END IF;
+  SELECT COUNT(*), MIN(holder_limit) INTO v_ahead, v_lim_ahead FROM {q}
+    WHERE lock_key = p_key AND owner <> p_owner AND expires_us > v_now
+      AND (v_place IS NULL OR place < v_place);
+  IF v_mine_live > 0 THEN
+    UPDATE {t} SET expires_us = v_now + p_ttl_ms * 1000, ttl_ms = p_ttl_ms,
+                   lock_delay_ms = p_delay_ms, label = p_label
+      WHERE lock_key = p_key AND owner = p_owner;
+    SELECT MIN(token) INTO v_token FROM {t} WHERE lock_key = p_key AND owner = p_owner;
+  ELSEIF v_mine = 0 AND v_held + v_ahead + 1 <= LEAST(p_limit, COALESCE(v_lim_held, p_limit),
+                                                      COALESCE(v_lim_ahead, p_limit)) THEN
+    DELETE FROM {t} WHERE lock_key = p_key AND expires_us + lock_delay_ms * 1000 <= v_now;
+    SET v_token = NEXTVAL({s});
+    INSERT INTO {t} (lock_key, owner, token, expires_us, acquired_us, ttl_ms, lock_delay_ms,
+                     holder_limit, label)
+      VALUES (p_key, p_owner, v_token, v_now + p_ttl_ms * 1000, v_now, p_ttl_ms, p_delay_ms,
+              p_limit, p_label);
+  END IF;
+  IF v_token IS NOT NULL THEN
+    DELETE FROM {q} WHERE lock_key = p_key AND (owner = p_owner OR expires_us <= v_now);
+    COMMIT;
+    SELECT 'g' AS kind, NULL AS owner, v_token AS n, NULL AS ms, NULL AS lim;
+  ELSEIF p_queue_ms > 0 THEN
+    IF v_place IS NULL THEN
+      DELETE FROM {q} WHERE lock_key = p_key AND owner = p_owner;
+      UPDATE {k} SET next_place = next_place + 1 WHERE lock_key = p_key;
+      SELECT next_place INTO v_place FROM {k} WHERE lock_key = p_key;
+      INSERT INTO {q} (lock_key, owner, place, enqueued_us, expires_us, holder_limit, label)
+        VALUES (p_key, p_owner, v_place, v_now, v_now + p_queue_ms * 1000, p_limit, p_label);
+    ELSE
+      UPDATE {q} SET expires_us = v_now + p_queue_ms * 1000, holder_limit = p_limit,
+                     label = p_label
+        WHERE lock_key = p_key AND owner = p_owner;
+    END IF;
+    SELECT kind, owner, n, ms, lim FROM (
+      SELECT 0 AS part, 'r' AS kind, NULL AS owner, NULL AS n, CEIL(v_left_us / 1000) AS ms,
+             NULL AS lim
+      UNION ALL
+      SELECT 1, IF(expires_us > v_now, 'h', 'd'), owner, token,
+             CEIL((expires_us + IF(expires_us > v_now, 0, lock_delay_ms * 1000) - v_now) / 1000),
+             holder_limit
+        FROM {t} WHERE lock_key = p_key AND owner <> p_owner
+                   AND expires_us + lock_delay_ms * 1000 > v_now
+      UNION ALL
+      SELECT 2, 'w', owner, place, NULL, holder_limit
+        FROM {q} WHERE lock_key = p_key AND owner <> p_owner AND expires_us > v_now
+                   AND place < v_place) AS x
+    ORDER BY part, n;
+    COMMIT;
+  ELSE
+    COMMIT;
+    DO RELEASE_LOCK(v_name);
+    SELECT 'r' AS kind, NULL AS owner, NULL AS n, CEIL(v_left_us / 1000) AS ms, NULL AS lim;
+  END IF;
+END)sql";
+
+// Release: frees the owner's holding (not one that expired and is still
+// inside its lock-delay: that one lapses by itself) and its place, drops
+// what lapsed on the key, and the key's row when nothing is left: a
+// released key leaves nothing behind. Then the owner's wake-up name goes,
+// after the commit, so that the waiter it wakes finds the key free. Answers
+// (released, another owner holds it live): release is idempotent, and
+// kNotOwner only when somebody else holds the key.
+constexpr const char* kReleaseSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_release}(IN p_key VARBINARY(1024),
+    IN p_owner CHAR(32) CHARACTER SET ascii)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE v_key BIGINT;
+  DECLARE v_released, v_other BIGINT DEFAULT 0;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  SELECT COUNT(*) INTO v_key FROM {k} WHERE lock_key = p_key FOR UPDATE;
+  IF v_key > 0 THEN
+    DELETE FROM {t} WHERE lock_key = p_key AND owner = p_owner
+      AND (expires_us > v_now OR expires_us + lock_delay_ms * 1000 <= v_now);
+    SET v_released = ROW_COUNT();
+    DELETE FROM {t} WHERE lock_key = p_key AND expires_us + lock_delay_ms * 1000 <= v_now;
+    DELETE FROM {q} WHERE lock_key = p_key AND (owner = p_owner OR expires_us <= v_now);
+    SELECT COUNT(*) INTO v_other FROM {t}
+      WHERE lock_key = p_key AND owner <> p_owner AND expires_us > v_now;
+    IF NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = p_key)
+       AND NOT EXISTS (SELECT 1 FROM {q} WHERE lock_key = p_key) THEN
+      DELETE FROM {k} WHERE lock_key = p_key;
+    END IF;
+  END IF;
+  COMMIT;
+  DO RELEASE_LOCK(CONCAT('dlock/', p_owner));
+  SELECT v_released, v_other;
+END)sql";
+
+// Renew: every due lease of a client in one statement. Only a live holding
+// of the same owner is extended (an expired one may be taken over at any
+// moment: it is lost). Answers the (hex key, owner) of each lease renewed.
+// JSON_TABLE drives the join (STRAIGHT_JOIN) so that each lease is one
+// primary-key lookup, whatever the table's size.
+constexpr const char* kRenewSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_renew}(IN p_leases LONGTEXT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  UPDATE JSON_TABLE(p_leases, '$[*]' COLUMNS (
+           k VARCHAR(2048) CHARACTER SET ascii PATH '$[0]',
+           o CHAR(32) CHARACTER SET ascii PATH '$[1]',
+           ttl BIGINT PATH '$[2]')) AS r
+    STRAIGHT_JOIN {t} AS l ON l.lock_key = UNHEX(r.k) AND l.owner = r.o
+    SET l.expires_us = v_now + r.ttl * 1000, l.ttl_ms = r.ttl
+    WHERE l.expires_us > v_now;
+  SELECT LOWER(HEX(l.lock_key)), l.owner
+    FROM JSON_TABLE(p_leases, '$[*]' COLUMNS (
+           k VARCHAR(2048) CHARACTER SET ascii PATH '$[0]',
+           o CHAR(32) CHARACTER SET ascii PATH '$[1]',
+           ttl BIGINT PATH '$[2]')) AS r
+    STRAIGHT_JOIN {t} AS l ON l.lock_key = UNHEX(r.k) AND l.owner = r.o
+    WHERE l.expires_us = v_now + r.ttl * 1000;
+  COMMIT;
+END)sql";
+
+// Run-once records: only a live holder of the key may set one (its holding
+// read FOR UPDATE: the latest version). A record past its retention is not
+// done; up to 16 of them go with each new record, the rest with the sweep.
+constexpr const char* kMarkDoneSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_mark_done}(IN p_key VARBINARY(1024),
+    IN p_owner CHAR(32) CHARACTER SET ascii, IN p_keep_ms BIGINT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE v_token BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  SELECT MIN(token) INTO v_token FROM {t}
+    WHERE lock_key = p_key AND owner = p_owner AND expires_us > v_now FOR UPDATE;
+  IF v_token IS NOT NULL THEN
+    INSERT INTO {d} (lock_key, owner, token, done_us, keep_until_us)
+      VALUES (p_key, p_owner, v_token, v_now, v_now + p_keep_ms * 1000)
+      ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
+                              done_us = VALUES(done_us), keep_until_us = VALUES(keep_until_us);
+    DELETE FROM {d} WHERE keep_until_us <= v_now LIMIT 16;
+  END IF;
+  COMMIT;
+  SELECT v_token IS NOT NULL;
+END)sql";
+
+// A break record (at_us and keep_until_us by the server's clock), and up to
+// 16 records past their retention with it.
+constexpr const char* kRecordBreakSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_record_break}(IN p_key VARBINARY(1024),
+    IN p_owner CHAR(32) CHARACTER SET ascii, IN p_token BIGINT UNSIGNED,
+    IN p_label VARBINARY(256), IN p_by VARBINARY(1024), IN p_break_token BIGINT UNSIGNED,
+    IN p_keep_ms BIGINT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  DELETE FROM {b} WHERE keep_until_us <= v_now LIMIT 16;
+  INSERT INTO {b} (lock_key, at_us, owner, token, label, broken_by, break_token, keep_until_us)
+    VALUES (p_key, v_now, p_owner, p_token, p_label, p_by, p_break_token,
+            v_now + p_keep_ms * 1000);
+  COMMIT;
+END)sql";
+
+// The sweep: what lapsed without anybody to clean it up (a holder that
+// crashed, a waiter that died, records past their retention) goes, up to
+// p_batch keys a call, each key in a transaction of its own under its row.
+// Answers how many keys it visited.
+constexpr const char* kSweepSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_sweep}(IN p_batch INT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  DECLARE v_now BIGINT DEFAULT {now_us};
+  DECLARE v_key VARBINARY(1024);
+  DECLARE v_found BIGINT;
+  DECLARE v_end, v_swept INT DEFAULT 0;
+  DECLARE lapsed CURSOR FOR
+    SELECT lock_key FROM {t} WHERE expires_us + lock_delay_ms * 1000 <= v_now
+    UNION SELECT lock_key FROM {q} WHERE expires_us <= v_now
+    UNION SELECT k.lock_key FROM {k} AS k
+      WHERE k.lock_key <> {ping_key}
+        AND NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = k.lock_key)
+        AND NOT EXISTS (SELECT 1 FROM {q} WHERE lock_key = k.lock_key)
+    LIMIT p_batch;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DELETE FROM {d} WHERE keep_until_us <= v_now LIMIT 1000;
+  DELETE FROM {b} WHERE keep_until_us <= v_now LIMIT 1000;
+  OPEN lapsed;
+  sweep: LOOP
+    FETCH lapsed INTO v_key;
+    IF v_end THEN LEAVE sweep; END IF;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_found FROM {k} WHERE lock_key = v_key FOR UPDATE;
+    DELETE FROM {t} WHERE lock_key = v_key AND expires_us + lock_delay_ms * 1000 <= v_now;
+    DELETE FROM {q} WHERE lock_key = v_key AND expires_us <= v_now;
+    IF NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = v_key)
+       AND NOT EXISTS (SELECT 1 FROM {q} WHERE lock_key = v_key) THEN
+      DELETE FROM {k} WHERE lock_key = v_key;
+    END IF;
+    COMMIT;
+    SET v_swept = v_swept + 1;
+  END LOOP;
+  CLOSE lapsed;
+  SELECT v_swept;
+END)sql";
+
+std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
+  for (const auto& [name, value] : values) {
+    const std::string pattern = "{" + name + "}";
+    for (std::size_t pos = text.find(pattern); pos != std::string::npos;
+         pos = text.find(pattern, pos + value.size())) {
+      text.replace(pos, pattern.size(), value);
+    }
+  }
+  return text;
+}
+
+std::string Quote(std::string_view name) { return "`" + std::string(name) + "`"; }
+
+std::string Fill(const SchemaNames& n, const char* sql) {
+  return Substitute(sql, {{"t", n.holdings},
+                          {"k", n.keys},
+                          {"q", n.queue},
+                          {"d", n.done},
+                          {"b", n.breaks},
+                          {"s", n.tokens},
+                          {"p_acquire", n.acquire},
+                          {"p_release", n.release},
+                          {"p_renew", n.renew},
+                          {"p_mark_done", n.mark_done},
+                          {"p_record_break", n.record_break},
+                          {"p_sweep", n.sweep},
+                          {"now_us", kNowUs},
+                          {"ping_key", HexLiteral(kPingKey)},
+                          {"version", kSchemaComment}});
+}
+
+// "lock_key >= X'..' AND lock_key < X'..'" (no end: `to` is "NULL").
+std::string KeyRange(const std::string& from, const std::string& to) {
+  std::string range = "lock_key >= " + from;
+  if (to != "NULL") range += " AND lock_key < " + to;
+  return range;
+}
+
+}  // namespace
+
+SchemaNames::SchemaNames(std::string_view table) {
+  const std::string t(table);
+  tables = {t, t + "_keys", t + "_queue", t + "_done", t + "_breaks", t + "_tokens"};
+  procedures = {t + "_acquire", t + "_release", t + "_renew", t + "_mark_done",
+                t + "_record_break", t + "_sweep"};
+  holdings = Quote(tables[0]);
+  keys = Quote(tables[1]);
+  queue = Quote(tables[2]);
+  done = Quote(tables[3]);
+  breaks = Quote(tables[4]);
+  tokens = Quote(tables[5]);
+  acquire = Quote(procedures[0]);
+  release = Quote(procedures[1]);
+  renew = Quote(procedures[2]);
+  mark_done = Quote(procedures[3]);
+  record_break = Quote(procedures[4]);
+  sweep = Quote(procedures[5]);
+}
+
+std::string SessionSql(int lock_wait_s) {
+  return "SET SESSION time_zone = '+00:00', tx_isolation = 'READ-COMMITTED', autocommit = 1, "
+         "innodb_lock_wait_timeout = " +
+         std::to_string(lock_wait_s) +
+         ", sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION,"
+         "ERROR_FOR_DIVISION_BY_ZERO'";
+}
+
+std::string FindSchemaSql(const SchemaNames& names) {
+  auto list = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& i : items) out += (out.empty() ? "'" : ", '") + i + "'";
+    return out;
+  };
+  return "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
+         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (" + list(names.tables) + ") "
+         "UNION ALL SELECT ROUTINE_NAME, ROUTINE_COMMENT FROM information_schema.ROUTINES "
+         "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' "
+         "AND ROUTINE_NAME IN (" + list(names.procedures) + ")";
+}
+
+std::vector<std::string> CreateSchemaSql(const SchemaNames& n) {
+  std::vector<std::string> out;
+  for (const char* sql : {kHoldingsSql, kKeysSql, kQueueSql, kDoneSql, kBreaksTableSql,
+                          kTokensSql, kAcquireSql, kReleaseSql, kRenewSql, kMarkDoneSql,
+                          kRecordBreakSql, kSweepSql}) {
+    out.push_back(Fill(n, sql));
+  }
+  return out;
+}
+
+std::string CallAcquire(const SchemaNames& n, const std::string& key, const std::string& owner,
+                        long long ttl_ms, long long lock_delay_ms, const std::string& label,
+                        long long limit, long long queue_ttl_ms) {
+  return "CALL " + n.acquire + "(" + key + ", " + owner + ", " + std::to_string(ttl_ms) + ", " +
+         std::to_string(lock_delay_ms) + ", " + label + ", " + std::to_string(limit) + ", " +
+         std::to_string(queue_ttl_ms) + ")";
+}
+
+std::string CallRelease(const SchemaNames& n, const std::string& key, const std::string& owner) {
+  return "CALL " + n.release + "(" + key + ", " + owner + ")";
+}
+
+std::string CallRenew(const SchemaNames& n, const std::string& leases) {
+  return "CALL " + n.renew + "('" + leases + "')";
+}
+
+std::string CallMarkDone(const SchemaNames& n, const std::string& key, const std::string& owner,
+                         const std::string& keep_ms) {
+  return "CALL " + n.mark_done + "(" + key + ", " + owner + ", " + keep_ms + ")";
+}
+
+std::string CallRecordBreak(const SchemaNames& n, const std::string& key, const std::string& owner,
+                            unsigned long long token, const std::string& label,
+                            const std::string& by, unsigned long long break_token,
+                            const std::string& keep_ms) {
+  return "CALL " + n.record_break + "(" + key + ", " + owner + ", " + std::to_string(token) +
+         ", " + label + ", " + by + ", " + std::to_string(break_token) + ", " + keep_ms + ")";
+}
+
+std::string CallSweep(const SchemaNames& n, int batch) {
+  return "CALL " + n.sweep + "(" + std::to_string(batch) + ")";
+}
+
+// The floor a lock cycle is measured against: one durable single-row write,
+// on a row no lock can use.
+std::string PingSql(const SchemaNames& n) {
+  return "INSERT INTO " + n.keys + " (lock_key, next_place) VALUES (" + HexLiteral(kPingKey) +
+         ", 0) ON DUPLICATE KEY UPDATE next_place = next_place % 1000000000 + 1";
+}
+
+std::string ListSql(const SchemaNames& n, const std::string& from, const std::string& to) {
+  return Fill(n, R"sql(
+SELECT lock_key, owner, token, CEIL((expires_us - c.now) / 1000), ttl_ms,
+       FLOOR((c.now - acquired_us) / 1000), label, holder_limit
+FROM {t}, (SELECT {now_us} AS now) AS c
+WHERE )sql") + KeyRange(from, to) + " AND expires_us > c.now ORDER BY lock_key, token";
+}
+
+std::string WaitersSql(const SchemaNames& n, const std::string& from, const std::string& to) {
+  return Fill(n, R"sql(
+SELECT lock_key, owner, holder_limit, label, FLOOR((c.now - enqueued_us) / 1000)
+FROM {q}, (SELECT {now_us} AS now) AS c
+WHERE )sql") + KeyRange(from, to) + " AND expires_us > c.now ORDER BY lock_key, place";
+}
+
+std::string CountSql(const SchemaNames& n, const std::string& from, const std::string& to) {
+  const std::string range = KeyRange(from, to);
+  return "SELECT (SELECT COUNT(*) FROM " + n.keys + " WHERE " + range +
+         " AND lock_key <> " + HexLiteral(kPingKey) + ") + (SELECT COUNT(*) FROM " + n.holdings +
+         " WHERE " + range + ") + (SELECT COUNT(*) FROM " + n.queue + " WHERE " + range +
+         ") + (SELECT COUNT(*) FROM " + n.done + " WHERE " + range +
+         ") + (SELECT COUNT(*) FROM " + n.breaks + " WHERE " + range + ")";
+}
+
+std::string BreaksSql(const SchemaNames& n, const std::string& from, const std::string& to) {
+  return Fill(n, R"sql(
+SELECT lock_key, owner, token, label, broken_by, break_token, FLOOR(at_us / 1000)
+FROM {b}, (SELECT {now_us} AS now) AS c
+WHERE )sql") + KeyRange(from, to) +
+         " AND (keep_until_us IS NULL OR keep_until_us > c.now) ORDER BY lock_key, at_us, id";
+}
+
+std::string IsDoneSql(const SchemaNames& n, const std::string& key) {
+  return Fill(n, "SELECT 1 FROM {d} WHERE lock_key = ") + key +
+         Fill(n, " AND (keep_until_us IS NULL OR keep_until_us > {now_us})");
+}
+
+}  // namespace dlock::mariadb

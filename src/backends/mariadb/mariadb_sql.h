@@ -1,0 +1,76 @@
+// The MariaDB backend's SQL: the schema, the stored procedures that make
+// each operation one round trip and one transaction, and the plain
+// statements, as text. mariadb_schema.cc creates them; mariadb_backend.cc
+// runs them; docs/backend-mariadb.md explains them.
+//
+// In the text, {t} is the holdings table, {k} the keys (one row per key in
+// use, the row every change to a key locks first), {q} the wait queue, {d}
+// the run-once records, {b} the break records, {s} the token sequence, and
+// {p_acquire} ... the procedures; all quoted identifiers.
+//
+// The sharing rule of backend.h (Admits in include/dlock/sharing.h) is
+// written here in SQL, in the acquire procedure; the conformance test
+// SharingFollowsTheTableOfCases checks it against the same table of cases
+// as the C++ copy (tests/conformance/sharing_cases.h).
+#ifndef DLOCK_SRC_BACKENDS_MARIADB_MARIADB_SQL_H_
+#define DLOCK_SRC_BACKENDS_MARIADB_MARIADB_SQL_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlock::mariadb {
+
+// Kept in every table's and procedure's COMMENT; bumped when they change.
+inline constexpr const char* kSchemaComment = "dlock schema 1";
+
+// The names of everything dlock keeps in the database for one `table=`.
+struct SchemaNames {
+  explicit SchemaNames(std::string_view table);
+  std::string holdings, keys, queue, done, breaks, tokens;  // quoted
+  std::string acquire, release, renew, mark_done, record_break, sweep;  // quoted
+  // The same, unquoted, for information_schema lookups.
+  std::vector<std::string> tables, procedures;
+};
+
+// The key of the row Ping writes (a NUL byte first: no lock key has one).
+inline constexpr std::string_view kPingKey{"\0dlock ping", 11};
+
+// Session settings, one statement: UTC for the clock arithmetic, READ
+// COMMITTED (no gap locks; each statement reads what committed before it),
+// lock waits bounded by `lock_wait_s` seconds, and a strict sql_mode.
+std::string SessionSql(int lock_wait_s);
+
+// Does each table and procedure exist, and with which comment? One row per
+// object found: (name, comment). `database` is a literal.
+std::string FindSchemaSql(const SchemaNames& names);
+
+// The statements that create what is missing, in order (each one a round
+// trip; CREATE ... IF NOT EXISTS and CREATE OR REPLACE, safe to repeat).
+std::vector<std::string> CreateSchemaSql(const SchemaNames& names);
+
+// Statements; the arguments are SQL literals (mariadb_conn.h).
+std::string CallAcquire(const SchemaNames& n, const std::string& key, const std::string& owner,
+                        long long ttl_ms, long long lock_delay_ms, const std::string& label,
+                        long long limit, long long queue_ttl_ms);
+std::string CallRelease(const SchemaNames& n, const std::string& key, const std::string& owner);
+// `leases`: a JSON array of ["<hex key>", "<owner>", ttl_ms], unquoted.
+std::string CallRenew(const SchemaNames& n, const std::string& leases);
+std::string CallMarkDone(const SchemaNames& n, const std::string& key, const std::string& owner,
+                         const std::string& keep_ms);
+std::string CallRecordBreak(const SchemaNames& n, const std::string& key, const std::string& owner,
+                            unsigned long long token, const std::string& label,
+                            const std::string& by, unsigned long long break_token,
+                            const std::string& keep_ms);
+std::string CallSweep(const SchemaNames& n, int batch);
+std::string PingSql(const SchemaNames& n);
+// The key range [from, to) (`to` may be "NULL": no end).
+std::string ListSql(const SchemaNames& n, const std::string& from, const std::string& to);
+std::string WaitersSql(const SchemaNames& n, const std::string& from, const std::string& to);
+std::string CountSql(const SchemaNames& n, const std::string& from, const std::string& to);
+std::string BreaksSql(const SchemaNames& n, const std::string& from, const std::string& to);
+std::string IsDoneSql(const SchemaNames& n, const std::string& key);
+
+}  // namespace dlock::mariadb
+
+#endif  // DLOCK_SRC_BACKENDS_MARIADB_MARIADB_SQL_H_
