@@ -141,7 +141,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& o, St
       if (mysql_errno(mysql.get()) == CR_SERVER_LOST && SteadyClock::now() >= deadline) {
         return UnavailableError("connect (" + o.describe + "): no answer within the connect timeout");
       }
-      return FromMaria(mysql.get(), "connect", o.describe);
+      return FromMaria(mysql.get(), "connect", o.describe, !o.tls_files.cert_file.empty());
     }
   }
   std::unique_ptr<Connection> conn(new Connection(std::move(mysql), o.describe));

@@ -69,6 +69,16 @@ bool IsTransient(unsigned int code) {
                         CR_EVENT_CREATE_FAILED});
 }
 
+// A TLS 1.3 server that refuses the client's certificate (expired, or from
+// a CA it does not trust) says so in an alert after the handshake and hangs
+// up; Connector/C often reads only the reset, as a connection lost while it
+// sent its credentials. With a client certificate in play, that is taken
+// for the refusal it almost always is.
+bool IsClientCertificateRefused(unsigned int code, std::string_view text, bool client_certificate) {
+  return client_certificate && code == CR_SERVER_LOST &&
+         text.find("authentication information") != std::string_view::npos;
+}
+
 }  // namespace
 
 bool EndsSession(unsigned int code) {
@@ -77,7 +87,8 @@ bool EndsSession(unsigned int code) {
                         CR_ERR_NET_WRITE});
 }
 
-Status FromMaria(MYSQL* mysql, std::string_view what, std::string_view where) {
+Status FromMaria(MYSQL* mysql, std::string_view what, std::string_view where,
+                 bool client_certificate) {
   const unsigned int code = mysql != nullptr ? mysql_errno(mysql) : CR_OUT_OF_MEMORY;
   std::string text = mysql != nullptr ? OneLine(mysql_error(mysql)) : "";
   if (text.empty()) text = "Connector/C reported an error without a message";
@@ -85,6 +96,12 @@ Status FromMaria(MYSQL* mysql, std::string_view what, std::string_view where) {
       std::string(what) + " (" + std::string(where) + "): " + text + " (error " +
       std::to_string(code) + ")";
   if (code == CR_SSL_CONNECTION_ERROR) return Status(TlsFailure(text), std::move(message));
+  if (IsClientCertificateRefused(code, text, client_certificate)) {
+    return PermissionDeniedError(message +
+                                 ": the server hung up on the TLS connection, as it does when it "
+                                 "refuses the client certificate (expired, or of a CA it does not "
+                                 "trust)");
+  }
   if (IsRefusal(code)) return PermissionDeniedError(std::move(message));
   if (code == ER_OPTION_PREVENTS_STATEMENT || code == ER_READ_ONLY_MODE) {
     return UnavailableError(message + ": the server is read-only (a replica?)");
