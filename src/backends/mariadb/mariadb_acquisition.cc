@@ -82,8 +82,10 @@ class MariaDbAcquisition final : public Acquisition {
 Result<Attempt> MariaDbAcquisition::Try() {
   DLOCK_RETURN_IF_ERROR(valid_);
   sent_ = true;
+  // Until it holds a place, an attempt may take the lean form first.
+  const bool lean_first = !may_hold_place_;
   if (waiting()) may_hold_place_ = true;  // before sending: if the reply is lost, it may exist
-  Result<AttemptReply> reply = backend_.RunAttempt(request_);
+  Result<AttemptReply> reply = backend_.RunAttempt(request_, lean_first);
   if (!reply.ok()) {
     if (reply.status().code() == StatusCode::kUnavailable) may_be_granted_ = true;
     return reply.status();

@@ -131,6 +131,8 @@ Status MariaDbBackend::Init() {
   DLOCK_RETURN_IF_ERROR(CheckServer(**conn, options_.connect.describe));
   DLOCK_RETURN_IF_ERROR(
       EnsureSchema(**conn, names_, deadline, options_.connect.describe).WithContext(what));
+  DLOCK_RETURN_IF_ERROR(
+      (*conn)->Query(PrepareLeanSql(names_), deadline, what + ": prepare the lean forms").status());
   conn_ = std::move(*conn);
   sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
   return Status::Ok();
@@ -141,7 +143,8 @@ Status MariaDbBackend::EnsureConnectedLocked(SteadyTime deadline, const std::str
   conn_.reset();
   const int lock_wait_s = static_cast<int>(std::max<long long>(
       1, std::chrono::ceil<std::chrono::seconds>(options_.connect.connect_timeout).count()));
-  auto conn = Connection::Open(options_.connect, deadline, SessionSql(lock_wait_s));
+  auto conn = Connection::Open(options_.connect, deadline,
+                               SessionSql(lock_wait_s) + ";\n" + PrepareLeanSql(names_));
   if (!conn.ok()) return conn.status().WithContext(what);
   // The old session's wake-up names went with it: take them again, so that
   // those waiting on them are woken when they go.
@@ -175,7 +178,8 @@ Status MariaDbBackend::TidyNamesLocked(SteadyTime deadline) {
 }
 
 Result<ResultSets> MariaDbBackend::Run(const std::string& sql, SteadyTime deadline,
-                                       const std::string& what) {
+                                       const std::string& what,
+                                       std::vector<std::uint64_t>* affected) {
   std::unique_lock lock(mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) {
     return UnavailableError(what + " (" + Describe() +
@@ -187,7 +191,7 @@ Result<ResultSets> MariaDbBackend::Run(const std::string& sql, SteadyTime deadli
     conn_.reset();
     return tidy.WithContext(what);
   }
-  Result<ResultSets> result = conn_->Query(sql, deadline, what);
+  Result<ResultSets> result = conn_->Query(sql, deadline, what, -1, affected);
   if (!conn_->Usable()) conn_.reset();  // lost or timed out: the next call reconnects
   return result;
 }
@@ -207,10 +211,52 @@ void MariaDbBackend::DropName(const std::string& owner) {
   names_to_drop_.push_back(owner);
 }
 
-Result<AttemptReply> MariaDbBackend::RunAttempt(const LeaseRequest& request) {
+// The lean form's answer, when it decided: (owner, token, ms the holding
+// that stands in the way still counts, further holders).
+std::optional<Attempt> MariaDbBackend::LeanAttempt(const LeaseRequest& request,
+                                                  const ResultSets& sets, bool* fresh) {
+  *fresh = false;
+  if (sets.size() != 1 || sets.front().size() != 1 || sets.front().front().size() != 4) {
+    return std::nullopt;  // an unexpected shape: the general form decides
+  }
+  const Row& row = sets.front().front();
+  std::int64_t token = 0, sharers = 0, left_ms = 0;
+  if (!CellInt(row[1], &token)) {
+    *fresh = true;  // the key's row was just made: no grant yet
+    return std::nullopt;
+  }
+  Attempt attempt;
+  if (row[0] == request.owner.ToString()) {
+    attempt.granted = true;
+    attempt.token = static_cast<FencingToken>(token);
+    return attempt;
+  }
+  if (!CellInt(row[3], &sharers) || sharers > 0 || request.queue_ttl > milliseconds(0)) {
+    return std::nullopt;  // shared, or a waiter who must take a place
+  }
+  if (CellInt(row[2], &left_ms) && left_ms > 0) attempt.holder_ttl_remaining = milliseconds(left_ms);
+  return attempt;
+}
+
+Result<AttemptReply> MariaDbBackend::RunAttempt(const LeaseRequest& request, bool lean_first) {
   const std::string owner = request.owner.ToString();
   const std::string what = "acquire " + request.key;
+  const bool single = request.queue_ttl <= milliseconds(0);
   NoteHeld(owner, true);  // before sending: if the reply is lost, it may hold the name
+  // The lean form first, for an exclusive attempt; twice when it had to
+  // make the key's row.
+  bool fresh = lean_first && request.limit == 1;
+  for (int i = 0; i < 2 && fresh; ++i) {
+    DLOCK_ASSIGN_OR_RETURN(
+        ResultSets sets,
+        Run(LeanAcquireSql(request.key, owner, request.ttl.count(), request.lock_delay.count(),
+                           request.label),
+            CallDeadline(), what));
+    if (std::optional<Attempt> decided = LeanAttempt(request, sets, &fresh)) {
+      if (!decided->granted) NoteHeld(owner, false);  // it takes the name only with a grant
+      return AttemptReply{*decided, {}};
+    }
+  }
   DLOCK_ASSIGN_OR_RETURN(
       ResultSets sets,
       Run(CallAcquire(names_, HexLiteral(request.key), "'" + owner + "'", request.ttl.count(),
@@ -219,7 +265,7 @@ Result<AttemptReply> MariaDbBackend::RunAttempt(const LeaseRequest& request) {
           CallDeadline(), what));
   DLOCK_ASSIGN_OR_RETURN(AttemptReply reply, ReadAttempt(sets, what));
   // A refused single attempt let go of its name in the procedure.
-  if (!reply.attempt.granted && request.queue_ttl <= milliseconds(0)) NoteHeld(owner, false);
+  if (!reply.attempt.granted && single) NoteHeld(owner, false);
   return reply;
 }
 
@@ -227,7 +273,7 @@ Result<Attempt> MariaDbBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateRequest(request));
   LeaseRequest single = request;
   single.queue_ttl = milliseconds(0);  // waiters queue only through Begin
-  DLOCK_ASSIGN_OR_RETURN(AttemptReply reply, RunAttempt(single));
+  DLOCK_ASSIGN_OR_RETURN(AttemptReply reply, RunAttempt(single, true));
   return reply.attempt;
 }
 
@@ -235,6 +281,16 @@ Status MariaDbBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + std::string(key);
   const std::string owner_text = owner.ToString();
+  // The lean form first: our exclusive holding, freed in one statement.
+  std::vector<std::uint64_t> freed;
+  DLOCK_RETURN_IF_ERROR(
+      Run(LeanReleaseSql(std::string(key), owner_text), CallDeadline(), what, &freed).status());
+  if (freed.size() == 1 && freed.front() == 1) {
+    NoteHeld(owner_text, false);
+    return Status::Ok();
+  }
+  // Nothing freed: another owner's, nobody's, a shared holding, or a
+  // waiter's place.
   DLOCK_ASSIGN_OR_RETURN(ResultSets sets, Run(CallRelease(names_, HexLiteral(key), "'" + owner_text + "'"),
                                               CallDeadline(), what));
   NoteHeld(owner_text, false);
@@ -296,7 +352,7 @@ Result<std::vector<HolderInfo>> MariaDbBackend::List(std::string_view prefix) {
     HolderInfo info;
     info.key = *row[0];
     Result<OwnerId> owner = OwnerId::Parse(*row[1]);
-    if (!owner.ok()) return InternalError(what + ": a malformed owner id in " + names_.holdings);
+    if (!owner.ok()) return InternalError(what + ": a malformed owner id in " + names_.locks);
     info.owner = *owner;
     info.token = static_cast<FencingToken>(IntOr(row[2], 0));
     info.ttl_remaining = milliseconds(std::max<std::int64_t>(1, IntOr(row[3], 1)));

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -63,8 +64,9 @@ class MariaDbBackend final : public Backend {
 
   // For MariaDbAcquisition.
   // One attempt of a valid request; queue_ttl > 0 takes or refreshes a
-  // place when refused.
-  Result<AttemptReply> RunAttempt(const LeaseRequest& request);
+  // place when refused. `lean_first`: try the lean form first (an attempt
+  // that holds no place yet).
+  Result<AttemptReply> RunAttempt(const LeaseRequest& request, bool lean_first);
   // A waiting acquisition dropped unabandoned (its waiter died): let go of
   // its wake-up name with the next call, so that whoever waits on it tries
   // again (its place lapses by itself).
@@ -76,7 +78,8 @@ class MariaDbBackend final : public Backend {
   SteadyTime CallDeadline() const { return SteadyClock::now() + options_.connect.connect_timeout; }
   // Runs `sql` on the operations connection, connecting first if needed;
   // all of it before `deadline`.
-  Result<ResultSets> Run(const std::string& sql, SteadyTime deadline, const std::string& what);
+  Result<ResultSets> Run(const std::string& sql, SteadyTime deadline, const std::string& what,
+                         std::vector<std::uint64_t>* affected = nullptr);
   Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
   // What to do on the operations connection before the next statement: let
   // go of dropped waiters' names.
@@ -84,6 +87,11 @@ class MariaDbBackend final : public Backend {
   Result<ResultSets> RunForPrefix(std::string (*sql)(const SchemaNames&, const std::string&,
                                                      const std::string&),
                                   std::string_view prefix, const std::string& what);
+
+  // What the lean acquire answered, when it decided the attempt (nullopt:
+  // the general form decides; *fresh: it made the key's row, try again).
+  static std::optional<Attempt> LeanAttempt(const LeaseRequest& request, const ResultSets& sets,
+                                            bool* fresh);
 
   // The wake-up names this backend's session should hold (owners it
   // acquires for, until released or given up): taken again after a

@@ -137,7 +137,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(const ConnectOptions& o, St
     if (mysql_real_connect(mysql.get(), tcp ? o.host.c_str() : "localhost", o.user.c_str(),
                            o.has_password ? o.password.c_str() : nullptr, o.database.c_str(),
                            tcp ? o.port : 0, tcp ? nullptr : o.socket.c_str(),
-                           CLIENT_MULTI_RESULTS) == nullptr) {
+                           CLIENT_MULTI_RESULTS | CLIENT_MULTI_STATEMENTS) == nullptr) {
       if (mysql_errno(mysql.get()) == CR_SERVER_LOST && SteadyClock::now() >= deadline) {
         return UnavailableError("connect (" + o.describe + "): no answer within the connect timeout");
       }
@@ -159,13 +159,15 @@ Status Connection::Fail(std::string_view what) {
 }
 
 Result<ResultSets> Connection::Query(std::string_view sql, SteadyTime deadline,
-                                     std::string_view what, int cancel_fd) {
+                                     std::string_view what, int cancel_fd,
+                                     std::vector<std::uint64_t>* affected) {
   if (broken_) return UnavailableError(std::string(what) + " (" + where_ + "): the connection was lost");
   CallBounds bounds(deadline, cancel_fd);
   MYSQL* m = mysql_.get();
   if (mysql_real_query(m, sql.data(), static_cast<unsigned long>(sql.size())) != 0) return Fail(what);
   ResultSets sets;
   for (;;) {
+    if (affected != nullptr) affected->push_back(mysql_affected_rows(m));
     if (mysql_field_count(m) > 0) {
       ResultHandle result(mysql_store_result(m));
       if (!result) return Fail(what);

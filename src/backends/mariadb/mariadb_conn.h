@@ -11,7 +11,9 @@
 // unknown: kUnavailable) and must be replaced.
 //
 // Values go into SQL only through the literals below (hex for bytes,
-// decimal for numbers), so no text from a caller is ever parsed as SQL.
+// decimal for numbers), so no text from a caller is ever parsed as SQL;
+// that is what makes it safe for a connection to take several statements
+// in one round trip (CLIENT_MULTI_STATEMENTS), which the lean forms use.
 //
 // Thread-safety: a Connection is used by one thread at a time (callers hold
 // a mutex); the functions keep no state between calls.
@@ -70,10 +72,12 @@ class Connection {
                                                   SteadyTime deadline,
                                                   std::string_view session_sql);
 
-  // Runs one statement and reads every result set it sends. Errors come
-  // from FromMaria; `what` names the operation. `cancel_fd`: see CallBounds.
+  // Runs `sql` (one statement, or several separated by ';') and reads every
+  // result set it sends. Errors come from FromMaria; `what` names the
+  // operation. `cancel_fd`: see CallBounds. `affected` (optional) gets each
+  // statement's affected rows, in order.
   Result<ResultSets> Query(std::string_view sql, SteadyTime deadline, std::string_view what,
-                           int cancel_fd = -1);
+                           int cancel_fd = -1, std::vector<std::uint64_t>* affected = nullptr);
 
   // False once a call lost the connection or ran out of time, or the
   // server ended the session while it was idle (checked without blocking).

@@ -53,7 +53,7 @@ Status EnsureSchema(Connection& conn, const SchemaNames& names, SteadyTime deadl
   DLOCK_ASSIGN_OR_RETURN(bool complete, Complete(found, names, where));
   if (complete) return Status::Ok();
   // One creator at a time: the others wait here, then find it all.
-  const std::string lock = HexLiteral("dlock schema " + names.holdings);
+  const std::string lock = HexLiteral("dlock schema " + names.locks);
   const auto wait_s = std::chrono::duration<double>(deadline - SteadyClock::now()).count();
   DLOCK_ASSIGN_OR_RETURN(
       ResultSets got,

@@ -3,10 +3,11 @@
 // statements, as text. mariadb_schema.cc creates them; mariadb_backend.cc
 // runs them; docs/backend-mariadb.md explains them.
 //
-// In the text, {t} is the holdings table, {k} the keys (one row per key in
-// use, the row every change to a key locks first), {q} the wait queue, {d}
-// the run-once records, {b} the break records, {s} the token sequence, and
-// {p_acquire} ... the procedures; all quoted identifiers.
+// In the text, {t} is the locks table (one row per key in use, with its
+// first holder: the row every change to the key locks first), {h} the
+// further holders of shared keys, {q} the wait queue, {d} the run-once
+// records, {b} the break records, {s} the token sequence, and {p_acquire}
+// ... the procedures; all quoted identifiers.
 //
 // The sharing rule of backend.h (Admits in include/dlock/sharing.h) is
 // written here in SQL, in the acquire procedure; the conformance test
@@ -27,7 +28,7 @@ inline constexpr const char* kSchemaComment = "dlock schema 1";
 // The names of everything dlock keeps in the database for one `table=`.
 struct SchemaNames {
   explicit SchemaNames(std::string_view table);
-  std::string holdings, keys, queue, done, breaks, tokens;  // quoted
+  std::string locks, sharers, queue, done, breaks, tokens;  // quoted
   std::string acquire, release, renew, mark_done, record_break, sweep;  // quoted
   // The same, unquoted, for information_schema lookups.
   std::vector<std::string> tables, procedures;
@@ -48,6 +49,16 @@ std::string FindSchemaSql(const SchemaNames& names);
 // The statements that create what is missing, in order (each one a round
 // trip; CREATE ... IF NOT EXISTS and CREATE OR REPLACE, safe to repeat).
 std::vector<std::string> CreateSchemaSql(const SchemaNames& names);
+
+// The lean forms (mariadb_sql.cc): an exclusive attempt as one upsert of
+// the key's row, and the release of an exclusive holding, each prepared
+// once per session (PrepareLeanSql, after the tables exist) and run in one
+// round trip with their arguments (the connection takes several statements
+// at once). `key`, `owner` and `label` are raw, not literals.
+std::string PrepareLeanSql(const SchemaNames& n);
+std::string LeanAcquireSql(const std::string& key, const std::string& owner, long long ttl_ms,
+                           long long lock_delay_ms, const std::string& label);
+std::string LeanReleaseSql(const std::string& key, const std::string& owner);
 
 // Statements; the arguments are SQL literals (mariadb_conn.h).
 std::string CallAcquire(const SchemaNames& n, const std::string& key, const std::string& owner,
