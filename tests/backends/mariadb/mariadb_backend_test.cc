@@ -198,7 +198,9 @@ TEST_F(MariaDbBackendTest, AReleaseWakesTheNextWaiterAtOnce) {
   const auto bound = FastPath(
       testing_support::GrantAndReleaseCost(*waiter, Unique("probe"), milliseconds(5000)),
       kPromptFloor, kRearmEvery);
-  for (int round = 0; round < 3; ++round) {
+  // Round 0 warms up: the waiter's first wait opens its wait connection;
+  // it is not measured.
+  for (int round = 0; round < 4; ++round) {
     const std::string key = Unique("handoff");
     auto first = holder->TryAcquire(key, Opts(milliseconds(30'000)));
     ASSERT_TRUE(first.ok()) << first.status().ToString();
@@ -215,7 +217,9 @@ TEST_F(MariaDbBackendTest, AReleaseWakesTheNextWaiterAtOnce) {
     EXPECT_TRUE(first->Release().ok());
     t.join();
     ASSERT_TRUE(second->ok()) << second->status().ToString();
-    EXPECT_LT(got - released, bound.limit) << "round " << round << ": " << bound;
+    if (round > 0) {
+      EXPECT_LT(got - released, bound.limit) << "round " << round << ": " << bound;
+    }
     EXPECT_GT((*second)->token(), first->token());
     EXPECT_TRUE((*second)->Release().ok());
   }
