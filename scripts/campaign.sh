@@ -15,6 +15,7 @@
 #
 #   sqlite     the embedded store: pause, kill, clock-step
 #   postgres   every fault the store's setup supports, store-restart included
+#   mariadb    the same
 #   redis      the same but store-restart (redis.sh has no restart verb)
 #   etcd       the same, ttl 1 s (etcd leases are whole seconds)
 #   zookeeper  the same
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
 done
 campaigns=("$@")
 [ ${#campaigns[@]} -gt 0 ] ||
-  campaigns=(sqlite postgres redis etcd zookeeper etcd-members zookeeper-members redis-failover
+  campaigns=(sqlite postgres mariadb redis etcd zookeeper etcd-members zookeeper-members redis-failover
     redis-failover-wait postgres-failover postgres-failover-sync)
 DLOCK=${DLOCK:-$PWD/build/dlock}
 [ -x "$DLOCK" ] || { echo "campaign.sh: build/dlock is missing; build first" >&2; exit 69; }
@@ -61,7 +62,7 @@ out=$(cd "$out" && pwd)
 servers=$out/servers
 stop_servers() {
   local s
-  for s in postgres redis etcd zookeeper; do
+  for s in postgres mariadb redis etcd zookeeper; do
     [ -d "$servers/$s" ] && scripts/servers/"$s".sh stop "$servers/$s" >/dev/null 2>&1
   done
   return 0
@@ -118,6 +119,8 @@ for c in "${campaigns[@]}"; do
     postgres | zookeeper)
       both "$c" --backend "$(server "$c")" --faults "$ALL,store-restart" $(restart "$c") \
         --duration 10s --ttl 500ms --seed 2000 ;;
+    mariadb) both mariadb --backend "$(server mariadb)" --faults "$ALL,store-restart" \
+      $(restart mariadb) --duration 15s --ttl 500ms --seed 2500 ;;
     redis) both redis --backend "$(server redis)" --faults "$ALL" --duration 10s --ttl 500ms \
       --seed 3000 ;;
     etcd) both etcd --backend "$(server etcd)" --faults "$ALL,store-restart" $(restart etcd) \
