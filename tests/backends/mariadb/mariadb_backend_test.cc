@@ -481,7 +481,9 @@ TEST_F(MariaDbBackendTest, PingWritesOneRowThatIsNoLock) {
   ASSERT_NE(b, nullptr);
   EXPECT_TRUE(b->Ping().ok());
   EXPECT_TRUE(b->Ping().ok());
-  for (const HolderInfo& h : *b->List("")) EXPECT_NE(h.key.front(), '\0');
+  auto held = b->List("");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  for (const HolderInfo& h : *held) EXPECT_NE(h.key.front(), '\0');
   EXPECT_EQ(*b->StoredObjects(std::string(1, '\0')), 0u) << "the ping row is not counted";
 }
 
