@@ -211,28 +211,30 @@ void MariaDbBackend::DropName(const std::string& owner) {
   names_to_drop_.push_back(owner);
 }
 
-// The lean form's answer, when it decided: (owner, token, ms the holding
-// that stands in the way still counts, further holders).
+// The lean form's answer, when it decided: (owner, its token, ms the
+// holding that stands in the way still counts, further holders, places,
+// the row's counter).
 std::optional<Attempt> MariaDbBackend::LeanAttempt(const LeaseRequest& request,
                                                   const ResultSets& sets, bool* fresh) {
   *fresh = false;
-  if (sets.size() != 1 || sets.front().size() != 1 || sets.front().front().size() != 4) {
+  if (sets.size() != 1 || sets.front().size() != 1 || sets.front().front().size() != 6) {
     return std::nullopt;  // an unexpected shape: the general form decides
   }
   const Row& row = sets.front().front();
-  std::int64_t token = 0, sharers = 0, left_ms = 0;
-  if (!CellInt(row[1], &token)) {
-    *fresh = true;  // the key's row was just made: no grant yet
-    return std::nullopt;
-  }
+  std::int64_t token = 0, sharers = 0, waiters = 0, left_ms = 0, counter = 0;
   Attempt attempt;
-  if (row[0] == request.owner.ToString()) {
+  if (row[0] == request.owner.ToString() && CellInt(row[1], &token)) {
     attempt.granted = true;
     attempt.token = static_cast<FencingToken>(token);
     return attempt;
   }
-  if (!CellInt(row[3], &sharers) || sharers > 0 || request.queue_ttl > milliseconds(0)) {
-    return std::nullopt;  // shared, or a waiter who must take a place
+  if (!row[0] && !CellInt(row[5], &counter)) {
+    *fresh = true;  // a row that never granted (just made): try again, under its lock
+    return std::nullopt;
+  }
+  if (!CellInt(row[3], &sharers) || !CellInt(row[4], &waiters) || sharers > 0 || waiters > 0 ||
+      request.queue_ttl > milliseconds(0)) {
+    return std::nullopt;  // shared, queued (live or lapsed places), or a waiter who must queue
   }
   if (CellInt(row[2], &left_ms) && left_ms > 0) attempt.holder_ttl_remaining = milliseconds(left_ms);
   return attempt;

@@ -13,9 +13,12 @@ namespace {
 // DATETIMEs is plain arithmetic (no zone, no daylight saving).
 constexpr const char* kNowUs = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
-// Locks: one row per key in use. It carries the key's first holder (the
-// only one of an exclusive lock; owner NULL when there is none), the number
-// of further holders in {h}, and the numbering of the key's queue; it is
+// Locks: one row per key in use. It carries the key's token counter
+// (`token`: the last token granted on the row, to any holder), its first
+// holder (the only one of an exclusive lock; owner NULL when there is none;
+// its token in holder_token), the number
+// of further holders in {h} and of places in {q} (lapsed ones included,
+// until they are deleted), and the numbering of the key's queue; it is
 // the row every change to the key locks first, and it stays after a
 // release, so that the next grant of a busy key is one upsert of one row.
 // The sweep deletes rows of keys nobody holds or waits for. A holding
@@ -26,6 +29,7 @@ CREATE TABLE IF NOT EXISTS {t} (
   lock_key      VARBINARY(1024) NOT NULL PRIMARY KEY,
   owner         CHAR(32) CHARACTER SET ascii NULL,
   token         BIGINT UNSIGNED NULL,
+  holder_token  BIGINT UNSIGNED NULL,
   expires_us    BIGINT NULL,
   acquired_us   BIGINT NULL,
   ttl_ms        BIGINT NOT NULL DEFAULT 0,
@@ -33,6 +37,7 @@ CREATE TABLE IF NOT EXISTS {t} (
   holder_limit  BIGINT NOT NULL DEFAULT 1,
   label         VARBINARY(256) NOT NULL DEFAULT '',
   sharers       INT NOT NULL DEFAULT 0,
+  waiters       INT NOT NULL DEFAULT 0,
   next_place    BIGINT NOT NULL DEFAULT 0
 ) ENGINE=InnoDB COMMENT='{version}')sql";
 
@@ -89,10 +94,12 @@ CREATE TABLE IF NOT EXISTS {b} (
   KEY (keep_until_us)
 ) ENGINE=InnoDB COMMENT='{version}')sql";
 
-// Every grant's token (docs/decisions.md, "MariaDB: the token counter").
-// InnoDB, so that its refills are in the same redo log as the grants: a
-// grant that is durable had its refill written before it. The cache only
-// means a crash skips values, never that one comes back.
+// The first token of a key's row (docs/decisions.md, "MariaDB: the token
+// counter"); later grants on the row take its counter + 1, and the sweep
+// raises the sequence to a row's counter before it deletes the row. InnoDB,
+// so that its refills are in the same redo log as the grants: a grant that
+// is durable had its refill written before it. The cache only means a crash
+// skips values, never that one comes back.
 constexpr const char* kTokensSql = R"sql(
 CREATE SEQUENCE IF NOT EXISTS {s} START WITH 1 MINVALUE 1 MAXVALUE 9223372036854775806
   INCREMENT BY 1 CACHE 1000 NOCYCLE ENGINE=InnoDB COMMENT='{version}')sql";
@@ -111,10 +118,12 @@ CREATE SEQUENCE IF NOT EXISTS {s} START WITH 1 MINVALUE 1 MAXVALUE 9223372036854
 //    refreshed) or when no holding of ours counts and
 //      holdings that count + live waiters ahead + 1 <= the smallest limit
 //    among ours, theirs and the waiters' (the sharing rule). The token is
-//    drawn after the key's row is locked, so a grant draws after every
-//    earlier grant of the key committed: tokens only go up per key. The
-//    grant takes the first-holder columns when no first holder counts, else
-//    a row in {h}.
+//    the row's counter + 1, or for a row that never granted, the
+//    sequence's next value, drawn after the row is locked (so after every
+//    earlier grant of the key committed, and after the sweep raised the
+//    sequence above the counter of the key's previous row): tokens only go
+//    up per key. The grant takes the first-holder columns when no first
+//    holder counts, else a row in {h}.
 //  - Refused, a waiting attempt gets what stands ahead of it, in order, for
 //    the client to choose whom to wait for (DecideQueue).
 constexpr const char* kAcquireSql = R"sql(
@@ -126,7 +135,7 @@ BEGIN
   DECLARE v_now BIGINT DEFAULT {now_us};
   DECLARE v_name VARCHAR(64) DEFAULT CONCAT('dlock/', p_owner);
   DECLARE v_first CHAR(32) CHARACTER SET ascii;
-  DECLARE v_first_token BIGINT UNSIGNED;
+  DECLARE v_first_token, v_counter BIGINT UNSIGNED;
   DECLARE v_first_expires, v_first_until, v_first_lim, v_sharers BIGINT;
   DECLARE v_held, v_mine, v_mine_live, v_ahead BIGINT DEFAULT 0;
   DECLARE v_lim_held, v_lim_ahead, v_place, v_until BIGINT;
@@ -137,10 +146,10 @@ BEGIN
   END IF;
   START TRANSACTION;
   INSERT INTO {t} (lock_key) VALUES (p_key) ON DUPLICATE KEY UPDATE next_place = next_place;
-  SELECT MAX(sharers), MAX(IF({counts}, owner, NULL)), MAX(IF({counts}, token, NULL)),
-         MAX(IF({counts}, expires_us, NULL)), MAX(IF({counts}, {until}, NULL)),
-         MAX(IF({counts}, holder_limit, NULL))
-    INTO v_sharers, v_first, v_first_token, v_first_expires, v_first_until, v_first_lim
+  SELECT MAX(sharers), MAX(token), MAX(IF({counts}, owner, NULL)),
+         MAX(IF({counts}, holder_token, NULL)), MAX(IF({counts}, expires_us, NULL)),
+         MAX(IF({counts}, {until}, NULL)), MAX(IF({counts}, holder_limit, NULL))
+    INTO v_sharers, v_counter, v_first, v_first_token, v_first_expires, v_first_until, v_first_lim
     FROM {t} WHERE lock_key = p_key;
   IF v_sharers > 0 THEN
     SELECT COUNT(*), MIN(holder_limit), COALESCE(SUM(owner = p_owner), 0),
@@ -173,12 +182,13 @@ BEGIN
     SELECT MIN(token) INTO v_token FROM {h} WHERE lock_key = p_key AND owner = p_owner;
   ELSEIF v_mine = 0 AND v_held + v_ahead + 1 <= LEAST(p_limit, COALESCE(v_lim_held, p_limit),
                                                       COALESCE(v_lim_ahead, p_limit)) THEN
-    SET v_token = NEXTVAL({s});
+    SET v_token = IF(v_counter IS NULL, NEXTVAL({s}), v_counter + 1);
+    UPDATE {t} SET token = v_token WHERE lock_key = p_key;
     IF v_sharers > 0 THEN
       DELETE FROM {h} WHERE lock_key = p_key AND {until} <= v_now;
     END IF;
     IF v_first IS NULL THEN
-      UPDATE {t} SET owner = p_owner, token = v_token, expires_us = v_now + p_ttl_ms * 1000,
+      UPDATE {t} SET owner = p_owner, holder_token = v_token, expires_us = v_now + p_ttl_ms * 1000,
                      acquired_us = v_now, ttl_ms = p_ttl_ms, lock_delay_ms = p_delay_ms,
                      holder_limit = p_limit, label = p_label
         WHERE lock_key = p_key;
@@ -195,6 +205,9 @@ BEGIN
   END IF;
   IF v_token IS NOT NULL THEN
     DELETE FROM {q} WHERE lock_key = p_key AND (owner = p_owner OR expires_us <= v_now);
+    IF ROW_COUNT() > 0 THEN
+      UPDATE {t} SET waiters = {count_places} WHERE lock_key = p_key;
+    END IF;
     COMMIT;
     SELECT 'g' AS kind, NULL AS owner, v_token AS n, NULL AS ms, NULL AS lim;
   ELSEIF p_queue_ms > 0 THEN
@@ -204,6 +217,7 @@ BEGIN
       SELECT next_place INTO v_place FROM {t} WHERE lock_key = p_key;
       INSERT INTO {q} (lock_key, owner, place, enqueued_us, expires_us, holder_limit, label)
         VALUES (p_key, p_owner, v_place, v_now, v_now + p_queue_ms * 1000, p_limit, p_label);
+      UPDATE {t} SET waiters = {count_places} WHERE lock_key = p_key;
     ELSE
       UPDATE {q} SET expires_us = v_now + p_queue_ms * 1000, holder_limit = p_limit,
                      label = p_label
@@ -213,7 +227,7 @@ BEGIN
       SELECT 0 AS part, 'r' AS kind, NULL AS owner, NULL AS n,
              CEIL((v_until - v_now) / 1000) AS ms, NULL AS lim
       UNION ALL
-      SELECT 1, IF(expires_us > v_now, 'h', 'd'), owner, token, NULL, holder_limit
+      SELECT 1, IF(expires_us > v_now, 'h', 'd'), owner, holder_token, NULL, holder_limit
         FROM {t} WHERE lock_key = p_key AND owner <> p_owner AND {counts}
       UNION ALL
       SELECT 1, IF(expires_us > v_now, 'h', 'd'), owner, token, NULL, holder_limit
@@ -263,6 +277,9 @@ BEGIN
         WHERE lock_key = p_key;
     END IF;
     DELETE FROM {q} WHERE lock_key = p_key AND (owner = p_owner OR expires_us <= v_now);
+    IF ROW_COUNT() > 0 THEN
+      UPDATE {t} SET waiters = {count_places} WHERE lock_key = p_key;
+    END IF;
     SELECT (SELECT COUNT(*) FROM {t} WHERE lock_key = p_key AND owner <> p_owner
                                          AND expires_us > v_now)
          + (SELECT COUNT(*) FROM {h} WHERE lock_key = p_key AND owner <> p_owner
@@ -315,7 +332,7 @@ BEGIN
   DECLARE v_token BIGINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   START TRANSACTION;
-  SELECT MAX(token) INTO v_token FROM {t}
+  SELECT MAX(holder_token) INTO v_token FROM {t}
     WHERE lock_key = p_key AND owner = p_owner AND expires_us > v_now FOR UPDATE;
   IF v_token IS NULL THEN
     SELECT MAX(token) INTO v_token FROM {h}
@@ -362,7 +379,7 @@ CREATE OR REPLACE PROCEDURE {p_sweep}(IN p_batch INT)
 BEGIN
   DECLARE v_now BIGINT DEFAULT {now_us};
   DECLARE v_key VARBINARY(1024);
-  DECLARE v_found BIGINT;
+  DECLARE v_counter BIGINT UNSIGNED;
   DECLARE v_end, v_swept INT DEFAULT 0;
   DECLARE lapsed CURSOR FOR
     SELECT lock_key FROM {t}
@@ -379,11 +396,19 @@ BEGIN
     FETCH lapsed INTO v_key;
     IF v_end THEN LEAVE sweep; END IF;
     START TRANSACTION;
-    SELECT COUNT(*) INTO v_found FROM {t} WHERE lock_key = v_key FOR UPDATE;
+    SELECT MAX(token) INTO v_counter FROM {t} WHERE lock_key = v_key FOR UPDATE;
     DELETE FROM {h} WHERE lock_key = v_key AND {until} <= v_now;
     UPDATE {t} SET sharers = (SELECT COUNT(*) FROM {h} WHERE lock_key = v_key)
       WHERE lock_key = v_key;
     DELETE FROM {q} WHERE lock_key = v_key AND expires_us <= v_now;
+    UPDATE {t} SET waiters = (SELECT COUNT(*) FROM {q} WHERE lock_key = v_key)
+      WHERE lock_key = v_key;
+    -- The key's next row starts above this one's counter (SETVAL only
+    -- raises; it is not rolled back, which only skips values; it takes
+    -- literals only, hence EXECUTE IMMEDIATE).
+    IF v_counter IS NOT NULL THEN
+      EXECUTE IMMEDIATE CONCAT('DO SETVAL({s}, ', v_counter, ')');
+    END IF;
     DELETE FROM {t} WHERE lock_key = v_key AND (owner IS NULL OR {until} <= v_now)
       AND sharers = 0 AND NOT EXISTS (SELECT 1 FROM {q} WHERE lock_key = v_key);
     COMMIT;
@@ -398,25 +423,29 @@ END)sql";
 // prepared once per session (the parser's cost is a good part of a round
 // trip here) and executed with its arguments (:name, in the order of their
 // first use; see Lean below). It grants (or re-grants a live holding of
-// ours: same token) when no holding counts and no live waiter is queued
-// (its snapshot of the queue: a stale read costs order, never exclusion;
-// the row's own columns are read at their latest version under the row
-// lock), and then takes the owner's wake-up name, before the grant
-// commits. A key without a row gets one and no grant (token NULL in the
-// answer): a token drawn before the row exists could be drawn before an
+// ours: same token) when no holding counts and the key has no places in
+// its queue (the row counts them, so the test is on the row's latest
+// version under its lock, like the rest), and then takes the owner's
+// wake-up name, before the grant
+// commits. Its token is the row's counter + 1 (NEXTVAL for a row that
+// never granted, drawn under the row's lock). A key without a row gets one
+// and no grant (counter NULL in the answer): a token drawn before the row
+// exists could be drawn before an
 // earlier grant of the key that committed meanwhile; the caller runs it
-// again. Anything else it leaves to the general form (sharers > 0 in the
-// answer, or a refused waiting attempt).
+// again. Anything else it leaves to the general form (sharers or waiters
+// > 0 in the answer, or a refused waiting attempt): waiters counts places,
+// lapsed ones too, so only the general form judges whose are live.
 constexpr const char* kLeanAcquireSql = R"sql(
 INSERT INTO {t} (lock_key) VALUES (:key) ON DUPLICATE KEY UPDATE
   token = IF(@dlock_granted :=
                (sharers = 0 AND ((owner <=> :owner AND expires_us > {now_us})
-                 OR ((owner IS NULL OR {until} <= {now_us})
-                     AND NOT EXISTS (SELECT 1 FROM {q} AS w WHERE w.lock_key = :key
-                                       AND w.expires_us > {now_us} AND w.owner <> :owner))))
+                 OR ((owner IS NULL OR {until} <= {now_us}) AND waiters = 0)))
                AND (IS_USED_LOCK(CONCAT('dlock/', :owner)) <=> CONNECTION_ID()
                     OR GET_LOCK(CONCAT('dlock/', :owner), 0) IS NOT NULL),
-             IF(owner <=> :owner AND expires_us > {now_us}, token, NEXTVAL({s})), token),
+             IF(owner <=> :owner AND expires_us > {now_us}, token,
+                IF(token IS NULL, NEXTVAL({s}), token + 1)), token),
+  holder_token = IF(@dlock_granted AND NOT (owner <=> :owner AND expires_us > {now_us}),
+                    token, holder_token),
   acquired_us = IF(@dlock_granted AND NOT (owner <=> :owner AND expires_us > {now_us}),
                    {now_us}, acquired_us),
   owner = IF(@dlock_granted, :owner, owner),
@@ -425,7 +454,7 @@ INSERT INTO {t} (lock_key) VALUES (:key) ON DUPLICATE KEY UPDATE
   lock_delay_ms = IF(@dlock_granted, :delay_ms, lock_delay_ms),
   holder_limit = IF(@dlock_granted, 1, holder_limit),
   label = IF(@dlock_granted, :label, label)
-RETURNING owner, token, CEIL(({until} - {now_us}) / 1000), sharers)sql";
+RETURNING owner, holder_token, CEIL(({until} - {now_us}) / 1000), sharers, waiters, token)sql";
 
 // The lean release: our exclusive holding, of a row without further
 // holders, freed in one statement (not one inside its lock-delay), which
@@ -476,6 +505,7 @@ std::string Fill(const SchemaNames& n, const char* sql,
                {"p_record_break", n.record_break},
                {"p_sweep", n.sweep},
                {"until", kUntil},
+               {"count_places", "(SELECT COUNT(*) FROM " + n.queue + " WHERE lock_key = p_key)"},
                {"counts", kCounts},
                {"leases", kLeases},
                {"now_us", kNowUs},
@@ -650,11 +680,13 @@ std::string PingSql(const SchemaNames& n) {
 std::string ListSql(const SchemaNames& n, const std::string& from, const std::string& to) {
   const std::string range = KeyRange(from, to);
   const char* columns = R"sql(
-SELECT lock_key, owner, token, CEIL((expires_us - c.now) / 1000), ttl_ms,
+SELECT lock_key, owner, {token}, CEIL((expires_us - c.now) / 1000), ttl_ms,
        FLOOR((c.now - acquired_us) / 1000), label, holder_limit
 FROM )sql";
-  return Fill(n, columns) + n.locks + Fill(n, ", (SELECT {now_us} AS now) AS c WHERE ") + range +
-         " AND owner IS NOT NULL AND expires_us > c.now UNION ALL" + Fill(n, columns) +
+  return Fill(n, columns, {{"token", "holder_token"}}) + n.locks +
+         Fill(n, ", (SELECT {now_us} AS now) AS c WHERE ") + range +
+         " AND owner IS NOT NULL AND expires_us > c.now UNION ALL" +
+         Fill(n, columns, {{"token", "token"}}) +
          n.sharers + Fill(n, ", (SELECT {now_us} AS now) AS c WHERE ") + range +
          " AND expires_us > c.now ORDER BY 1, 3";
 }
