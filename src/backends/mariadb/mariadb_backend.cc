@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <utility>
 #include <map>
 #include <optional>
 
@@ -116,8 +117,8 @@ MariaDbBackend::MariaDbBackend(MariaDbOptions options)
       waker_(options_.connect) {}
 
 MariaDbBackend::~MariaDbBackend() {
-  sweeper_.request_stop();
-  if (sweeper_.joinable()) sweeper_.join();
+  keeper_.request_stop();
+  if (keeper_.joinable()) keeper_.join();
 }
 
 Status MariaDbBackend::Init() {
@@ -134,7 +135,7 @@ Status MariaDbBackend::Init() {
   DLOCK_RETURN_IF_ERROR(
       (*conn)->Query(PrepareLeanSql(names_), deadline, what + ": prepare the lean forms").status());
   conn_ = std::move(*conn);
-  sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
+  keeper_ = std::jthread([this](std::stop_token stop) { KeeperLoop(std::move(stop)); });
   return Status::Ok();
 }
 
@@ -185,6 +186,15 @@ Result<ResultSets> MariaDbBackend::Run(const std::string& sql, SteadyTime deadli
     return UnavailableError(what + " (" + Describe() +
                             "): the connection stayed busy with another call past the time limit");
   }
+  if ((!conn_ || !conn_->Usable()) &&
+      deadline - SteadyClock::now() < options_.connect.connect_timeout / 2) {
+    // A short call (a renewal, bounded by a tenth of its TTL) does not pay
+    // for a new connection: the keeper thread makes it now, and the call,
+    // tried again by the core, finds it ready.
+    conn_.reset();
+    RequestReconnect();
+    return UnavailableError(what + " (" + Describe() + "): the connection is being replaced");
+  }
   DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
   used_since_sweep_.store(true, std::memory_order_relaxed);
   if (Status tidy = TidyNamesLocked(deadline); !tidy.ok() && !conn_->Usable()) {
@@ -192,7 +202,10 @@ Result<ResultSets> MariaDbBackend::Run(const std::string& sql, SteadyTime deadli
     return tidy.WithContext(what);
   }
   Result<ResultSets> result = conn_->Query(sql, deadline, what, -1, affected);
-  if (!conn_->Usable()) conn_.reset();  // lost or timed out: the next call reconnects
+  if (!conn_->Usable()) {  // lost or timed out: replaced before the next call
+    conn_.reset();
+    RequestReconnect();
+  }
   return result;
 }
 
@@ -455,29 +468,54 @@ Result<std::vector<BreakRecord>> MariaDbBackend::Breaks(std::string_view prefix)
   return records;
 }
 
-void MariaDbBackend::SweepLoop(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any wake;
-  std::unique_ptr<Connection> conn;  // its own: a sweep never holds up a renewal
-  std::unique_lock lock(mu);
-  while (!stop.stop_requested()) {
-    wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
-    if (stop.stop_requested() || !used_since_sweep_.exchange(false)) continue;
-    for (int call = 0; call < kSweepCallsPerRound && !stop.stop_requested(); ++call) {
-      const SteadyTime deadline = CallDeadline();
-      if (!conn || !conn->Usable()) {
-        auto opened = Connection::Open(options_.connect, deadline, SessionSql(1));
-        if (!opened.ok()) break;
-        conn = std::move(*opened);
-      }
-      auto swept = conn->Query(CallSweep(names_, kSweepBatch), deadline, "sweep");
-      std::int64_t visited = 0;
-      if (!swept.ok() || swept->size() != 1 || swept->front().size() != 1 ||
-          swept->front().front().size() != 1 ||
-          !CellInt(swept->front().front().front(), &visited) || visited < kSweepBatch) {
-        break;
-      }
+void MariaDbBackend::RequestReconnect() {
+  {
+    std::lock_guard lock(keeper_mu_);
+    reconnect_wanted_ = true;
+  }
+  keeper_cv_.notify_all();
+}
+
+void MariaDbBackend::ReconnectNow() {
+  const SteadyTime deadline = CallDeadline();
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return;  // a call has it: it reconnects itself
+  (void)EnsureConnectedLocked(deadline, "reconnect");
+}
+
+void MariaDbBackend::SweepOnce(std::unique_ptr<Connection>& conn, std::stop_token stop) {
+  for (int call = 0; call < kSweepCallsPerRound && !stop.stop_requested(); ++call) {
+    const SteadyTime deadline = CallDeadline();
+    if (!conn || !conn->Usable()) {
+      auto opened = Connection::Open(options_.connect, deadline, SessionSql(1));
+      if (!opened.ok()) return;
+      conn = std::move(*opened);
     }
+    auto swept = conn->Query(CallSweep(names_, kSweepBatch), deadline, "sweep");
+    std::int64_t visited = 0;
+    if (!swept.ok() || swept->size() != 1 || swept->front().size() != 1 ||
+        swept->front().front().size() != 1 ||
+        !CellInt(swept->front().front().front(), &visited) || visited < kSweepBatch) {
+      return;
+    }
+  }
+}
+
+void MariaDbBackend::KeeperLoop(std::stop_token stop) {
+  std::unique_ptr<Connection> conn;  // its own: a sweep never holds up a renewal
+  SteadyTime next_sweep = SteadyClock::now() + kSweepEvery;
+  while (!stop.stop_requested()) {
+    bool reconnect = false;
+    {
+      std::unique_lock lock(keeper_mu_);
+      keeper_cv_.wait_until(lock, stop, next_sweep, [&] { return reconnect_wanted_; });
+      reconnect = std::exchange(reconnect_wanted_, false);
+    }
+    if (stop.stop_requested()) break;
+    if (reconnect) ReconnectNow();
+    if (SteadyClock::now() < next_sweep) continue;
+    next_sweep = SteadyClock::now() + kSweepEvery;
+    if (used_since_sweep_.exchange(false)) SweepOnce(conn, stop);
   }
 }
 

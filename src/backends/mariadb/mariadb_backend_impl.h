@@ -4,6 +4,7 @@
 #define DLOCK_SRC_BACKENDS_MARIADB_MARIADB_BACKEND_IMPL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,9 +99,14 @@ class MariaDbBackend final : public Backend {
   // reconnect, so that waiters on them are still woken.
   void NoteHeld(const std::string& owner, bool held);
 
-  // Deletes what lapsed (mariadb_sql.cc, the sweep procedure) every
-  // kSweepEvery while this backend is in use, on a connection of its own.
-  void SweepLoop(std::stop_token stop);
+  // The keeper thread: replaces a broken operations connection at once
+  // (RequestReconnect), so that a short call (a renewal) never has to, and
+  // deletes what lapsed (the sweep procedure) every kSweepEvery while this
+  // backend is in use, on a connection of its own.
+  void KeeperLoop(std::stop_token stop);
+  void RequestReconnect();
+  void ReconnectNow();
+  void SweepOnce(std::unique_ptr<Connection>& conn, std::stop_token stop);
 
   const MariaDbOptions options_;
   const std::shared_ptr<Clock> clock_;
@@ -115,7 +121,10 @@ class MariaDbBackend final : public Backend {
 
   Waker waker_;
   std::atomic<bool> used_since_sweep_{false};
-  std::jthread sweeper_;  // last: stopped and joined before the rest goes
+  std::mutex keeper_mu_;  // guards reconnect_wanted_
+  std::condition_variable_any keeper_cv_;
+  bool reconnect_wanted_ = false;
+  std::jthread keeper_;  // last: stopped and joined before the rest goes
 };
 
 // Backend::Begin's acquisition (mariadb_acquisition.cc); `valid` is the
