@@ -312,7 +312,9 @@ TEST_F(MariaDbBackendTest, AWaiterThatDiesLetsTheNextOneInWhenItsPlaceLapses) {
   ASSERT_NE(b, nullptr);
   const std::string key = Unique("lapse");
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(30'000)})->granted);
-  LeaseRequest dying{key, OwnerId(2, 2), milliseconds(5000), milliseconds(600)};
+  // Its place lives 2 s: long enough, on a loaded machine, to still count
+  // at the first attempt below.
+  LeaseRequest dying{key, OwnerId(2, 2), milliseconds(5000), milliseconds(2000)};
   auto dead = b->Begin(dying);
   auto refused = dead->Try();
   ASSERT_TRUE(refused.ok() && !refused->granted) << refused.status().ToString();

@@ -160,7 +160,13 @@ TEST_F(MariaDbFaultTest, ACrashKeepsCommittedGrantsAndTokensOnlyGoUp) {
   // is at most the largest token handed out.
   const FencingToken drawn = std::max(held_token, *std::max_element(last.begin(), last.end()));
   ASSERT_TRUE(Server("crash"));
-  auto other = NewClient();
+  // Crash recovery may still be running when the port opens.
+  std::unique_ptr<Client> other;
+  EXPECT_TRUE(Eventually([&] {
+    auto b = OpenRaw(milliseconds(2000));
+    if (b.ok()) other = Client::FromBackend(std::move(*b));
+    return other != nullptr;
+  }, milliseconds(30'000), milliseconds(200)));
   ASSERT_NE(other, nullptr);
   auto list = other->List(key + "4");
   ASSERT_TRUE(list.ok()) << list.status().ToString();
