@@ -16,9 +16,12 @@ namespace {
 using std::chrono::milliseconds;
 
 // A renewal waits at most this fraction of its shortest TTL (and at least
-// kMinRenewBudget): a renewal answered later is useless anyway (the core
-// retries at ttl/10), and one stuck for long would hold up loss detection.
-constexpr int kRenewBudgetDivisor = 10;
+// kMinRenewBudget): one stuck for long would hold up loss detection. A
+// fifth, not PostgreSQL's tenth: a call that misses its deadline costs
+// its connection here (Connector/C closes it), so a budget too tight for a
+// loaded machine turns one slow reply into a reconnect; a fifth still
+// leaves the core two more tries before valid_until.
+constexpr int kRenewBudgetDivisor = 5;
 constexpr milliseconds kMinRenewBudget{20};
 
 // The sweep (mariadb_sql.cc): how often, and how many keys a call visits.

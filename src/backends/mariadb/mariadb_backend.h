@@ -27,7 +27,7 @@
 // `password_file`/`password_env` are resolved before this code runs.
 //
 // Each call is bounded: acquire, release and listing by the connect
-// timeout, a renewal by a tenth of its shortest TTL (at least 20 ms). A call
+// timeout, a renewal by a fifth of its shortest TTL (at least 20 ms). A call
 // that misses its bound, or whose connection breaks, is kUnavailable (its
 // outcome is unknown) and the next call reconnects.
 //

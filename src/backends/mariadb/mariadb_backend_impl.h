@@ -77,8 +77,9 @@ class MariaDbBackend final : public Backend {
 
  private:
   SteadyTime CallDeadline() const { return SteadyClock::now() + options_.connect.connect_timeout; }
-  // Runs `sql` on the operations connection, connecting first if needed;
-  // all of it before `deadline`.
+  // Runs `sql` on the operations connection, connecting first if needed
+  // (but not for a short call: the keeper does it); all of it before
+  // `deadline`.
   Result<ResultSets> Run(const std::string& sql, SteadyTime deadline, const std::string& what,
                          std::vector<std::uint64_t>* affected = nullptr);
   Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
