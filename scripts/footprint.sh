@@ -3,13 +3,13 @@
 # STORE (the project's own script), its size read with its own tools before,
 # KEYS distinct keys acquired and released by dlock_bench_footprint, and its
 # size read again — right after, and after the store's own housekeeping
-# (PostgreSQL: VACUUM; etcd: compaction to the current revision and a
+# (PostgreSQL: VACUUM; MariaDB: ANALYZE, then OPTIMIZE; etcd: compaction to the current revision and a
 # defragmentation; SQLite: a checkpoint). One JSON line from the bench, then
 # the store's own figures.
 #
 #   scripts/footprint.sh STORE [KEYS] [THREADS] [ROUNDS]
 #
-# STORE: sqlite postgres redis etcd zookeeper. ROUNDS (default 1) repeats
+# STORE: sqlite postgres mariadb redis etcd zookeeper. ROUNDS (default 1) repeats
 # the KEYS on the same server, each round under a fresh prefix, so that a
 # size that stays put from one round to the next shows it is bounded.
 #
@@ -53,6 +53,22 @@ case $store in
     # its size; VACUUM FULL (an exclusive lock) gives the file back.
     housekeeping() { sql 'VACUUM dlock_locks' >/dev/null; }
     full_housekeeping() { sql 'VACUUM FULL dlock_locks' >/dev/null; }
+    ;;
+  mariadb)
+    bash scripts/servers/mariadb.sh start "$dir/server" >/dev/null
+    uri=$(cat "$dir/server/uri")
+    # As the server's root over its Unix socket: no password anywhere.
+    sql() { bash scripts/servers/mariadb.sh sql "$dir/server" -N -B -e "$1"; }
+    size() {
+      local t n=""
+      for t in "" _sharers _queue _done _breaks; do
+        n="$n ${t:-_locks} $(sql "SELECT count(*) FROM dlock_locks$t")"
+      done
+      echo "rows${n//_/} table_bytes $(sql "SELECT data_length + index_length FROM information_schema.tables WHERE table_schema = 'dlock' AND table_name = 'dlock_locks'")"
+    }
+    # OPTIMIZE rebuilds the table (InnoDB's VACUUM FULL): the file shrinks.
+    housekeeping() { sql 'ANALYZE TABLE dlock_locks' >/dev/null; }
+    full_housekeeping() { sql 'OPTIMIZE TABLE dlock_locks' >/dev/null; }
     ;;
   redis)
     bash scripts/servers/redis.sh start "$dir/server" >/dev/null
