@@ -22,11 +22,30 @@
 #                                     too) with those users, and sentinels with
 #                                     their own password (DIR/sentinel.password);
 #                                     DIR/uri = rediss+sentinel://...
+#   redis.sh start-cluster DIR [3|1]  a Redis Cluster of six nodes c1..c6: three
+#                                     primaries and a replica of each, node
+#                                     timeout 1 s, any replica may be promoted;
+#                                     DIR/uri = redis+cluster://127.0.0.1:P1,...
+#                                     (1: one primary serving every slot, c1,
+#                                     without a replica: a benchmark baseline)
 #   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
 #   redis.sh port DIR NAME            print a member's port
 #
+# On a cluster (start-cluster), also:
+#   redis.sh primary-of DIR KEY       the member serving dlock key KEY's slot
+#   redis.sh replica-of DIR NAME      a member replicating primary NAME
+#   redis.sh failover DIR NAME        the replica of primary NAME takes over
+#                                     (CLUSTER FAILOVER: no write is lost);
+#                                     waits until every node agrees
+#   redis.sh move-slot DIR KEY NAME   moves KEY's slot (and its keys) to
+#                                     primary NAME, as redis-cli reshards
+#   redis.sh settle DIR               until every slot is served and every
+#                                     primary has a replica in sync
+#
 # For `dlock chaos --server-script` (harness/linked_cluster.h), the sentinel
-# topology with members numbered 1 = p and 2 = r (NAME may be the number):
+# topology with members numbered 1 = p and 2 = r (NAME may be the number),
+# or, through redis_cluster.sh, the cluster with members 1..6 = c1..c6 and
+# "the leader" the primary of the slot of the run's key (DIR/key):
 #   redis.sh configure-linked DIR     no links (replication is not proxied);
 #                                     DIR/members = 2
 #   redis.sh launch DIR               start-sentinel; prints the URI
@@ -178,8 +197,13 @@ EOF
   echo "redis+sentinel://$hosts/dlock-primary" >"$dir/uri"
 }
 
-# member_name N: the member numbered N (1 = p, 2 = r), or N itself.
+# member_name N: the member numbered N (1 = p, 2 = r; on a cluster N = cN),
+# or N itself.
 member_name() {
+  if [ -f "$dir/topology" ] && [[ $1 =~ ^[1-6]$ ]]; then
+    echo "c$1"
+    return 0
+  fi
   case "$1" in
     1) echo p ;;
     2) echo r ;;
@@ -380,9 +404,284 @@ start_secure_sentinel_topology() {
   echo "rediss+sentinel://dlock@$hosts/dlock-primary?$(tls_params "$dir")&sentinel_password_file=$dir/sentinel.password" >"$dir/uri"
 }
 
+# ------------------------------------------------------------ Redis Cluster
+
+# A node's cluster bus listens on its port + 10000, so both must be free and
+# the port at most 55535 (the kernel's free ports run higher).
+free_cluster_port() {
+  local port picked=$1/ports-picked
+  while :; do
+    port=$(python3 -c '
+import random, socket
+while True:
+    p = random.randint(20000, 55535)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+        print(p); break
+    except OSError:
+        pass')
+    grep -qx "$port" "$picked" 2>/dev/null && continue
+    echo "$port" >>"$picked"
+    break
+  done
+  echo "$port"
+}
+
+# The members of the cluster under DIR (start-cluster wrote them).
+members_of() { cat "$1/cluster-members" 2>/dev/null || echo "c1 c2 c3 c4 c5 c6"; }
+
+# cluster_node_args DIR NAME PORT: a node's flags. A 1 s node timeout makes
+# a failover take ~2-3 s; validity factor 0 lets any replica be promoted,
+# however long it was cut off (hold-back stops it); a slot range whose
+# primary is down leaves the others served.
+cluster_node_args() {
+  echo --port "$3" --cluster-enabled yes --cluster-config-file "$1/$2.data/nodes.conf" \
+    --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+    --cluster-require-full-coverage no --cluster-allow-replica-migration no \
+    --repl-diskless-sync yes --repl-diskless-sync-delay 0 --repl-diskless-load swapdb
+}
+
+# cluster_ready DIR: every live node sees every slot served, every live
+# replica's link is up, and every primary with slots has a live replica
+# (after a failover, once the old primary is back and following).
+cluster_ready() {
+  local dir=$1 n port info
+  for n in $(members_of "$dir"); do
+    is_redis "$(cat "$dir/$n.pid" 2>/dev/null || echo 0)" || continue
+    port=$(cat "$dir/$n.port")
+    info=$(cli "$port" cluster info 2>/dev/null | tr -d '\r') || return 1
+    echo "$info" | grep -qx 'cluster_state:ok' || return 1
+    echo "$info" | grep -qx 'cluster_slots_ok:16384' || return 1
+    if cli "$port" role 2>/dev/null | head -1 | grep -qx slave; then
+      cli "$port" info replication | tr -d '\r' | grep -qx 'master_link_status:up' || return 1
+    fi
+  done
+  cli "$(any_live_port "$dir")" cluster nodes 2>/dev/null | python3 -c '
+import sys
+want, replicated = int(sys.argv[1]), sys.argv[2] == "yes"
+nodes = [l.split() for l in sys.stdin if l.strip()]
+masters = {n[0] for n in nodes if "master" in n[2] and "fail" not in n[2] and len(n) > 8}
+followed = {n[3] for n in nodes if "slave" in n[2] and "fail" not in n[2]}
+sys.exit(0 if len(masters) == want and (not replicated or masters <= followed) else 1)' \
+    "$(cat "$dir/primaries")" "$([ "$(cat "$dir/primaries")" = 3 ] && echo yes || echo no)"
+}
+
+# Whether no live node still names member NAME (killed) primary of slots.
+failed_over_from() {
+  local port
+  port=$(cat "$1/$2.port")
+  cli "$(any_live_port "$1")" cluster nodes 2>/dev/null | python3 -c '
+import sys
+port = sys.argv[1]
+for n in (l.split() for l in sys.stdin if l.strip()):
+    if n[1].split("@")[0].endswith(":" + port) and "master" in n[2] and len(n) > 8:
+        sys.exit(1)' "$port"
+}
+
+any_live_port() {
+  local n
+  for n in $(members_of "$1"); do
+    is_redis "$(cat "$1/$n.pid" 2>/dev/null || echo 0)" && { cat "$1/$n.port"; return 0; }
+  done
+  return 1
+}
+
+# await DIR WHAT SECONDS COMMAND...: until COMMAND succeeds.
+await() {
+  local dir=$1 what=$2 seconds=$3 i
+  shift 3
+  for ((i = 0; i < seconds * 20; i++)); do
+    "$@" && return 0
+    sleep 0.05
+  done
+  echo "redis.sh: $what in $dir not reached within ${seconds}s" >&2
+  return 1
+}
+
+# start_cluster_topology DIR [PRIMARIES]: three primaries with a replica
+# each (c1..c6), or one primary serving every slot, alone (c1: the
+# benchmark's baseline).
+start_cluster_topology() {
+  local dir=$1 primaries=${2:-3} n port hosts="" members
+  echo cluster >"$dir/topology"
+  echo "$primaries" >"$dir/primaries"
+  if [ "$primaries" = 1 ]; then members="c1"; else members="c1 c2 c3 c4 c5 c6"; fi
+  echo "$members" >"$dir/cluster-members"
+  for n in $members; do
+    port=$(free_cluster_port "$dir")
+    # shellcheck disable=SC2046
+    launch_member "$dir" "$n" "$port" $(cluster_node_args "$dir" "$n" "$port")
+    hosts+="${hosts:+ }127.0.0.1:$port"
+  done
+  if [ "$primaries" = 1 ]; then
+    cli "$port" cluster addslotsrange 0 16383 >/dev/null
+  else
+    # The first three become primaries, the others their replicas.
+    # shellcheck disable=SC2086
+    redis-cli --cluster create $hosts --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 ||
+      { echo "redis.sh: redis-cli --cluster create failed:" >&2; tail -5 "$dir/create.log" >&2; exit 1; }
+  fi
+  await "$dir" "a cluster with every slot served and replicas in sync" 60 cluster_ready "$dir" ||
+    exit 1
+  echo "redis+cluster://${hosts// /,}" >"$dir/uri"
+}
+
+# The member listening on PORT.
+member_at_port() {
+  local n
+  for n in $(members_of "$1"); do
+    [ "$(cat "$1/$n.port")" = "$2" ] && { echo "$n"; return 0; }
+  done
+  echo "redis.sh: no member of $1 on port $2" >&2
+  return 1
+}
+
+# The slot of dlock key KEY: that of its lock, dlock:{E}:lock (E: KEY with
+# %, { and } escaped, docs/backend-redis.md).
+dlock_slot() {
+  local e=${2//%/%25}
+  e=${e//\{/%7B}
+  e=${e//\}/%7D}
+  cli "$(any_live_port "$1")" cluster keyslot "dlock:{$e}:lock" | tr -d '\r'
+}
+
+# The port of the primary that the node on PORT says serves SLOT.
+slot_owner_port() {
+  cli "$1" -2 --json cluster slots 2>/dev/null | python3 -c '
+import json, sys
+slot = int(sys.argv[1])
+for r in json.load(sys.stdin):
+    if r[0] <= slot <= r[1]:
+        print(r[2][1])
+' "$2"
+}
+
+# The member the live nodes say serves SLOT.
+primary_of_slot() {
+  local dir=$1 slot=$2 port
+  port=$(slot_owner_port "$(any_live_port "$dir")" "$slot")
+  [ -n "$port" ] || { echo "redis.sh: no node of $dir serves slot $slot" >&2; return 1; }
+  member_at_port "$dir" "$port"
+}
+
+# A member that replicates primary NAME (as the primary itself reports).
+replica_of() {
+  local dir=$1 name=$2 port
+  port=$(cli "$(cat "$dir/$name.port")" role | tr -d '\r' | sed -n 4p)
+  [ -n "$port" ] || { echo "redis.sh: primary $name of $dir has no replica" >&2; return 1; }
+  member_at_port "$dir" "$port"
+}
+
+# Whether every live node names member NAME primary of SLOT.
+all_agree_on() {
+  local dir=$1 slot=$2 want n
+  want=$(cat "$dir/$3.port")
+  for n in $(members_of "$dir"); do
+    is_redis "$(cat "$dir/$n.pid" 2>/dev/null || echo 0)" || continue
+    [ "$(slot_owner_port "$(cat "$dir/$n.port")" "$slot")" = "$want" ] || return 1
+  done
+}
+
+# The slot a primary serves first, to check agreement on after a change.
+first_slot_of() {
+  cli "$(cat "$1/$2.port")" -2 --json cluster slots | python3 -c '
+import json, sys
+port = int(sys.argv[1])
+for r in json.load(sys.stdin):
+    if r[2][1] == port:
+        print(r[0]); break
+' "$(cat "$1/$2.port")"
+}
+
+# failover DIR NAME: NAME's replica takes over its slots by CLUSTER
+# FAILOVER (coordinated: the replica has every write first).
+cluster_failover() {
+  local dir=$1 name=$2 replica slot
+  replica=$(replica_of "$dir" "$name") || return 1
+  slot=$(first_slot_of "$dir" "$name")
+  [ "$(cli "$(cat "$dir/$replica.port")" cluster failover | tr -d '\r')" = OK ] ||
+    { echo "redis.sh: $replica refused CLUSTER FAILOVER" >&2; return 1; }
+  await "$dir" "every node naming $replica primary" 30 all_agree_on "$dir" "$slot" "$replica" ||
+    return 1
+  echo "$replica"
+}
+
+# move_slot DIR KEY NAME: KEY's slot, keys and all, to primary NAME, the
+# way redis-cli --cluster reshard does it (SETSLOT IMPORTING/MIGRATING,
+# MIGRATE, SETSLOT NODE on both and then the others).
+move_slot() {
+  local dir=$1 slot from to from_id to_id keys n -
+  set -f  # the keys are passed unquoted, one word each: no globbing
+
+  slot=$(dlock_slot "$dir" "$2")
+  from=$(primary_of_slot "$dir" "$slot") || return 1
+  to=$3
+  [ "$from" = "$to" ] && return 0
+  from_id=$(cli "$(cat "$dir/$from.port")" cluster myid | tr -d '\r')
+  to_id=$(cli "$(cat "$dir/$to.port")" cluster myid | tr -d '\r')
+  cli "$(cat "$dir/$to.port")" cluster setslot "$slot" importing "$from_id" >/dev/null
+  cli "$(cat "$dir/$from.port")" cluster setslot "$slot" migrating "$to_id" >/dev/null
+  while :; do
+    keys=$(cli "$(cat "$dir/$from.port")" cluster getkeysinslot "$slot" 100 | tr -d '\r')
+    [ -n "$keys" ] || break
+    # shellcheck disable=SC2086
+    cli "$(cat "$dir/$from.port")" migrate 127.0.0.1 "$(cat "$dir/$to.port")" "" 0 5000 \
+      keys $keys >/dev/null
+  done
+  for n in "$to" "$from"; do
+    cli "$(cat "$dir/$n.port")" cluster setslot "$slot" node "$to_id" >/dev/null
+  done
+  await "$dir" "every node naming $to primary of slot $slot" 30 all_agree_on "$dir" "$slot" "$to"
+}
+
+# The key a chaos run locks (harness/linked_cluster.h writes DIR/key).
+chaos_key() {
+  [ -s "$1/key" ] || { echo "redis.sh: no $1/key: which key does the run lock?" >&2; return 1; }
+  cat "$1/key"
+}
+
+# For chaos: the primary of the slot of the run's key, as a member number.
+chaos_leader() {
+  local name key
+  key=$(chaos_key "$1") || return 1
+  name=$(primary_of_slot "$1" "$(dlock_slot "$1" "$key")") || return 1
+  echo "${name#c}"
+}
+
+# hold_back on a cluster: the chaos key's primary's replica is stopped and
+# 48 MB written to the primary (in the key's slot), so that what it writes
+# next is not replicated; prints the replica's number.
+cluster_hold_back() {
+  local dir=$1 leader replica e
+  leader=c$(chaos_leader "$dir") || return 1
+  replica=$(replica_of "$dir" "$leader") || return 1
+  kill -STOP "$(member_pid "$dir" "$replica")"
+  e=$(chaos_key "$dir")
+  e=${e//%/%25}
+  e=${e//\{/%7B}
+  e=${e//\}/%7D}
+  head -c $((48 << 20)) /dev/zero | tr '\0' x |
+    cli "$(cat "$dir/$leader.port")" -x set "dlock-chaos-filler{$e}" >/dev/null
+  echo "${replica#c}"
+}
+
+# A killed node started again on its port with its cluster config: it
+# rejoins as a replica of whoever took over its slots, and is ready once in
+# sync.
+cluster_restart() {
+  local dir=$1 name=$2 port
+  port=$(cat "$dir/$name.port")
+  # Back before its replica took over, it would serve its slots again, empty.
+  await "$dir" "a failover away from $name" 30 failed_over_from "$dir" "$name" || return 1
+  # shellcheck disable=SC2046
+  launch_member "$dir" "$name" "$port" $(cluster_node_args "$dir" "$name" "$port")
+  await "$dir" "a cluster with every slot served and replicas in sync" 60 cluster_ready "$dir"
+}
+
 verb=${1:-}
 dir=${2:-}
-[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|configure-linked|launch|leader|settle|hold-back|restart|kill|pause|resume|port DIR [...]" >&2; exit 64; }
+[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|start-cluster|primary-of|replica-of|failover|move-slot|configure-linked|launch|leader|settle|hold-back|restart|kill|pause|resume|port DIR [...]" >&2; exit 64; }
 
 case "$verb" in
   start)
@@ -429,6 +728,16 @@ case "$verb" in
     start_sentinel_topology "$dir"
     cat "$dir/uri"
     ;;
+  start-cluster)
+    case "${3:-3}" in 1 | 3) ;; *) echo "usage: $0 start-cluster DIR [1|3]" >&2; exit 64 ;; esac
+    mkdir -p "$dir"
+    start_cluster_topology "$dir" "${3:-3}"
+    cat "$dir/uri"
+    ;;
+  primary-of) primary_of_slot "$dir" "$(dlock_slot "$dir" "${3?usage: $0 primary-of DIR KEY}")" ;;
+  replica-of) replica_of "$dir" "$(member_name "${3:?usage: $0 replica-of DIR NAME}")" ;;
+  failover) cluster_failover "$dir" "$(member_name "${3:?usage: $0 failover DIR NAME}")" ;;
+  move-slot) move_slot "$dir" "${3?key}" "$(member_name "${4:?usage: $0 move-slot DIR KEY NAME}")" ;;
   stop)
     [ -d "$dir" ] || exit 0
     stop_all "$dir"
@@ -437,22 +746,44 @@ case "$verb" in
     ;;
   configure-linked) configure_leader_follower "$dir" ;;
   launch)
-    start_sentinel_topology "$dir"
+    if [ -f "$dir/topology" ]; then
+      start_cluster_topology "$dir"
+    else
+      start_sentinel_topology "$dir"
+    fi
     cat "$dir/uri"
     ;;
-  leader) current_leader "$dir" ;;
-  hold-back) hold_back "$dir" ;;
+  leader)
+    if [ -f "$dir/topology" ]; then chaos_leader "$dir"; else current_leader "$dir"; fi
+    ;;
+  hold-back)
+    if [ -f "$dir/topology" ]; then cluster_hold_back "$dir"; else hold_back "$dir"; fi
+    ;;
   settle)
+    if [ -f "$dir/topology" ]; then
+      await "$dir" "a cluster with every slot served and replicas in sync" 60 cluster_ready "$dir"
+      exit
+    fi
     leader=$(current_leader "$dir")
     restart_as_replica "$dir" "$(member_name $((3 - leader)))"
     ;;
   restart)
     name=$(member_name "${3:?member}")
+    if [ -f "$dir/topology" ]; then
+      cluster_restart "$dir" "$name"
+      exit
+    fi
     port=$(cat "$dir/$name.port")
     await_failover_from "$dir" "$3"
     launch_member "$dir" "$name" "$port" --port "$port" --repl-diskless-sync yes \
       --repl-diskless-sync-delay 0 --repl-diskless-load swapdb
     restart_as_replica "$dir" "$name"
+    ;;
+  configure-cluster)
+    # redis_cluster.sh's configure-linked: a fresh DIR for six members.
+    configure_leader_follower "$dir"
+    echo 6 >"$dir/members"
+    echo cluster >"$dir/topology"
     ;;
   kill) kill -KILL "$(member_pid "$dir" "$(member_name "${3:?member name}")")" ;;
   pause) kill -STOP "$(member_pid "$dir" "$(member_name "${3:?member name}")")" ;;
