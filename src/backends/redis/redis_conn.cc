@@ -63,10 +63,12 @@ Result<std::vector<ReplyPtr>> PipelineOn(redisContext* c, std::span<const Comman
   return replies;
 }
 
-Result<std::vector<ReplyPtr>> EvalWith(
-    const std::function<Result<std::vector<ReplyPtr>>(std::span<const Command>)>& run,
-    const Script& script, std::span<const std::string> keys, std::span<const std::string> args,
-    std::span<const Command> extra) {
+}  // namespace
+
+Result<std::vector<ReplyPtr>> EvalThrough(const PipelineFn& run, const Script& script,
+                                          std::span<const std::string> keys,
+                                          std::span<const std::string> args,
+                                          std::span<const Command> extra) {
   std::vector<Command> commands;
   commands.reserve(1 + extra.size());
   Command eval;
@@ -86,6 +88,8 @@ Result<std::vector<ReplyPtr>> EvalWith(
   commands[0][1] = script.text;
   return run(commands);
 }
+
+namespace {
 
 // SHA-1 (FIPS 180-4), only to name scripts the way Redis does.
 class Sha1 {
@@ -178,9 +182,27 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
       StartsWithWord(e, "OOM")) {
     return UnavailableError(at + " cannot serve now: " + std::string(e));
   }
-  if (StartsWithWord(e, "MOVED") || StartsWithWord(e, "ASK") || StartsWithWord(e, "CROSSSLOT")) {
-    return InvalidArgumentError(at + " is a Redis Cluster node; Redis Cluster is not "
-                                     "supported (use one primary, with Sentinel for failover)");
+  if (StartsWithWord(e, "MOVED") || StartsWithWord(e, "ASK")) {
+    // A redis:// URI naming one node of a cluster (redis+cluster:// follows
+    // redirections and never lets one through).
+    return InvalidArgumentError(at + " is a Redis Cluster node that serves this key elsewhere ('" +
+                                std::string(e.substr(0, 60)) +
+                                "'): give the cluster as redis+cluster://host:port,host:port,...");
+  }
+  if (StartsWithWord(e, "CROSSSLOT")) {
+    return InvalidArgumentError(at + " refused keys of different hash slots in one call: on a "
+                                     "Redis Cluster a fenced write's keys must carry the lock "
+                                     "key's hash tag (fence::Redis::HashTag)");
+  }
+  if (e.find("cluster support disabled") != std::string_view::npos) {
+    return InvalidArgumentError(at + " is not a Redis Cluster node (cluster support disabled): "
+                                     "use redis:// for one server, redis+sentinel:// with "
+                                     "Sentinel");
+  }
+  if (e.find("Script attempted to access a non local key") != std::string_view::npos) {
+    // A slot moved while a script ran: nothing after the refused call ran.
+    return UnavailableError(at + " serves this key's slot no longer (it is being moved "
+                                 "between nodes): " + std::string(e));
   }
   if (StartsWithWord(e, "NOPERM")) {
     return PermissionDeniedError(at + " refused a command or key this user may not use (the "
@@ -507,7 +529,7 @@ Result<std::vector<ReplyPtr>> Connection::Eval(const Script& script,
                                                std::span<const std::string> args,
                                                std::span<const Command> extra,
                                                milliseconds timeout, std::string_view what) {
-  return EvalWith([&](std::span<const Command> c) { return Pipeline(c, timeout, what); }, script,
+  return EvalThrough([&](std::span<const Command> c) { return Pipeline(c, timeout, what); }, script,
                   keys, args, extra);
 }
 
@@ -521,7 +543,7 @@ Result<std::vector<ReplyPtr>> EvalOnContext(redisContext* c, const Script& scrip
   }
   if (c == nullptr) return InvalidArgumentError(std::string(what) + ": null redisContext");
   if (c->err != 0) return ContextError(c, 0, milliseconds(0), server, what);
-  return EvalWith(
+  return EvalThrough(
       [&](std::span<const Command> cmds) {
         return PipelineOn(c, cmds, milliseconds(0), server, what);
       },

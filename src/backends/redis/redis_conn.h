@@ -12,6 +12,7 @@
 #include <sys/time.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -66,6 +67,18 @@ struct Script {
   std::string sha1;  // 40 lowercase hex digits
 };
 std::string Sha1Hex(std::string_view data);
+
+// Runs commands somewhere (one connection, or a cluster's routing) and
+// returns one reply per command.
+using PipelineFn = std::function<Result<std::vector<ReplyPtr>>(std::span<const Command>)>;
+
+// EVALSHA script keys args, then `extra`, through `run`; on NOSCRIPT (a
+// restarted, failed over or flushed server) the same again with EVAL,
+// which also caches the script.
+Result<std::vector<ReplyPtr>> EvalThrough(const PipelineFn& run, const Script& script,
+                                          std::span<const std::string> keys,
+                                          std::span<const std::string> args,
+                                          std::span<const Command> extra);
 
 class Connection {
  public:

@@ -1,0 +1,148 @@
+// ClusterRouter: dlock's way around a Redis Cluster. It loads the slot map
+// (CLUSTER SLOTS) from the seed nodes, keeps a small pool of connections to
+// each primary, and runs each call on the primary of the call's slot:
+//  - MOVED: the slot lives elsewhere for good; the map learns the new owner
+//    at once, is reloaded whole before the next call (a failover or a
+//    resharding moves many slots), and the call goes there;
+//  - ASK: the slot is being migrated; this one call goes to the target,
+//    after ASKING, and the map is left as it is;
+//  - a node that cannot be reached: the map is reloaded and, if the slot
+//    has a new primary, the call goes there; otherwise kUnavailable.
+// A redirected command was not run by the node that redirected it, so
+// following it is safe. TRYAGAIN and CLUSTERDOWN come back as replies
+// (FromRedis makes them kUnavailable). Every call, redirections and reloads
+// included, ends within its timeout.
+//
+// Thread-safety: thread-safe; connections are taken from the pools by one
+// thread at a time.
+#ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_CLUSTER_H_
+#define DLOCK_SRC_BACKENDS_REDIS_REDIS_CLUSTER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_slot_map.h"
+
+namespace dlock::redis {
+
+class ClusterRouter {
+ public:
+  ClusterRouter(std::vector<Endpoint> seeds, ConnectOptions options);
+  ~ClusterRouter();
+  ClusterRouter(const ClusterRouter&) = delete;
+  ClusterRouter& operator=(const ClusterRouter&) = delete;
+
+  // What a routed call answered, and which node answered it.
+  struct Routed {
+    std::vector<ReplyPtr> replies;
+    std::string server;
+  };
+
+  // Loads the slot map from the first node that answers: the primaries of
+  // the map in hand, then the seeds.
+  Status Refresh(std::string_view what);
+  // The map should be reloaded before the next call (a node broke, a slot
+  // moved, a subscription was told its slot left).
+  void MarkStale();
+
+  // Runs `commands` on the primary of `slot`, following redirections of
+  // the first command's reply (the others, if any, ran wherever it did).
+  Result<Routed> Run(std::uint16_t slot, std::span<const Command> commands,
+                     std::chrono::milliseconds timeout, std::string_view what);
+  // Run, for a script (EVALSHA, EVAL when the node does not know it).
+  Result<Routed> Eval(std::uint16_t slot, const Script& script, std::span<const std::string> keys,
+                      std::span<const std::string> args, std::span<const Command> extra,
+                      std::chrono::milliseconds timeout, std::string_view what);
+
+  // The primary of `slot` in the map in hand (reloaded first if stale).
+  Result<Endpoint> PrimaryOf(std::uint16_t slot, std::string_view what);
+  // Every primary in the map in hand (reloaded first if stale).
+  Result<std::vector<Endpoint>> Primaries(std::string_view what);
+
+  // Each node's commands, written to every node before any reply is read:
+  // one round trip for all of them. No redirection is followed here: the
+  // caller sees every reply.
+  struct NodeBatch {
+    Endpoint node;
+    std::vector<Command> commands;
+    Result<std::vector<ReplyPtr>> replies = UnavailableError("not sent");
+  };
+  void RunOnNodes(std::span<NodeBatch> batches, std::chrono::milliseconds timeout,
+                  std::string_view what);
+
+  // One script call for one slot, among many (EvalEach).
+  struct SlotCall {
+    std::uint16_t slot = 0;
+    std::vector<std::string> keys, args;
+    // The script's reply (an error reply too), and which node gave it.
+    Result<ReplyPtr> reply = UnavailableError("not run");
+    std::string server;
+  };
+  // What the `tail` commands after a node's calls answered (WAIT's count):
+  // an error fails every call of that node.
+  using TailCheck =
+      std::function<Status(std::span<const ReplyPtr> tail, const std::string& server)>;
+  // Runs `script` once per call, each on its slot's primary: a node's calls
+  // in one pipeline with `tail` after them, every node at once (one round
+  // trip). A call that was redirected, refused for now (TRYAGAIN) or whose
+  // script the node did not know is run again alone, through Eval.
+  void EvalEach(const Script& script, std::span<SlotCall> calls, std::span<const Command> tail,
+                const TailCheck& check_tail, std::chrono::milliseconds timeout,
+                std::string_view what);
+
+  // A fresh connection to `node`, for a subscriber (not pooled).
+  Result<std::unique_ptr<Connection>> Open(const Endpoint& node, std::string_view what);
+
+ private:
+  class Pooled;
+  struct Pool {
+    std::vector<std::unique_ptr<Connection>> idle;
+    std::uint64_t generation = 0;
+  };
+
+  Result<Pooled> Take(const Endpoint& node, std::chrono::milliseconds connect_within,
+                      std::string_view what);
+  void Give(const Endpoint& node, std::unique_ptr<Connection> c, std::uint64_t generation);
+  // Reloads the map if it is stale and was not reloaded in the last moment.
+  void RefreshIfStale(std::string_view what);
+  // One try on `node` (ASKING first when `ask`): the replies, or the
+  // failure; a broken connection marks the map stale. *sent is false when
+  // no connection could be had (nothing left this client).
+  Result<std::vector<ReplyPtr>> RunAt(const Endpoint& node, bool ask,
+                                      std::span<const Command> commands,
+                                      std::chrono::milliseconds timeout, std::string_view what,
+                                      bool* sent);
+  std::vector<Endpoint> RefreshCandidates();
+  // EvalEach's one pass over calls[which]: by SHA-1 or by text, a node's
+  // calls in one pipeline, every node at once. Calls to send again by text
+  // go to *by_text_next (only from a pass by SHA-1), calls to run alone to
+  // *alone; the others get their reply.
+  void EvalBatched(const Script& script, bool by_text, std::span<SlotCall> calls,
+                   const std::vector<std::size_t>& which, std::span<const Command> tail,
+                   const TailCheck& check_tail, std::chrono::milliseconds timeout,
+                   std::string_view what, std::vector<std::size_t>* by_text_next,
+                   std::vector<std::size_t>* alone);
+
+  const std::vector<Endpoint> seeds_;
+  const ConnectOptions options_;
+
+  std::mutex mu_;
+  SlotMap map_;                                           // guarded by mu_
+  bool have_map_ = false;                                 // guarded by mu_
+  bool stale_ = true;                                     // guarded by mu_
+  std::chrono::steady_clock::time_point refreshed_at_{};  // guarded by mu_
+  std::map<std::string, Pool> pools_;                     // by Endpoint::Text(); guarded by mu_
+};
+
+}  // namespace dlock::redis
+
+#endif  // DLOCK_SRC_BACKENDS_REDIS_REDIS_CLUSTER_H_
