@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "backends/redis/redis_slot_map.h"
+#include "backends/redis/redis_slots.h"
+
 namespace dlock::redis {
 namespace {
 
@@ -19,7 +22,8 @@ constexpr milliseconds kMaxRetry{1000};
 
 }  // namespace
 
-Subscriber::Subscriber(Connect connect) : connect_(std::move(connect)) {
+Subscriber::Subscriber(Connect connect, Mode mode, std::function<void()> on_moved)
+    : connect_(std::move(connect)), mode_(mode), on_moved_(std::move(on_moved)) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reader_ = std::thread([this] { Run(); });
 }
@@ -53,14 +57,19 @@ bool Subscriber::BackgroundMustAct() const {
   return stopping_ || (!reading_ && (!conn_ || active_waiters_ == 0));
 }
 
-std::optional<Subscriber::Ticket> Subscriber::Current(const std::string& channel) {
-  std::lock_guard lock(mu_);
-  Channel& ch = channels_[channel];
+void Subscriber::WantLocked(Channel& ch) {
   ch.last_used = std::chrono::steady_clock::now();
   if (!ch.wanted || ch.state == State::kNone) {
     ch.wanted = true;
+    ch.gone = false;
     WakeReader();
   }
+}
+
+std::optional<Subscriber::Ticket> Subscriber::Current(const std::string& channel) {
+  std::lock_guard lock(mu_);
+  Channel& ch = channels_[channel];
+  WantLocked(ch);
   if (ch.state != State::kSubscribed) return std::nullopt;
   return Ticket{ch.epoch, ch.messages};
 }
@@ -73,12 +82,11 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
   Channel& ch = channels_[channel];
   ch.waiters++;
   active_waiters_++;
-  ch.last_used = std::chrono::steady_clock::now();
-  if (!ch.wanted || ch.state == State::kNone) {
-    ch.wanted = true;
-    WakeReader();
-  }
+  // A channel found gone since the ticket was taken wakes the waiter (the
+  // epoch no longer matches); without a ticket, it is asked for again.
+  if (!ticket || !ch.gone) WantLocked(ch);
   auto ready = [&] {
+    if (ch.gone) return true;
     if (!ticket) return ch.state == State::kSubscribed;
     if (ch.epoch != ticket->epoch) return true;
     if (ch.messages - ticket->messages > kRecent) return true;  // some forgotten
@@ -133,15 +141,26 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
 }
 
 void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
-  Command subscribe{"SUBSCRIBE"};
-  Command unsubscribe{"UNSUBSCRIBE"};
+  const bool sharded = mode_ == Mode::kSharded;
+  Command subscribe{sharded ? "SSUBSCRIBE" : "SUBSCRIBE"};
+  Command unsubscribe{sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"};
   for (auto& [name, ch] : channels_) {
     if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
+    // Sharded: one command per channel, for the channels' slots differ (a
+    // command naming several must keep to one slot).
     if (ch.wanted && ch.state == State::kNone) {
-      subscribe.push_back(name);
+      if (sharded) {
+        out->push_back({subscribe[0], name});
+      } else {
+        subscribe.push_back(name);
+      }
       ch.state = State::kSubscribing;
     } else if (!ch.wanted && ch.state == State::kSubscribed) {
-      unsubscribe.push_back(name);
+      if (sharded) {
+        out->push_back({unsubscribe[0], name});
+      } else {
+        unsubscribe.push_back(name);
+      }
       ch.state = State::kUnsubscribing;
     }
   }
@@ -153,9 +172,36 @@ void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
   if (unsubscribe.size() > 1) out->push_back(std::move(unsubscribe));
 }
 
+void Subscriber::GoneLocked(Channel& ch) {
+  ch.gone = true;
+  ch.wanted = false;
+  ch.state = State::kNone;
+  ch.epoch = 0;
+  ch.messages++;
+  ch.recent[ch.messages % kRecent].clear();
+}
+
+void Subscriber::HandleError(std::string_view error) {
+  if (mode_ != Mode::kSharded) return;
+  // Only SSUBSCRIBE is answered with an error here. A redirection names
+  // the slot whose channels must go elsewhere; any other error (a cluster
+  // that is down) sends every channel being subscribed away.
+  std::optional<std::uint16_t> slot;
+  if (auto redirect = ParseRedirect(error, Endpoint{}, "subscriber"); redirect.ok() && *redirect) {
+    slot = (*redirect)->slot;
+  }
+  for (auto& [name, ch] : channels_) {
+    if (ch.state == State::kSubscribing && (!slot || HashSlot(name) == *slot)) GoneLocked(ch);
+  }
+  if (on_moved_) on_moved_();
+}
+
 void Subscriber::HandleReply(const redisReply* r) {
+  if (r->type == REDIS_REPLY_ERROR) return HandleError(ReplyString(r));
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
-  const std::string kind = ReplyString(r->element[0]);
+  std::string kind = ReplyString(r->element[0]);
+  const bool sharded = mode_ == Mode::kSharded;
+  if (sharded && kind.starts_with('s')) kind.erase(0, 1);  // smessage, ssubscribe, sunsubscribe
   const std::string name = ReplyString(r->element[1]);
   auto it = channels_.find(name);
   if (it == channels_.end()) return;
@@ -166,6 +212,10 @@ void Subscriber::HandleReply(const redisReply* r) {
   } else if (kind == "subscribe") {
     ch.state = State::kSubscribed;
     ch.epoch = next_epoch_++;
+  } else if (kind == "unsubscribe" && sharded && ch.state == State::kSubscribed) {
+    // Unasked: the channel's slot left this node (a migration, a failover).
+    GoneLocked(ch);
+    if (on_moved_) on_moved_();
   } else if (kind == "unsubscribe") {
     ch.state = State::kNone;  // PlanCommands subscribes again if wanted
     ch.epoch = 0;

@@ -27,6 +27,13 @@
 // A channel nobody waited on for a while is unsubscribed. When the
 // connection cannot be made, Wait reports kDown and the caller polls.
 //
+// Sharded (Redis Cluster): SSUBSCRIBE on the node that serves the channel's
+// hash slot, one subscriber per node. When the slot leaves the node (the
+// node says so with an unasked SUNSUBSCRIBE, or answers SSUBSCRIBE with
+// MOVED), the channel is dropped here, its waiters wake (they attempt
+// again, and their next wait finds the slot's new node), and `on_moved`
+// tells the owner that its slot map is out of date.
+//
 // Thread-safety: all public methods may be called from any thread.
 #ifndef DLOCK_SRC_BACKENDS_REDIS_REDIS_SUBSCRIBER_H_
 #define DLOCK_SRC_BACKENDS_REDIS_REDIS_SUBSCRIBER_H_
@@ -58,8 +65,10 @@ class Subscriber {
     std::uint64_t messages = 0;
   };
   enum class Outcome { kWoken, kTimedOut, kStopped, kDown };
+  enum class Mode { kClassic, kSharded };
 
-  explicit Subscriber(Connect connect);
+  explicit Subscriber(Connect connect, Mode mode = Mode::kClassic,
+                      std::function<void()> on_moved = {});
   ~Subscriber();
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
@@ -87,6 +96,8 @@ class Subscriber {
     std::uint64_t epoch = 0;
     std::uint64_t messages = 0;
     int waiters = 0;
+    // Sharded: the channel's slot left this node; its waiters go elsewhere.
+    bool gone = false;
     SteadyTime last_used;
     // The payloads of the last kRecent messages, by message number.
     std::array<std::string, 32> recent;
@@ -104,9 +115,17 @@ class Subscriber {
   // Under mu_: what the reader must send now.
   void PlanCommands(std::vector<Command>* out, SteadyTime now);
   void HandleReply(const redisReply* r);
+  // Sharded: an error reply to SSUBSCRIBE (a redirection names the slot).
+  void HandleError(std::string_view error);
+  // Under mu_: the channel's slot left this node.
+  void GoneLocked(Channel& ch);
+  // Under mu_: a waiter or an attempt wants `ch` (again).
+  void WantLocked(Channel& ch);
   void ConnectionLostLocked();
 
   const Connect connect_;
+  const Mode mode_;
+  const std::function<void()> on_moved_;
   int event_fd_ = -1;
 
   std::mutex mu_;
