@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_keys.h"
 #include "backends/redis/redis_scripts.h"
@@ -25,6 +27,8 @@ constexpr const char* kRedisForm =
     "redis[s]://[user:password@]host[:6379][/db][?cacert=&cert=&key=]";
 constexpr const char* kSentinelForm =
     "redis[s]+sentinel://[user:password@]host[:26379],host,.../master-name[?db=N]";
+constexpr const char* kClusterForm =
+    "redis[s]+cluster://[user:password@]host[:6379],host,...[?cacert=&cert=&key=]";
 constexpr std::size_t kMaxIdleConnections = 8;
 constexpr std::size_t kListBatch = 256;
 // A waiter's place in the queue lasts at most kPlaceTtl after its last
@@ -41,6 +45,7 @@ struct RedisOptions {
   // The server for redis://; the sentinels for redis+sentinel://.
   std::vector<Endpoint> endpoints;
   bool sentinel = false;
+  bool cluster = false;  // redis+cluster://: endpoints are the seed nodes
   std::string master_name;
   milliseconds timeout{5000};  // one command's reply
   int wait_replicas = 0;
@@ -116,6 +121,27 @@ Result<RedisOptions> SentinelOptionsFromUri(const internal::Uri& uri,
   return o;
 }
 
+Result<RedisOptions> ClusterOptionsFromUri(const internal::Uri& uri,
+                                           const internal::BackendParams& params) {
+  RedisOptions o;
+  o.cluster = true;
+  o.connect = BaseConnectOptions(uri, params);
+  DLOCK_RETURN_IF_ERROR(
+      uri.CheckParams({"timeout", "wait_replicas", "wait_timeout", "cacert", "cert", "key"}));
+  DLOCK_RETURN_IF_ERROR(TlsFromUri(uri, &o.connect));
+  DLOCK_ASSIGN_OR_RETURN(o.endpoints,
+                         ParseEndpoints(uri.hosts, 6379, uri.scheme + " URI " + uri.Redacted()));
+  if (uri.path != "" && uri.path != "/" && uri.path != "/0") {
+    return BadUri(uri, "a Redis Cluster has only database 0; give no path", kClusterForm);
+  }
+  DLOCK_RETURN_IF_ERROR(ParseCommon(uri, &o));
+  return o;
+}
+
+// The hash slot of every Redis key and channel of dlock key `key` (they
+// share its hash tag).
+std::uint16_t KeySlot(std::string_view key) { return HashSlot(LockName(key)); }
+
 Result<FencingToken> ParseToken(const redisReply* r) {
   long long v = 0;
   if (!ReplyInt(r, &v) || v <= 0) return InternalError("token");
@@ -164,12 +190,21 @@ class RedisAcquisition;
 class RedisBackend final : public Backend {
  public:
   RedisBackend(RedisOptions options, std::shared_ptr<Clock> clock)
-      : options_(std::move(options)), clock_(clock ? std::move(clock) : DefaultClock()) {}
-  ~RedisBackend() override { subscriber_.reset(); }
+      : options_(std::move(options)), clock_(clock ? std::move(clock) : DefaultClock()) {
+    if (options_.cluster) {
+      cluster_ = std::make_unique<ClusterRouter>(options_.endpoints, options_.connect);
+    }
+  }
+  ~RedisBackend() override {
+    std::lock_guard lock(subscriber_mu_);
+    subscriber_.reset();
+    node_subscribers_.clear();
+  }
 
   // Connects once, so that a wrong address, password or database is
-  // reported by Open.
+  // reported by Open; on a cluster, reads the slot map.
   Status Verify() {
+    if (cluster_) return cluster_->Refresh("connect");
     DLOCK_ASSIGN_OR_RETURN(auto conn, Connect("connect", /*verify=*/true));
     Give(std::move(conn), generation());
     return Status::Ok();
@@ -222,11 +257,46 @@ class RedisBackend final : public Backend {
   Result<std::unique_ptr<Connection>> ConnectViaSentinel(std::string_view what);
   Result<Handle> Take(std::string_view what);
   void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
-  Subscriber& EnsureSubscriber();
-  // The channel's ticket if the subscriber exists and has it subscribed
-  // (and asks for the subscription either way); nullopt before the first
-  // wait.
-  std::optional<Subscriber::Ticket> CurrentTicket(const std::string& channel);
+  // The subscriber that hears `channel`: the backend's one, or on a
+  // cluster the one of the node serving the channel's slot (made at the
+  // first wait); null when no node is known to serve it.
+  std::shared_ptr<Subscriber> SubscriberFor(const std::string& channel);
+  // The channel's ticket, with the subscriber that gave it, if that
+  // subscriber exists and has the channel subscribed (and asks for the
+  // subscription either way); nullopt before the first wait.
+  struct Subscription {
+    std::shared_ptr<Subscriber> subscriber;
+    Subscriber::Ticket ticket;
+  };
+  std::optional<Subscription> CurrentTicket(const std::string& channel);
+  bool Sharded() const { return cluster_ != nullptr; }
+
+  // Runs `script` for dlock key `key`: on the primary of its slot on a
+  // cluster, on the one server otherwise; and says which server answered.
+  Result<ClusterRouter::Routed> EvalFor(std::string_view key, const Script& script,
+                                        std::span<const std::string> keys,
+                                        std::span<const std::string> args,
+                                        std::span<const Command> extra,
+                                        std::chrono::milliseconds timeout,
+                                        const std::string& what);
+  // `keys`, and on a cluster also the names `others` gives for `key`: a
+  // script's every key is declared there, so that a call on a slot whose
+  // keys are half migrated is refused whole (TRYAGAIN) rather than failing
+  // half-way. Elsewhere the scripts name a key's other keys themselves,
+  // which costs the server nothing per call.
+  using NameOf = std::string (*)(std::string_view);
+  template <typename Names>
+  std::vector<std::string> Declared(std::vector<std::string> keys, std::string_view key,
+                                    const Names& others) const {
+    if (cluster_) {
+      for (NameOf name : others) keys.push_back(name(key));
+    }
+    return keys;
+  }
+  std::vector<std::string> Declared(std::vector<std::string> keys, std::string_view key,
+                                    std::initializer_list<NameOf> others) const {
+    return Declared<std::initializer_list<NameOf>>(std::move(keys), key, others);
+  }
 
   // `WAIT wait_replicas wait_timeout` to pipeline after a write that must
   // reach the replicas (none without wait_replicas), and the reply timeout
@@ -243,20 +313,43 @@ class RedisBackend final : public Backend {
   // wait_replicas confirmed a grant or a renewal.
   Status CheckReplicated(const redisReply* wait_reply, const std::string& server,
                          const std::string& what, milliseconds waited);
+  // Renew's script call on the one server (not a cluster), `wait` after it.
+  void RenewOnServer(ClusterRouter::SlotCall& call, std::span<const Command> wait,
+                     const ClusterRouter::TailCheck& check_wait, milliseconds timeout);
+  // What one renew call said, into the results of its leases.
+  static void ApplyRenewals(const ClusterRouter::SlotCall& call,
+                            std::span<const LeaseRequest> leases,
+                            const std::vector<std::size_t>& group, std::vector<Status>* result);
 
-  // For List and Waiters: SCANs `pattern`, runs `script` over the names in
-  // batches, checks each reply row of `fields` (the first is the 1-based
-  // index of its name in the batch) and hands `row` those whose key starts
-  // with `prefix`.
+  // For List, Waiters and Breaks: SCANs `pattern` on every server (every
+  // primary of a cluster), runs `script` over the names in batches, checks
+  // each reply row of `fields` (the first is the 1-based index of its name
+  // in the batch) and hands `row` those whose key starts with `prefix`.
   using RowFn = std::function<Status(const std::string& key, const redisReply* const* fields,
                                      const std::string& server)>;
-  Status ForEachRow(std::string_view prefix, const std::string& pattern,
-                    std::optional<std::string> (*key_of)(std::string_view),
-                    const Script& script, std::size_t fields, const std::string& rows_noun,
-                    const std::string& name_noun, const std::string& what, const RowFn& row);
-  // The names SCAN MATCH `pattern` finds, sorted, without duplicates.
-  Result<std::vector<std::string>> Scan(Handle& conn, const std::string& pattern,
-                                        const std::string& what);
+  struct RowQuery {
+    std::string_view prefix;
+    std::string pattern;
+    std::optional<std::string> (*key_of)(std::string_view);  // a name's dlock key
+    NameOf name_of;                                          // ... and back
+    std::vector<NameOf> others;  // the other names the script reads
+    const Script* script;
+    std::size_t fields;
+    std::string rows_noun, name_noun, what;
+  };
+  Status ForEachRow(const RowQuery& q, const RowFn& row);
+  // The calls of `script`, on a cluster each on its slot's primary.
+  void RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+               const std::string& what);
+  Status ParseRows(const RowQuery& q, const ClusterRouter::SlotCall& call,
+                   const std::vector<std::string>& keys, const RowFn& row);
+  // Where to look for everything: the one server (nullopt), or every
+  // primary of the cluster.
+  Result<std::vector<std::optional<Endpoint>>> Servers(const std::string& what);
+  // The names SCAN MATCH `pattern` finds on `node` (nullopt: the one
+  // server), sorted, without duplicates.
+  Result<std::vector<std::string>> Scan(const std::optional<Endpoint>& node,
+                                        const std::string& pattern, const std::string& what);
 
   const RedisOptions options_;
   const std::shared_ptr<Clock> clock_;
@@ -267,8 +360,15 @@ class RedisBackend final : public Backend {
   // demoted primary too, so they are dropped rather than reused.
   std::uint64_t generation_ = 0;
 
+  // redis+cluster://: the slot map and a pool per primary (subscribers
+  // below use it, so it is declared before them and outlives them).
+  std::unique_ptr<ClusterRouter> cluster_;
+
   std::mutex subscriber_mu_;
-  std::unique_ptr<Subscriber> subscriber_;  // made at the first wait
+  std::shared_ptr<Subscriber> subscriber_;  // made at the first wait
+  // On a cluster: one per primary, by Endpoint::Text(); guarded by
+  // subscriber_mu_.
+  std::map<std::string, std::shared_ptr<Subscriber>> node_subscribers_;
 };
 
 // One acquire of one key by one owner (Acquisition, backend.h). A refused
@@ -289,7 +389,8 @@ class RedisAcquisition final : public Acquisition {
 
  private:
   struct Refusal {
-    std::optional<Subscriber::Ticket> ticket;  // taken before the attempt was sent
+    // Taken before the attempt was sent, from the subscriber the wait uses.
+    std::optional<RedisBackend::Subscription> ticket;
     TimePoint sent{};                          // client clock
     long long refused_at = 0;                  // server ms
   };
@@ -415,19 +516,66 @@ void RedisBackend::Give(std::unique_ptr<Connection> c, std::uint64_t gen) {
   if (gen == generation_ && idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
 }
 
-Subscriber& RedisBackend::EnsureSubscriber() {
-  std::lock_guard lock(subscriber_mu_);
-  if (!subscriber_) {
-    subscriber_ = std::make_unique<Subscriber>(
-        [this]() { return Connect("subscribe for wake-ups", false); });
+std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& channel) {
+  if (!cluster_) {
+    std::lock_guard lock(subscriber_mu_);
+    if (!subscriber_) {
+      subscriber_ = std::make_shared<Subscriber>(
+          [this]() { return Connect("subscribe for wake-ups", false); });
+    }
+    return subscriber_;
   }
-  return *subscriber_;
+  constexpr std::string_view kWhat = "subscribe for wake-ups";
+  auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat);
+  if (!node.ok()) return nullptr;
+  const auto primaries = cluster_->Primaries(kWhat);
+  std::lock_guard lock(subscriber_mu_);
+  if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
+    return it->second;
+  }
+  ClusterRouter* router = cluster_.get();
+  auto sub = std::make_shared<Subscriber>(
+      [router, n = *node, kWhat] { return router->Open(n, kWhat); }, Subscriber::Mode::kSharded,
+      [router] { router->MarkStale(); });
+  // Those of nodes that serve no slot any more go (a wait in progress keeps
+  // its own until it ends).
+  if (primaries.ok()) {
+    std::erase_if(node_subscribers_, [&](const auto& item) {
+      return std::none_of(primaries->begin(), primaries->end(),
+                          [&](const Endpoint& e) { return e.Text() == item.first; });
+    });
+  }
+  node_subscribers_[node->Text()] = sub;
+  return sub;
 }
 
-std::optional<Subscriber::Ticket> RedisBackend::CurrentTicket(const std::string& channel) {
-  std::lock_guard lock(subscriber_mu_);
-  if (!subscriber_) return std::nullopt;
-  return subscriber_->Current(channel);
+std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(const std::string& channel) {
+  std::shared_ptr<Subscriber> sub;
+  if (!cluster_) {
+    std::lock_guard lock(subscriber_mu_);
+    sub = subscriber_;
+  } else if (auto node = cluster_->PrimaryOf(HashSlot(channel), "subscribe"); node.ok()) {
+    std::lock_guard lock(subscriber_mu_);
+    if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
+      sub = it->second;
+    }
+  }
+  if (!sub) return std::nullopt;
+  std::optional<Subscriber::Ticket> ticket = sub->Current(channel);
+  if (!ticket) return std::nullopt;
+  return Subscription{std::move(sub), *ticket};
+}
+
+Result<ClusterRouter::Routed> RedisBackend::EvalFor(std::string_view key, const Script& script,
+                                                    std::span<const std::string> keys,
+                                                    std::span<const std::string> args,
+                                                    std::span<const Command> extra,
+                                                    milliseconds timeout,
+                                                    const std::string& what) {
+  if (cluster_) return cluster_->Eval(KeySlot(key), script, keys, args, extra, timeout, what);
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(script, keys, args, extra, timeout, what));
+  return ClusterRouter::Routed{std::move(replies), conn->server()};
 }
 
 std::vector<Command> RedisBackend::ReplicaWait() const {
@@ -452,18 +600,18 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
   const std::string what = "acquire " + Quoted(request.key);
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
-  const std::string keys[] = {LockName(request.key), SlotCounterName(request.key),
-                              QueueName(request.key)};
+  const std::vector<std::string> keys =
+      Declared({LockName(request.key), SlotCounterName(request.key), QueueName(request.key)},
+               request.key,
+               {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
   const std::string ttl = std::to_string(request.ttl.count());
   const std::string args[] = {
       request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
       std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
       std::to_string(place_ttl.count()), channel};
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(
-      std::vector<ReplyPtr> replies,
-      conn->Eval(scripts::Acquire(), keys, args, ReplicaWait(), WriteTimeout(), what));
-  return ReadAcquireReply(replies, conn->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), keys,
+                                               args, ReplicaWait(), WriteTimeout(), what));
+  return ReadAcquireReply(answer.replies, answer.server, what);
 }
 
 Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> replies,
@@ -516,7 +664,7 @@ Result<Attempt> RedisAcquisition::Try() {
   // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
   // this attempt's refusal follows `sent`.
   const TimePoint sent = backend_.clock_->Now();
-  std::optional<Subscriber::Ticket> ticket;
+  std::optional<RedisBackend::Subscription> ticket;
   if (Waiting()) ticket = backend_.CurrentTicket(channel_);
   const milliseconds place_ttl =
       Waiting() ? std::min(request_.queue_ttl, kPlaceTtl) : milliseconds(0);
@@ -541,7 +689,12 @@ std::optional<Attempt> RedisAcquisition::TakeHandedOver() {
 
 bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
   const std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
-  Subscriber& subscriber = backend_.EnsureSubscriber();
+  // The ticket's own subscriber: on a cluster the channel's slot may have
+  // moved since, and then that subscriber wakes this wait.
+  std::shared_ptr<Subscriber> subscriber = refusal && refusal->ticket
+                                               ? refusal->ticket->subscriber
+                                               : backend_.SubscriberFor(channel_);
+  if (!subscriber) return false;
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
   const auto left =
@@ -549,9 +702,10 @@ bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
   std::string message;
+  std::optional<Subscriber::Ticket> ticket;
+  if (refusal && refusal->ticket) ticket = refusal->ticket->ticket;
   const Subscriber::Outcome outcome =
-      subscriber.Wait(channel_, refusal ? refusal->ticket : std::nullopt, owner_, deadline,
-                      std::move(stop), &message);
+      subscriber->Wait(channel_, ticket, owner_, deadline, std::move(stop), &message);
   if (refusal) NoteGrant(*refusal, message);
   return outcome != Subscriber::Outcome::kDown;
 }
@@ -582,22 +736,31 @@ void RedisAcquisition::Abandon() {
 }
 
 Status RedisBackend::Ping() {
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take("ping"));
-  DLOCK_ASSIGN_OR_RETURN(auto replies,
-                         conn->Eval(scripts::Ping(), {}, {}, {}, options_.timeout, "ping"));
-  const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), "ping");
+  // On a cluster: the primary of slot 0's key, as any call of one key.
+  DLOCK_ASSIGN_OR_RETURN(auto answer,
+                         EvalFor("ping", scripts::Ping(), {}, {}, {}, options_.timeout, "ping"));
+  const redisReply* r = answer.replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, "ping");
   return Status::Ok();
 }
 
 Result<bool> RedisBackend::IsDone(std::string_view key) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "read the run-once record of " + Quoted(key);
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply,
-                         conn->Call({"EXISTS", DoneName(key)}, options_.timeout, what));
-  if (reply->type == REDIS_REPLY_ERROR) return ReplyError(reply.get(), conn->server(), what);
-  if (reply->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", conn->server(), what);
+  const Command exists{"EXISTS", DoneName(key)};
+  ClusterRouter::Routed answer;
+  if (cluster_) {
+    DLOCK_ASSIGN_OR_RETURN(answer,
+                           cluster_->Run(KeySlot(key), {&exists, 1}, options_.timeout, what));
+  } else {
+    DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+    DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply, conn->Call(exists, options_.timeout, what));
+    answer.replies.push_back(std::move(reply));
+    answer.server = conn->server();
+  }
+  const redisReply* reply = answer.replies[0].get();
+  if (reply->type == REDIS_REPLY_ERROR) return ReplyError(reply, answer.server, what);
+  if (reply->type != REDIS_REPLY_INTEGER) return OddReply("an EXISTS count", answer.server, what);
   return reply->integer > 0;
 }
 
@@ -605,16 +768,17 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner,
                               std::chrono::milliseconds keep) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "mark " + Quoted(key) + " done";
-  const std::string keys[] = {LockName(key), DoneName(key)};
+  const std::vector<std::string> keys =
+      Declared({LockName(key), DoneName(key)}, key, {HoldersName, HoldInfoName, CounterName});
   const std::string args[] = {owner.ToString(),
                               keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::MarkDone(), keys, args, ReplicaWait(),
-                                                  WriteTimeout(), what));
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::MarkDone(), keys, args, ReplicaWait(),
+                                              WriteTimeout(), what));
+  const auto& replies = answer.replies;
   const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
   long long marked = 0;
-  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", conn->server(), what);
+  if (!ReplyInt(r, &marked)) return OddReply("the mark-done script's result", answer.server, what);
   if (marked != 1) return NotOwnerError(what + ": the lock is no longer held by this owner");
   if (options_.wait_replicas > 0) {
     long long confirmed = 0;
@@ -635,11 +799,11 @@ Status RedisBackend::RecordBreak(const BreakRecord& record, std::chrono::millise
                                   '\t' + std::to_string(record.break_token) + '\t' +
                                   record.by + '\t' + record.label,
                               keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(scripts::RecordBreak(), keys, args,
-                                                  ReplicaWait(), WriteTimeout(), what));
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(record.key, scripts::RecordBreak(), keys, args,
+                                              ReplicaWait(), WriteTimeout(), what));
+  const auto& replies = answer.replies;
   const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
   if (options_.wait_replicas > 0) {
     long long confirmed = 0;
     if (!ReplyInt(replies[1].get(), &confirmed) || confirmed < options_.wait_replicas) {
@@ -681,10 +845,10 @@ bool ParseBreakRecord(std::string_view text, BreakRecord* out) {
 Result<std::vector<BreakRecord>> RedisBackend::Breaks(std::string_view prefix) {
   const std::string what = "list the breaks of " + Quoted(prefix);
   std::vector<BreakRecord> records;
+  const RowQuery q{prefix, BreaksPattern(prefix), &KeyFromBreaksName, &BreaksName, {},
+                   &scripts::Breaks(), 2, "break records", "list", what};
   Status s = ForEachRow(
-      prefix, BreaksPattern(prefix), &KeyFromBreaksName, scripts::Breaks(), 2, "break records",
-      "list", what,
-      [&](const std::string& key, const redisReply* const* f, const std::string& server) {
+      q, [&](const std::string& key, const redisReply* const* f, const std::string& server) {
         BreakRecord b;
         if (!ParseBreakRecord(ReplyString(f[1]), &b)) {
           return InternalError(what + ": a break record of " + Quoted(key) + " on " + server +
@@ -704,97 +868,171 @@ Result<std::vector<BreakRecord>> RedisBackend::Breaks(std::string_view prefix) {
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + Quoted(key);
-  const std::string keys[] = {LockName(key), QueueName(key), SlotCounterName(key)};
+  const std::vector<std::string> keys =
+      Declared({LockName(key), QueueName(key), SlotCounterName(key)}, key,
+               {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(auto replies,
-                         conn->Eval(scripts::Release(), keys, args, {}, options_.timeout, what));
-  const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::Release(Sharded()), keys, args, {},
+                                              options_.timeout, what));
+  const redisReply* r = answer.replies[0].get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
   long long result = 0;
-  if (!ReplyInt(r, &result)) return OddReply("the release script's result", conn->server(), what);
+  if (!ReplyInt(r, &result)) return OddReply("the release script's result", answer.server, what);
   if (result < 0) return NotOwnerError(what + ": the lock is held by another owner");
   return Status::Ok();
 }
 
 std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
   std::vector<Status> result(leases.size());
-  std::vector<std::size_t> index;  // leases[index[i]] is the script's KEYS[i+1]
-  std::vector<std::string> keys, args;
+  // The leases of one script call (one per hash slot on a cluster, one in
+  // all elsewhere): leases[group[i]] is the script's KEYS[i+1].
+  std::map<std::uint16_t, std::vector<std::size_t>> groups;
   milliseconds shortest = options_.timeout * 3;
   for (std::size_t i = 0; i < leases.size(); ++i) {
     result[i] = ValidateKey(leases[i].key);
     if (result[i].ok()) result[i] = ValidateTtl(leases[i].ttl);
     if (!result[i].ok()) continue;
-    index.push_back(i);
-    keys.push_back(LockName(leases[i].key));
-    args.push_back(leases[i].owner.ToString());
-    args.push_back(std::to_string(leases[i].ttl.count()));
+    groups[cluster_ ? KeySlot(leases[i].key) : 0].push_back(i);
     shortest = std::min(shortest, leases[i].ttl);
   }
-  if (index.empty()) return result;
-  auto fail_all = [&](const Status& error) {
-    for (std::size_t i : index) result[i] = error;
-    return result;
-  };
+  if (groups.empty()) return result;
   // A renewal answered after a third of the TTL is of little use, and a
   // renewal thread stuck longer would delay loss detection.
   const milliseconds timeout = std::clamp(shortest / 3, milliseconds(1), options_.timeout);
-  auto conn = Take("renew");
-  if (!conn.ok()) return fail_all(conn.status());
   // With wait_replicas a renewal counts only once replicated: one the
   // promoted replica lacks would leave the lease ending there before the
-  // holder believes (the campaigns' leader-lag-kill shows it).
+  // holder believes (the campaigns' leader-lag-kill shows it). On a
+  // cluster, once per node, after that node's calls.
   std::vector<Command> wait;
   if (options_.wait_replicas > 0) {
-    wait.push_back({"WAIT", std::to_string(options_.wait_replicas), std::to_string(timeout.count())});
+    wait.push_back(
+        {"WAIT", std::to_string(options_.wait_replicas), std::to_string(timeout.count())});
   }
-  auto replies = (*conn)->Eval(scripts::Renew(), keys, args, wait, timeout * (wait.empty() ? 1 : 2),
-                               "renew");
-  if (!replies.ok()) return fail_all(replies.status());
-  const redisReply* r = (*replies)[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, (*conn)->server(), "renew"));
-  if (!wait.empty()) {
-    if (Status s = CheckReplicated((*replies)[1].get(), (*conn)->server(), "renew", timeout);
-        !s.ok()) {
-      return fail_all(s);
+  const auto check_wait = [&](std::span<const ReplyPtr> tail, const std::string& server) {
+    return tail.empty() ? Status::Ok() : CheckReplicated(tail[0].get(), server, "renew", timeout);
+  };
+  std::vector<ClusterRouter::SlotCall> calls;
+  std::vector<const std::vector<std::size_t>*> members;
+  for (const auto& [slot, group] : groups) {
+    ClusterRouter::SlotCall call;
+    call.slot = slot;
+    for (std::size_t i : group) {
+      call.keys.push_back(LockName(leases[i].key));
+      call.args.push_back(leases[i].owner.ToString());
+      call.args.push_back(std::to_string(leases[i].ttl.count()));
     }
-  }
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != index.size()) {
-    return fail_all(OddReply("one renewal result per lease", (*conn)->server(), "renew"));
-  }
-  for (std::size_t j = 0; j < index.size(); ++j) {
-    long long ok = 0;
-    ReplyInt(r->element[j], &ok);
-    if (ok != 1) {
-      result[index[j]] = NotOwnerError("lease on key " + Quoted(leases[index[j]].key) +
-                                       " is no longer held by this owner");
+    for (std::size_t i : group) {
+      call.keys = Declared(std::move(call.keys), leases[i].key, {HoldersName, HoldInfoName});
     }
+    calls.push_back(std::move(call));
+    members.push_back(&group);
+  }
+  const milliseconds budget = timeout * (wait.empty() ? 1 : 2);
+  if (cluster_) {
+    cluster_->EvalEach(scripts::Renew(), calls, wait, check_wait, budget, "renew");
+  } else {
+    RenewOnServer(calls[0], wait, check_wait, budget);
+  }
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    ApplyRenewals(calls[c], leases, *members[c], &result);
   }
   return result;
 }
 
-Result<std::uint64_t> RedisBackend::StoredObjects(std::string_view prefix) {
-  const std::string what = "count the keys for " + Quoted(prefix);
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names,
-                         Scan(conn, NamesPattern(prefix), what));
-  return static_cast<std::uint64_t>(std::count_if(names.begin(), names.end(), &IsPerKeyName));
+void RedisBackend::RenewOnServer(ClusterRouter::SlotCall& call, std::span<const Command> wait,
+                                 const ClusterRouter::TailCheck& check_wait,
+                                 milliseconds timeout) {
+  auto conn = Take("renew");
+  if (!conn.ok()) {
+    call.reply = conn.status();
+    return;
+  }
+  call.server = (*conn)->server();
+  auto replies = (*conn)->Eval(scripts::Renew(), call.keys, call.args, wait, timeout, "renew");
+  if (!replies.ok()) {
+    call.reply = replies.status();
+    return;
+  }
+  Status waited = check_wait(std::span<const ReplyPtr>(*replies).subspan(1), call.server);
+  if (!waited.ok() && (*replies)[0]->type != REDIS_REPLY_ERROR) {
+    call.reply = waited;
+    return;
+  }
+  call.reply = std::move((*replies)[0]);
 }
 
-Result<std::vector<std::string>> RedisBackend::Scan(Handle& conn, const std::string& pattern,
+void RedisBackend::ApplyRenewals(const ClusterRouter::SlotCall& call,
+                                 std::span<const LeaseRequest> leases,
+                                 const std::vector<std::size_t>& group,
+                                 std::vector<Status>* result) {
+  auto fail_all = [&](const Status& error) {
+    for (std::size_t i : group) (*result)[i] = error;
+  };
+  if (!call.reply.ok()) return fail_all(call.reply.status());
+  const redisReply* r = call.reply->get();
+  if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, call.server, "renew"));
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != group.size()) {
+    return fail_all(OddReply("one renewal result per lease", call.server, "renew"));
+  }
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    long long ok = 0;
+    ReplyInt(r->element[j], &ok);
+    if (ok != 1) {
+      (*result)[group[j]] = NotOwnerError("lease on key " + Quoted(leases[group[j]].key) +
+                                          " is no longer held by this owner");
+    }
+  }
+}
+
+Result<std::uint64_t> RedisBackend::StoredObjects(std::string_view prefix) {
+  const std::string what = "count the keys for " + Quoted(prefix);
+  DLOCK_ASSIGN_OR_RETURN(const auto servers, Servers(what));
+  std::uint64_t count = 0;
+  for (const auto& server : servers) {
+    DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                           Scan(server, NamesPattern(prefix), what));
+    count += static_cast<std::uint64_t>(std::count_if(names.begin(), names.end(), &IsPerKeyName));
+  }
+  return count;
+}
+
+Result<std::vector<std::optional<Endpoint>>> RedisBackend::Servers(const std::string& what) {
+  std::vector<std::optional<Endpoint>> servers;
+  if (!cluster_) {
+    servers.emplace_back();
+    return servers;
+  }
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<Endpoint> primaries, cluster_->Primaries(what));
+  servers.assign(primaries.begin(), primaries.end());
+  return servers;
+}
+
+Result<std::vector<std::string>> RedisBackend::Scan(const std::optional<Endpoint>& node,
+                                                    const std::string& pattern,
                                                     const std::string& what) {
+  std::optional<Handle> conn;
+  if (!node) {
+    DLOCK_ASSIGN_OR_RETURN(Handle taken, Take(what));
+    conn.emplace(std::move(taken));
+  }
+  const std::string server = node ? node->Text() : (*conn)->server();
+  auto call = [&](const Command& command) -> Result<ReplyPtr> {
+    if (conn) return (*conn)->Call(command, options_.timeout, what);
+    ClusterRouter::NodeBatch batch{*node, {command}};
+    cluster_->RunOnNodes({&batch, 1}, options_.timeout, what);
+    if (!batch.replies.ok()) return batch.replies.status();
+    return std::move((*batch.replies)[0]);
+  };
   std::vector<std::string> names;
   std::string cursor = "0";
   do {
-    DLOCK_ASSIGN_OR_RETURN(
-        ReplyPtr reply,
-        conn->Call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}, options_.timeout, what));
+    DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply,
+                           call({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
     const redisReply* r = reply.get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
+    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_ARRAY) {
-      return OddReply("a SCAN reply", conn->server(), what);
+      return OddReply("a SCAN reply", server, what);
     }
     cursor = ReplyString(r->element[0]);
     for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
@@ -812,37 +1050,80 @@ long long ReplyNumber(const redisReply* r, long long otherwise) {
   return ReplyInt(r, &v) ? v : otherwise;
 }
 
-Status RedisBackend::ForEachRow(std::string_view prefix, const std::string& pattern,
-                                std::optional<std::string> (*key_of)(std::string_view),
-                                const Script& script, std::size_t fields,
-                                const std::string& rows_noun, const std::string& name_noun,
-                                const std::string& what, const RowFn& row) {
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names, Scan(conn, pattern, what));
-  for (std::size_t start = 0; start < names.size(); start += kListBatch) {
-    std::vector<std::string> batch;
-    std::vector<std::optional<std::string>> batch_keys;
-    for (std::size_t i = start; i < std::min(names.size(), start + kListBatch); ++i) {
-      batch.push_back(names[i]);
-      batch_keys.push_back(key_of(names[i]));
+Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
+  DLOCK_ASSIGN_OR_RETURN(const auto servers, Servers(q.what));
+  for (const auto& server : servers) {
+    DLOCK_ASSIGN_OR_RETURN(const std::vector<std::string> names, Scan(server, q.pattern, q.what));
+    // The script over the names in batches: one batch per slot on a
+    // cluster (a script's keys share a slot there), a node's batches in one
+    // pipeline; each batch's dlock keys, for the rows.
+    std::map<std::uint16_t, std::vector<std::string>> by_slot;
+    for (const std::string& name : names) {
+      const std::optional<std::string> key = q.key_of(name);
+      if (!key || !key->starts_with(q.prefix)) continue;  // not dlock's, or a longer prefix's
+      by_slot[cluster_ ? HashSlot(name) : 0].push_back(*key);
     }
-    DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(script, batch, {}, {}, options_.timeout, what));
-    const redisReply* r = replies[0].get();
-    if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, conn->server(), what);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % fields != 0) {
-      return OddReply(rows_noun + " of " + std::to_string(fields) + " fields", conn->server(),
-                      what);
-    }
-    for (std::size_t i = 0; i < r->elements; i += fields) {
-      const redisReply* const* f = r->element + i;
-      const long long index = ReplyNumber(f[0], 0);
-      if (index < 1 || static_cast<std::size_t>(index) > batch_keys.size()) {
-        return OddReply("a " + name_noun + " index", conn->server(), what);
+    std::vector<ClusterRouter::SlotCall> calls;
+    std::vector<std::vector<std::string>> call_keys;
+    for (const auto& [slot, keys] : by_slot) {
+      for (std::size_t start = 0; start < keys.size(); start += kListBatch) {
+        ClusterRouter::SlotCall call;
+        call.slot = slot;
+        const std::vector<std::string> batch(
+            keys.begin() + static_cast<std::ptrdiff_t>(start),
+            keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), start + kListBatch)));
+        for (const std::string& key : batch) call.keys.push_back(q.name_of(key));
+        for (const std::string& key : batch) {
+          call.keys = Declared(std::move(call.keys), key, q.others);
+        }
+        if (cluster_) call.args.push_back(std::to_string(batch.size()));
+        calls.push_back(std::move(call));
+        call_keys.push_back(batch);
       }
-      const auto& key = batch_keys[index - 1];
-      if (!key || !key->starts_with(prefix)) continue;
-      DLOCK_RETURN_IF_ERROR(row(*key, f, conn->server()));
     }
+    RunEach(*q.script, calls, q.what);
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      DLOCK_RETURN_IF_ERROR(ParseRows(q, calls[c], call_keys[c], row));
+    }
+  }
+  return Status::Ok();
+}
+
+void RedisBackend::RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+                           const std::string& what) {
+  if (cluster_) return cluster_->EvalEach(script, calls, {}, {}, options_.timeout, what);
+  auto conn = Take(what);
+  for (ClusterRouter::SlotCall& call : calls) {
+    if (!conn.ok()) {
+      call.reply = conn.status();
+      continue;
+    }
+    call.server = (*conn)->server();
+    auto replies = (*conn)->Eval(script, call.keys, call.args, {}, options_.timeout, what);
+    if (replies.ok()) {
+      call.reply = std::move((*replies)[0]);
+    } else {
+      call.reply = replies.status();
+    }
+  }
+}
+
+Status RedisBackend::ParseRows(const RowQuery& q, const ClusterRouter::SlotCall& call,
+                               const std::vector<std::string>& keys, const RowFn& row) {
+  if (!call.reply.ok()) return call.reply.status();
+  const redisReply* r = call.reply->get();
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, call.server, q.what);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements % q.fields != 0) {
+    return OddReply(q.rows_noun + " of " + std::to_string(q.fields) + " fields", call.server,
+                    q.what);
+  }
+  for (std::size_t i = 0; i < r->elements; i += q.fields) {
+    const redisReply* const* f = r->element + i;
+    const long long index = ReplyNumber(f[0], 0);
+    if (index < 1 || static_cast<std::size_t>(index) > keys.size()) {
+      return OddReply("a " + q.name_noun + " index", call.server, q.what);
+    }
+    DLOCK_RETURN_IF_ERROR(row(keys[index - 1], f, call.server));
   }
   return Status::Ok();
 }
@@ -851,9 +1132,11 @@ Result<std::vector<HolderInfo>> RedisBackend::List(std::string_view prefix) {
   const std::string what = "list " + Quoted(prefix);
   std::vector<HolderInfo> holders;
   // Fields: see scripts::List.
+  const RowQuery q{prefix, LockPattern(prefix), &KeyFromLockName, &LockName,
+                   {HoldersName, HoldInfoName, CounterName}, &scripts::List(), 8, "holdings",
+                   "lock", what};
   Status s = ForEachRow(
-      prefix, LockPattern(prefix), &KeyFromLockName, scripts::List(), 8, "holdings", "lock", what,
-      [&](const std::string& key, const redisReply* const* f, const std::string& server) {
+      q, [&](const std::string& key, const redisReply* const* f, const std::string& server) {
         const long long pttl = ReplyNumber(f[2], 0);
         if (pttl <= 0) return Status::Ok();
         auto owner = OwnerId::Parse(ReplyString(f[1]));
@@ -887,9 +1170,11 @@ Result<std::vector<WaiterInfo>> RedisBackend::Waiters(std::string_view prefix) {
   const std::string what = "list the waiters of " + Quoted(prefix);
   std::vector<WaiterInfo> waiters;
   // Fields: see scripts::Waiters.
+  const RowQuery q{prefix, QueuePattern(prefix), &KeyFromQueueName, &QueueName,
+                   {QueueExpiryName, QueueInfoName}, &scripts::Waiters(), 5, "waiters", "queue",
+                   what};
   Status s = ForEachRow(
-      prefix, QueuePattern(prefix), &KeyFromQueueName, scripts::Waiters(), 5, "waiters", "queue", what,
-      [&](const std::string& key, const redisReply* const* f, const std::string&) {
+      q, [&](const std::string& key, const redisReply* const* f, const std::string&) {
         auto owner = OwnerId::Parse(ReplyString(f[1]));
         if (!owner.ok()) return Status::Ok();  // not written by dlock
         WaiterInfo w;
@@ -929,6 +1214,11 @@ Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
 Result<std::unique_ptr<Backend>> OpenSentinel(const internal::Uri& uri,
                                               const internal::BackendParams& params) {
   return OpenWith(uri, params, SentinelOptionsFromUri);
+}
+
+Result<std::unique_ptr<Backend>> OpenCluster(const internal::Uri& uri,
+                                             const internal::BackendParams& params) {
+  return OpenWith(uri, params, ClusterOptionsFromUri);
 }
 
 }  // namespace dlock::redis

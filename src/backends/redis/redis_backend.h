@@ -6,6 +6,8 @@
 //                                        [&wait_timeout=1s]
 //   redis+sentinel://[user:pass@]h1[:26379],h2,h3/master-name[?db=N]
 //                                        [&timeout=..][&wait_replicas=..][&wait_timeout=..]
+//   redis+cluster://[user:pass@]h1[:6379],h2,...[?timeout=..][&wait_replicas=..]
+//                                        [&wait_timeout=..]
 //   redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=100ms]
 //                                        [&drift_factor=0.01]
 //
@@ -20,6 +22,10 @@
 // SupportsSharing), enforce lock-delay by Redis's clock, keep labels and
 // list waiters; the uncontended exclusive acquire stays the three-call fast
 // path of one script.
+//
+// On a Redis Cluster (redis_cluster.h) each key's lock, counter, queue and
+// wake-ups live in its hash slot, served by that slot's primary; wake-ups go
+// by sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7).
 //
 // Redlock has no ordered token across nodes: its grants carry token 0 (never
 // a real token; dlock's fences refuse it) and Describe() says "contested".
@@ -42,6 +48,9 @@ Result<std::unique_ptr<Backend>> Open(const internal::Uri& uri,
 // redis+sentinel://h1:26379,h2:26379/master-name
 Result<std::unique_ptr<Backend>> OpenSentinel(const internal::Uri& uri,
                                               const internal::BackendParams& params);
+// redis+cluster://h1:6379,h2:6379,h3:6379 (seed nodes of a Redis Cluster)
+Result<std::unique_ptr<Backend>> OpenCluster(const internal::Uri& uri,
+                                             const internal::BackendParams& params);
 // redlock://h1:6379,h2:6379,h3:6379 (opt-in; tokens are not ordered)
 Result<std::unique_ptr<Backend>> OpenRedlock(const internal::Uri& uri,
                                              const internal::BackendParams& params);

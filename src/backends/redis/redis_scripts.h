@@ -458,14 +458,15 @@ return 0
   return s;
 }
 
-// KEYS: lock_1, lock_2, ... (holders and hinfo named from each). ARGV:
-// owner_1, ttl_ms_1,
+// KEYS: lock_1, lock_2, ... (holders and hinfo named from each; on a
+// cluster they follow, declared, after the locks). ARGV: owner_1, ttl_ms_1,
 // owner_2, ttl_ms_2, ... One result per lease: 1 renewed, 0 not held by that
 // owner any more (ended, released, or inside its lock-delay).
 inline const Script& Renew() {
   static const Script s(std::string(kLib) + R"lua(
 local out, now = {}, nil
-for i, lock in ipairs(KEYS) do
+for i = 1, #ARGV / 2 do
+  local lock = KEYS[i]
   local base = string.sub(lock, 1, -5)
   local holders, hinfo = base .. 'holders', base .. 'hinfo'
   local owner, ttl = ARGV[2 * i - 1], ARGV[2 * i]
@@ -493,9 +494,10 @@ return out
 }
 
 // KEYS: lock_1, lock_2, ... (found by SCAN; holders and hinfo are named
-// from each). Returns, per holding whose lease runs: the index of its lock (1..),
-// owner, ms left, token, ttl (-1 unknown), held for (ms, -1 unknown), limit,
-// label.
+// from each; on a cluster they follow, declared, and ARGV[1] is the number
+// of locks). Returns, per holding whose lease runs: the index of its lock
+// (1..), owner, ms left, token, ttl (-1 unknown), held for (ms, -1
+// unknown), limit, label.
 inline const Script& List() {
   static const Script s(std::string(kLib) + R"lua(
 local out, now = {}, clock()
@@ -504,7 +506,8 @@ local function add(i, owner, left, token, ttl, held_for, limit, label)
     out[#out + 1] = v
   end
 end
-for i, lock in ipairs(KEYS) do
+for i = 1, tonumber(ARGV[1]) or #KEYS do
+  local lock = KEYS[i]
   local base = string.sub(lock, 1, -5)
   local holders, hinfo = base .. 'holders', base .. 'hinfo'
   local held = redis.call('GET', lock)
@@ -532,13 +535,15 @@ return out
 }
 
 // KEYS: queue_1, queue_2, ... (found by SCAN; qexp and qinfo are named
-// from each).
+// from each; on a cluster they follow, declared, and ARGV[1] is the number
+// of queues).
 // Returns, per live waiter in queue order: the index of its queue (1..),
 // owner, limit, waited for (ms, -1 unknown), label.
 inline const Script& Waiters() {
   static const Script s(std::string(kLib) + R"lua(
 local out, now = {}, clock()
-for i, queue in ipairs(KEYS) do
+for i = 1, tonumber(ARGV[1]) or #KEYS do
+  local queue = KEYS[i]
   local base = string.sub(queue, 1, -6)
   local q = redis.call('LRANGE', queue, 0, -1)
   local exps = hmget(base .. 'qexp', q)
@@ -640,6 +645,27 @@ return out
 inline const Script& Ping() {
   static const Script s("return 1");
   return s;
+}
+
+// On a Redis Cluster wake-ups go by sharded pub/sub (Redis 7): SPUBLISH
+// reaches the nodes of the channel's slot only, where PUBLISH would be
+// broadcast to every node. The channel shares the lock key's hash tag, so
+// a script may publish on it. Otherwise the same scripts.
+inline std::string Sharded(std::string text) {
+  const std::string from = "redis.call('PUBLISH'", to = "redis.call('SPUBLISH'";
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+    text.replace(at, from.size(), to);
+    at += to.size();
+  }
+  return text;
+}
+inline const Script& Acquire(bool sharded) {
+  static const Script s(Sharded(Acquire().text));
+  return sharded ? s : Acquire();
+}
+inline const Script& Release(bool sharded) {
+  static const Script s(Sharded(Release().text));
+  return sharded ? s : Release();
 }
 
 // Redlock, per node: no counter and no queue (there is no order across

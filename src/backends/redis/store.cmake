@@ -1,4 +1,4 @@
-# The Redis store (one server, Sentinel, Redlock), on hiredis.
+# The Redis store (one server, Sentinel, Redis Cluster, Redlock), on hiredis.
 option(DLOCK_WITH_REDIS "Build the Redis backend if hiredis is found" ON)
 if(DLOCK_WITH_REDIS)
   pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
@@ -18,4 +18,6 @@ dlock_store(redis
   SCHEME redis+sentinel "redis+sentinel://h1:26379,h2:26379/master" dlock::redis::OpenSentinel
   SCHEME rediss "rediss://user@host:6380/0?cacert=ca.pem&cert=c.pem&key=c.key" dlock::redis::Open
   SCHEME rediss+sentinel "rediss+sentinel://user@h1:26379,h2/master?cacert=ca.pem" dlock::redis::OpenSentinel
+  SCHEME redis+cluster "redis+cluster://h1:6379,h2:6379,h3:6379" dlock::redis::OpenCluster
+  SCHEME rediss+cluster "rediss+cluster://user@h1:6379,h2/?cacert=ca.pem" dlock::redis::OpenCluster
   SCHEME redlock "redlock://h1:6379,h2:6379,h3:6379" dlock::redis::OpenRedlock)
