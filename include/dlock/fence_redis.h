@@ -61,12 +61,20 @@ class DLOCK_EXPORT Redis {
   static Result<FencingToken> Highest(redisContext* context, std::string_view lock_key);
   // The Redis key holding it.
   static std::string RecordKey(std::string_view lock_key);
+  // "{K}", K escaped: the Redis Cluster hash tag of the record. On a
+  // cluster a fenced write's keys must share the record's hash slot, so
+  // name them with it ("app:" + HashTag("orders/42") + ":state"); a key in
+  // another slot is refused (kInvalidArgument, CROSSSLOT).
+  static std::string HashTag(std::string_view lock_key);
 };
 
 // The same fence on a connection dlock opens from a store URI: redis:// or
 // rediss:// (TLS: cacert=, cert=, key=), with the URI's user, password (or
 // password_file= / password_env=) and database. For a Redis that wants TLS,
-// which a hiredis 0.14 context cannot speak.
+// which a hiredis 0.14 context cannot speak. Or a Redis Cluster,
+// redis+cluster://h1:p1,h2:p2,... (rediss+cluster:// over TLS): each write
+// goes to the primary of the record's slot, following MOVED and ASK; the
+// written key must carry Redis::HashTag(lock_key).
 //
 //   auto fence = dlock::fence::RedisConnection::Open(
 //       "rediss://app@cache:6380/0?cacert=/etc/app/ca.pem&password_file=/etc/app/pw");

@@ -6,9 +6,11 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_fence_conn.h"
 #include "backends/redis/redis_keys.h"
+#include "backends/redis/redis_slots.h"
 #include "dlock/fence.h"
 #include "dlock/fence_redis.h"
 #include "dlock/metrics.h"
@@ -159,6 +161,10 @@ void RedisReplyFree::operator()(redisReply* r) const {
 
 std::string Redis::RecordKey(std::string_view lock_key) { return redis::FenceName(lock_key); }
 
+std::string Redis::HashTag(std::string_view lock_key) {
+  return "{" + redis::EscapeKey(lock_key) + "}";
+}
+
 Status Redis::Set(redisContext* context, std::string_view lock_key, FencingToken token,
                   std::string_view key, std::string_view value) {
   const std::string keys[] = {std::string(key)};
@@ -211,6 +217,34 @@ Status FenceSet(Connection& c, std::string_view lock_key, FencingToken token,
              },
              c.server(), fence::SetScript(), lock_key, token, keys, args, false)
       .status();
+}
+
+Status FenceSet(ClusterRouter& cluster, std::string_view lock_key, FencingToken token,
+                std::string_view key, std::string_view value,
+                std::chrono::milliseconds timeout) {
+  const std::string keys[] = {std::string(key)};
+  const std::string args[] = {std::string(value)};
+  const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
+  std::string server = "the cluster";  // named once a node answers
+  const std::uint16_t slot = HashSlot(fence::Redis::RecordKey(lock_key));
+  return fence::RunWith(
+             [&](const Script& s, std::span<const std::string> k,
+                 std::span<const std::string> a) -> Result<std::vector<ReplyPtr>> {
+               DLOCK_ASSIGN_OR_RETURN(auto routed, cluster.Eval(slot, s, k, a, {}, timeout, what));
+               server = std::move(routed.server);
+               return std::move(routed.replies);
+             },
+             server, fence::SetScript(), lock_key, token, keys, args, false)
+      .status();
+}
+
+Result<FencingToken> FenceHighest(ClusterRouter& cluster, std::string_view lock_key,
+                                  std::chrono::milliseconds timeout) {
+  DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
+  const Command get{"GET", fence::Redis::RecordKey(lock_key)};
+  DLOCK_ASSIGN_OR_RETURN(auto routed,
+                         cluster.Run(HashSlot(get[1]), {&get, 1}, timeout, "read fence"));
+  return fence::HighestFrom(routed.replies[0].get(), routed.server);
 }
 
 Result<FencingToken> FenceHighest(Connection& c, std::string_view lock_key,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string_view>
 
+#include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_conn.h"
 #include "dlock/types.h"
 
@@ -17,6 +18,13 @@ Status FenceSet(Connection& c, std::string_view lock_key, FencingToken token,
                 std::string_view key, std::string_view value, std::chrono::milliseconds timeout);
 // fence::Redis::Highest on `c`.
 Result<FencingToken> FenceHighest(Connection& c, std::string_view lock_key,
+                                  std::chrono::milliseconds timeout);
+
+// The same on a Redis Cluster: on the primary of the fence record's slot
+// (the caller's key must share it: fence::Redis::HashTag).
+Status FenceSet(ClusterRouter& cluster, std::string_view lock_key, FencingToken token,
+                std::string_view key, std::string_view value, std::chrono::milliseconds timeout);
+Result<FencingToken> FenceHighest(ClusterRouter& cluster, std::string_view lock_key,
                                   std::chrono::milliseconds timeout);
 
 }  // namespace dlock::redis
