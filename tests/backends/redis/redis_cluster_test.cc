@@ -1,0 +1,554 @@
+// Redis Cluster: the slot map and redirection parsers (no server), and the
+// backend on a real cluster of three primaries and three replicas
+// (scripts/servers/redis.sh start-cluster, one per test binary run):
+// routing, sharded wake-ups, a slot moved (MOVED) and being moved (ASK),
+// a failover, a killed primary with and without wait_replicas, the fence.
+#include "backends/redis/redis_cluster.h"
+
+#include <hiredis/read.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "backends/redis/redis_keys.h"
+#include "backends/redis/redis_slot_map.h"
+#include "backends/redis/redis_slots.h"
+#include "dlock/fence.h"
+#include "dlock/fence_redis.h"
+#include "eventually.h"
+#include "redis_test_util.h"
+
+namespace dlock::redis {
+namespace {
+
+using std::chrono::milliseconds;
+using namespace dlock::redis::testing;
+
+// ------------------------------------------------------------ no server
+
+// The reply hiredis makes of `resp` (whole RESP2 bytes).
+ReplyPtr Parse(const std::string& resp) {
+  redisReader* reader = redisReaderCreate();
+  redisReaderFeed(reader, resp.data(), resp.size());
+  void* reply = nullptr;
+  EXPECT_EQ(redisReaderGetReply(reader, &reply), REDIS_OK);
+  redisReaderFree(reader);
+  return ReplyPtr(static_cast<redisReply*>(reply));
+}
+
+std::string Bulk(const std::string& s) {
+  return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+}
+std::string Node(const std::string& host, int port) {
+  return "*3\r\n" + Bulk(host) + ":" + std::to_string(port) + "\r\n" + Bulk("id");
+}
+std::string Range(int first, int last, const std::string& nodes, int count) {
+  return "*" + std::to_string(2 + count) + "\r\n:" + std::to_string(first) +
+         "\r\n:" + std::to_string(last) + "\r\n" + nodes;
+}
+
+TEST(RedisClusterUnit, ASlotMapIsReadFromClusterSlots) {
+  const Endpoint asked{"10.0.0.9", 7000};
+  const ReplyPtr r = Parse("*2\r\n" + Range(0, 8191, Node("127.0.0.1", 7001) + Node("", 7004), 2) +
+                           Range(8192, 16383, Node("?", 7002), 1));
+  auto map = ParseClusterSlots(r.get(), asked, "127.0.0.1:7000");
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->PrimaryOf(0)->Text(), "127.0.0.1:7001");
+  EXPECT_EQ(map->PrimaryOf(8191)->Text(), "127.0.0.1:7001");
+  // A node that does not know its own address: the one asked.
+  EXPECT_EQ(map->PrimaryOf(16383)->Text(), "10.0.0.9:7002");
+  EXPECT_EQ(map->primaries.size(), 2u);
+  EXPECT_EQ(map->nodes.size(), 3u);  // the replica too: asked for the map when a primary died
+}
+
+TEST(RedisClusterUnit, AMalformedSlotMapIsNamed) {
+  const Endpoint asked{"127.0.0.1", 7000};
+  const std::pair<std::string, std::string> cases[] = {
+      {":1\r\n", "not an array"},
+      {"*0\r\n", "no slot is served"},
+      {"*1\r\n" + Range(9, 3, Node("h", 1), 1), "range 1"},
+      {"*1\r\n" + Range(0, 16384, Node("h", 1), 1), "range 1"},
+      {"*1\r\n" + Range(0, 1, Node("h", 0), 1), "port 1-65535"},
+      {"*1\r\n*3\r\n:0\r\n:1\r\n:5\r\n", "a node that is not"},
+      {"*2\r\n" + Range(0, 5, Node("h", 1), 1) + Range(5, 9, Node("h", 2), 1),
+       "slot 5 is listed twice"},
+  };
+  for (const auto& [resp, says] : cases) {
+    const ReplyPtr r = Parse(resp);
+    auto map = ParseClusterSlots(r.get(), asked, "127.0.0.1:7000");
+    ASSERT_FALSE(map.ok()) << resp;
+    EXPECT_EQ(map.status().code(), StatusCode::kUnavailable) << map.status().ToString();
+    EXPECT_NE(map.status().message().find(says), std::string::npos) << map.status().ToString();
+    EXPECT_NE(map.status().message().find("expected an array of [first slot"), std::string::npos)
+        << map.status().ToString();
+    EXPECT_EQ(map.status().message().find('\n'), std::string::npos) << "one line";
+  }
+}
+
+TEST(RedisClusterUnit, RedirectionsAreReadAndMalformedOnesNamed) {
+  const Endpoint from{"10.1.1.1", 7000};
+  auto moved = ParseRedirect("MOVED 3999 127.0.0.1:6381", from, "x");
+  ASSERT_TRUE(moved.ok() && *moved);
+  EXPECT_FALSE((*moved)->ask);
+  EXPECT_EQ((*moved)->slot, 3999);
+  EXPECT_EQ((*moved)->node.Text(), "127.0.0.1:6381");
+  auto ask = ParseRedirect("ASK 1 ::1:6381", from, "x");
+  ASSERT_TRUE(ask.ok() && *ask);
+  EXPECT_TRUE((*ask)->ask);
+  EXPECT_EQ((*ask)->node.Text(), "[::1]:6381");
+  auto unknown_host = ParseRedirect("MOVED 7 :6390", from, "x");
+  ASSERT_TRUE(unknown_host.ok() && *unknown_host);
+  EXPECT_EQ((*unknown_host)->node.Text(), "10.1.1.1:6390");
+  auto other = ParseRedirect("NOSCRIPT No matching script", from, "x");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(*other);
+  for (const char* bad : {"MOVED", "MOVED 12", "MOVED x 127.0.0.1:1", "MOVED 16384 h:1",
+                          "MOVED 1 h:0", "MOVED 1 h:99999", "ASK 1 nohost", "MOVED -1 h:1"}) {
+    auto r = ParseRedirect(bad, from, "127.0.0.1:7000");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("malformed redirection '" + std::string(bad) + "'"),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find("expected 'MOVED <slot 0-16383> <host>:<port>'"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+}
+
+TEST(RedisClusterUnit, BadClusterUrisAreRefusedBeforeConnecting) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"redis+cluster://127.0.0.1:7000/3", "a Redis Cluster has only database 0"},
+      {"redis+cluster://127.0.0.1:7000/?db=1", "unknown parameter 'db'"},
+      {"redis+cluster://127.0.0.1:99999", "port must be a number"},
+      {"redis+cluster://127.0.0.1:7000,,h:1", "the host name is empty"},
+      {"redis+cluster://127.0.0.1:7000?wait_replicas=-1", "bad wait_replicas"},
+      {"redis+cluster://127.0.0.1:7000?cacert=/etc/ca.pem", "use rediss"},
+      {"redis+cluster://127.0.0.1:7000?master=x", "unknown parameter 'master'"},
+  };
+  for (const auto& [uri, says] : cases) {
+    Status error;
+    EXPECT_EQ(OpenRaw(uri, &error), nullptr) << uri;
+    EXPECT_EQ(error.code(), StatusCode::kInvalidArgument) << uri << ": " << error.ToString();
+    EXPECT_NE(error.message().find(says), std::string::npos) << uri << ": " << error.ToString();
+  }
+  // Nothing listens on port 1: unavailable, and the password stays hidden.
+  Status error;
+  EXPECT_EQ(OpenRaw("redis+cluster://u:s3cr3t-pw@127.0.0.1:1,127.0.0.1:2", &error), nullptr);
+  EXPECT_EQ(error.code(), StatusCode::kUnavailable) << error.ToString();
+  EXPECT_NE(error.message().find("no node of the cluster answered"), std::string::npos)
+      << error.ToString();
+  EXPECT_EQ(error.message().find("s3cr3t-pw"), std::string::npos) << error.ToString();
+}
+
+// ------------------------------------------------- a real cluster
+
+// One cluster for the whole suite: starting one costs seconds. Tests that
+// fail a node over or kill one leave it whole again (Settle).
+class RedisCluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { topology_ = new Topology("start-cluster"); }
+  static void TearDownTestSuite() {
+    delete topology_;
+    topology_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(topology_->ok()) << "could not start the cluster: " << topology_->why();
+  }
+
+  static const Topology& T() { return *topology_; }
+  // The script's answer to VERB ARGS (its first line), or "" on failure
+  // (a test failure unless `quiet`: a poll may ask during a failover).
+  static std::string Script(const std::string& verb, const std::string& args = "",
+                            bool quiet = false) {
+    const std::string out = T().dir() + ".verb";
+    const std::string cmd = "bash " + ServerScript() + " " + verb + " " + T().dir() + " " + args +
+                            " > " + out + " 2>&1";
+    const bool ok = std::system(cmd.c_str()) == 0;
+    const std::string line = ReadFirstLine(out);
+    if (!ok && !quiet) ADD_FAILURE() << "redis.sh " << verb << " " << args << ": " << line;
+    return ok ? line : "";
+  }
+  static std::string PrimaryOf(const std::string& key) {
+    return Script("primary-of", "'" + key + "'", /*quiet=*/true);
+  }
+  static void Settle() { Script("settle"); }
+  static ContextPtr Node(const std::string& member) { return Admin(T().Port(member)); }
+  static long long Stat(const std::string& member, const std::string& command) {
+    ContextPtr c = Node(member);
+    const std::string info = ReplyString(Cmd(c.get(), {"INFO", "commandstats"}).get());
+    const std::size_t at = info.find("cmdstat_" + command + ":calls=");
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + 15 + command.size());
+  }
+  static std::vector<std::string> Primaries() {
+    std::vector<std::string> out;
+    for (const char* m : {"c1", "c2", "c3", "c4", "c5", "c6"}) {
+      ContextPtr c = Node(m);
+      ReplyPtr role = c ? Cmd(c.get(), {"ROLE"}) : nullptr;
+      if (role && role->type == REDIS_REPLY_ARRAY && ReplyString(role->element[0]) == "master") {
+        out.push_back(m);
+      }
+    }
+    return out;
+  }
+  // A key whose slot `member` serves, not yet used.
+  static std::string KeyOn(const std::string& member, const std::string& name) {
+    for (int i = 0;; ++i) {
+      const std::string key = UniqueKey(name + "-" + std::to_string(i));
+      if (PrimaryOf(key) == member) return key;
+    }
+  }
+
+  static Topology* topology_;
+};
+Topology* RedisCluster::topology_ = nullptr;
+
+TEST_F(RedisCluster, EachKeyLivesOnItsSlotsPrimaryAndListingSpansThemAll) {
+  auto backend = OpenRaw(T().uri());
+  ASSERT_NE(backend, nullptr);
+  const std::string prefix = UniqueKey("routing/");
+  std::map<std::string, FencingToken> tokens;
+  std::set<std::string> nodes_used;
+  for (int i = 0; i < 24; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    auto a =
+        backend->TryAcquire({key, OwnerId(7, static_cast<std::uint64_t>(i)), milliseconds(20'000)});
+    ASSERT_TRUE(a.ok() && a->granted) << a.status().ToString();
+    tokens[key] = a->token;
+    const std::string primary = PrimaryOf(key);
+    nodes_used.insert(primary);
+    ContextPtr c = Node(primary);
+    EXPECT_EQ(Cmd(c.get(), {"EXISTS", LockName(key)})->integer, 1) << key << " on " << primary;
+    // Its slot's counter is there too.
+    EXPECT_EQ(ReplyString(Cmd(c.get(), {"GET", SlotCounterName(key)}).get()),
+              std::to_string(a->token));
+  }
+  EXPECT_EQ(nodes_used.size(), 3u) << "24 keys should reach every primary";
+  auto listed = backend->List(prefix);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), tokens.size());
+  for (const HolderInfo& h : *listed) EXPECT_EQ(h.token, tokens[h.key]) << h.key;
+  auto stored = backend->StoredObjects(prefix);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, tokens.size());
+  // One renewal call: one pipeline per node, each WAITing once (no replica
+  // is asked to wait per slot).
+  std::vector<LeaseRequest> leases;
+  for (int i = 0; i < 24; ++i) {
+    leases.push_back({prefix + std::to_string(i), OwnerId(7, static_cast<std::uint64_t>(i)),
+                      milliseconds(20'000)});
+  }
+  auto waiting = OpenRaw(T().uri() + "?wait_replicas=1&wait_timeout=2s");
+  ASSERT_NE(waiting, nullptr);
+  // (Once first: the first renewal on a node also caches the script there.)
+  for (const Status& s : waiting->Renew(leases)) EXPECT_TRUE(s.ok()) << s.ToString();
+  std::map<std::string, long long> waits_before;
+  for (const std::string& p : Primaries()) waits_before[p] = Stat(p, "wait");
+  for (const Status& s : waiting->Renew(leases)) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (const std::string& p : Primaries()) EXPECT_EQ(Stat(p, "wait"), waits_before[p] + 1) << p;
+  for (const LeaseRequest& l : leases) ASSERT_TRUE(backend->Release(l.key, l.owner).ok());
+  stored = backend->StoredObjects(prefix);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(*stored, 0u);
+}
+
+TEST_F(RedisCluster, AWaiterIsWokenBySharedPubSubOnItsSlotsNodeOnly) {
+  auto holder = NewClient(T().uri());
+  auto waiter = NewClient(T().uri());
+  ASSERT_TRUE(holder && waiter);
+  const std::string key = UniqueKey("sharded-wake");
+  const std::string primary = PrimaryOf(key);
+  // Listens where dlock's wake-ups for the key are published.
+  ContextPtr listen = Node(primary);
+  ASSERT_EQ(Cmd(listen.get(), {"SSUBSCRIBE", WakeChannel(0, key)})->type, REDIS_REPLY_ARRAY);
+  std::map<std::string, long long> publish_before;
+  for (const char* m : {"c1", "c2", "c3", "c4", "c5", "c6"}) publish_before[m] = Stat(m, "publish");
+
+  auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  std::optional<Result<Lease>> got;
+  std::jthread wait(
+      [&] { got = waiter->Acquire(key, Opts(milliseconds(30'000), milliseconds(20'000))); });
+  // Released once the waiter has its place in the queue.
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        auto w = holder->Waiters(key);
+        return w.ok() && w->size() == 1;
+      },
+      milliseconds(10'000), milliseconds(100)));
+  ASSERT_TRUE(lease->Release().ok());
+  wait.join();
+  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no answer");
+  EXPECT_GT((*got)->token(), lease->token());
+  // The grant on release went by SPUBLISH on the key's node ...
+  void* raw = nullptr;
+  ASSERT_EQ(redisGetReply(listen.get(), &raw), REDIS_OK);
+  ReplyPtr message(static_cast<redisReply*>(raw));
+  ASSERT_EQ(message->type, REDIS_REPLY_ARRAY);
+  EXPECT_EQ(ReplyString(message->element[0]), "smessage");
+  EXPECT_TRUE(ReplyString(message->element[2]).starts_with((*got)->owner().ToString() + ":"))
+      << ReplyString(message->element[2]);
+  // ... and no classic PUBLISH, which every node would have relayed.
+  for (const char* m : {"c1", "c2", "c3", "c4", "c5", "c6"}) {
+    EXPECT_EQ(Stat(m, "publish"), publish_before[m]) << m;
+  }
+  EXPECT_TRUE((*got)->Release().ok());
+}
+
+TEST_F(RedisCluster, AMovedSlotIsFollowedByItsHoldersRenewalAndRelease) {
+  auto holder = NewClient(T().uri());
+  auto other = NewClient(T().uri());
+  ASSERT_TRUE(holder && other);
+  const std::string key = UniqueKey("moved");
+  const std::string from = PrimaryOf(key);
+  auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  std::string to;
+  for (const std::string& p : Primaries()) {
+    if (p != from) to = p;
+  }
+  Script("move-slot", "'" + key + "' " + to);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_EQ(PrimaryOf(key), to);
+  // The holder's client still routes the key to `from`: MOVED, followed.
+  EXPECT_TRUE(lease->Renew().ok());
+  auto refused = other->TryAcquire(key, Opts(milliseconds(30'000)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kLockHeld) << refused.status().ToString();
+  auto listed = holder->List(key);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].token, lease->token());
+  EXPECT_TRUE(lease->Release().ok());
+  ContextPtr c = Node(to);
+  EXPECT_EQ(Cmd(c.get(), {"EXISTS", LockName(key)})->integer, 0);
+  // The slot's counter moved with it: tokens keep increasing.
+  auto next = other->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), lease->token());
+  EXPECT_TRUE(next->Release().ok());
+}
+
+TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
+  auto backend = OpenRaw(T().uri());
+  ASSERT_NE(backend, nullptr);
+  const std::string key = UniqueKey("asked");
+  const std::string from = PrimaryOf(key);
+  std::string to;
+  for (const std::string& p : Primaries()) {
+    if (p != from) to = p;
+  }
+  const std::string slot = std::to_string(HashSlot(LockName(key)));
+  ContextPtr src = Node(from), dst = Node(to);
+  const std::string src_id = ReplyString(Cmd(src.get(), {"CLUSTER", "MYID"}).get());
+  const std::string dst_id = ReplyString(Cmd(dst.get(), {"CLUSTER", "MYID"}).get());
+  ASSERT_EQ(ReplyString(Cmd(dst.get(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id}).get()),
+            "OK");
+  ASSERT_EQ(ReplyString(Cmd(src.get(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id}).get()),
+            "OK");
+  // A call of one key the source no longer has goes to the target (ASK).
+  BreakRecord record;
+  record.key = key;
+  record.owner = OwnerId(1, 2);
+  record.token = 3;
+  record.break_token = 4;
+  record.by = "test";
+  EXPECT_TRUE(backend->RecordBreak(record, milliseconds(60'000)).ok());
+  EXPECT_EQ(Cmd(dst.get(), {"ASKING"})->type, REDIS_REPLY_STATUS);
+  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", BreaksName(key)})->integer, 1) << "written on the target";
+  // An acquire declares all the key's names; the target lacks some of them
+  // while the slot moves, so it refuses the whole script (TRYAGAIN).
+  auto a = backend->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("TRYAGAIN"), std::string::npos) << a.status().ToString();
+  EXPECT_EQ(Cmd(src.get(), {"EXISTS", LockName(key)})->integer, 0);
+  // The migration ends: the key is granted, on the target.
+  for (redisContext* c : {dst.get(), src.get()}) {
+    EXPECT_EQ(ReplyString(Cmd(c, {"CLUSTER", "SETSLOT", slot, "NODE", dst_id}).get()), "OK");
+  }
+  ASSERT_TRUE(testing_support::Eventually([&] { return PrimaryOf(key) == to; },
+                                          milliseconds(20'000), milliseconds(100)));
+  auto granted = backend->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", LockName(key)})->integer, 1);
+  auto breaks = backend->Breaks(key);
+  ASSERT_TRUE(breaks.ok()) << breaks.status().ToString();
+  EXPECT_EQ(breaks->size(), 1u);
+  EXPECT_TRUE(backend->Release(key, OwnerId(1, 1)).ok());
+}
+
+TEST_F(RedisCluster, TheFenceRoutesByTheRecordsSlotAndWantsItsHashTag) {
+  auto client = NewClient(T().uri());
+  ASSERT_TRUE(client);
+  const std::string key = UniqueKey("fence");
+  auto old_lease = client->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(old_lease.ok());
+  const FencingToken old_token = old_lease->token();
+  ASSERT_TRUE(old_lease->Release().ok());
+  auto lease = client->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok());
+  auto fence = fence::RedisConnection::Open(T().uri());
+  ASSERT_TRUE(fence.ok()) << fence.status().ToString();
+  const std::string data = "app:" + fence::Redis::HashTag(key) + ":state";
+  EXPECT_TRUE((*fence)->Set(key, lease->token(), data, "new").ok());
+  const Status stale = (*fence)->Set(key, old_token, data, "old");
+  EXPECT_EQ(stale.code(), StatusCode::kStaleToken) << stale.ToString();
+  auto highest = (*fence)->Highest(key);
+  ASSERT_TRUE(highest.ok()) << highest.status().ToString();
+  EXPECT_EQ(*highest, lease->token());
+  ContextPtr c = Node(PrimaryOf(key));
+  EXPECT_EQ(ReplyString(Cmd(c.get(), {"GET", data}).get()), "new");
+  // A key outside the record's slot cannot be fenced in one script.
+  const Status crossed = (*fence)->Set(key, lease->token(), "app:untagged:" + key, "x");
+  EXPECT_EQ(crossed.code(), StatusCode::kInvalidArgument) << crossed.ToString();
+  EXPECT_NE(crossed.message().find("fence::Redis::HashTag"), std::string::npos)
+      << crossed.ToString();
+  // redis:// to one node of the cluster names the URI form to use.
+  const std::string other_node = PrimaryOf(key) == "c1" ? "c2" : "c1";
+  auto single = OpenRaw("redis://127.0.0.1:" + std::to_string(T().Port(other_node)) + "/0");
+  ASSERT_NE(single, nullptr);
+  auto refused = single->TryAcquire({key, OwnerId(3, 3), milliseconds(1000)});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("redis+cluster://"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(lease->Release().ok());
+}
+
+// A primary handed over to its replica (CLUSTER FAILOVER: no write lost):
+// the holder's client finds the slot's new primary through MOVED.
+TEST_F(RedisCluster, AfterAFailoverTheHolderRenewsAndReleasesOnTheNewPrimary) {
+  auto holder = NewClient(T().uri());
+  auto other = NewClient(T().uri());
+  ASSERT_TRUE(holder && other);
+  const std::string key = UniqueKey("failover");
+  auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const std::string old_primary = PrimaryOf(key);
+  const std::string promoted = Script("failover", old_primary);
+  ASSERT_FALSE(promoted.empty());
+  ASSERT_EQ(PrimaryOf(key), promoted);
+  // The first call after it may find its connection closed (kUnavailable);
+  // the one after reaches the new primary.
+  Status renewed = lease->Renew();
+  if (renewed.code() == StatusCode::kUnavailable) renewed = lease->Renew();
+  EXPECT_TRUE(renewed.ok()) << renewed.ToString();
+  auto refused = other->TryAcquire(key, Opts(milliseconds(30'000)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kLockHeld) << refused.status().ToString();
+  EXPECT_TRUE(lease->Release().ok());
+  ContextPtr c = Node(promoted);
+  EXPECT_EQ(Cmd(c.get(), {"EXISTS", LockName(key)})->integer, 0);
+  auto next = other->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), lease->token());
+  EXPECT_TRUE(next->Release().ok());
+  // Hand it back, so that c1..c3 are the primaries again for the others.
+  EXPECT_EQ(Script("failover", promoted), old_primary);
+}
+
+// Until every live node names a primary of `key`'s slot other than `dead`.
+bool AwaitFailoverFrom(const std::string& dead, const std::string& key,
+                       const std::function<std::string(const std::string&)>& primary_of) {
+  return testing_support::Eventually(
+      [&] {
+        const std::string now = primary_of(key);
+        return !now.empty() && now != dead;
+      },
+      milliseconds(30'000), milliseconds(100));
+}
+
+// The replica is held back (stopped, its link's buffers full) while the
+// primary grants, then the primary is killed: the replica promoted in its
+// place never saw the grant, nor the counter's increment.
+TEST_F(RedisCluster, WithoutWaitAKilledPrimaryCanLoseTheGrantAndTheCounter) {
+  auto holder = NewClient(T().uri());
+  ASSERT_TRUE(holder);
+  const std::string key = UniqueKey("kill-nowait");
+  const std::string primary = PrimaryOf(key);
+  const std::string replica = Script("replica-of", primary);
+  ASSERT_FALSE(replica.empty());
+  {
+    auto warmup = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+    ASSERT_TRUE(warmup.ok()) << warmup.status().ToString();
+    ASSERT_TRUE(warmup->Release().ok());
+    ContextPtr p = Node(primary);
+    ASSERT_EQ(Cmd(p.get(), {"WAIT", "1", "2000"})->integer, 1);
+  }
+  ASSERT_TRUE(T().Signal("pause", replica));
+  {
+    ContextPtr p = Node(primary);
+    Cmd(p.get(), {"SET", "filler" + fence::Redis::HashTag(key), std::string(48 << 20, 'x')});
+  }
+  auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE(T().Signal("kill", primary));
+  ASSERT_TRUE(T().Signal("resume", replica));
+  EXPECT_TRUE(AwaitFailoverFrom(primary, key, &PrimaryOf)) << "no failover";
+  auto other = NewClient(T().uri());
+  ASSERT_TRUE(other);
+  Result<Lease> second = UnavailableError("not tried");
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        second = other->TryAcquire(key, Opts(milliseconds(30'000)));
+        return second.status().code() != StatusCode::kUnavailable;
+      },
+      milliseconds(10'000), milliseconds(100)));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(lease->Check().ok()) << "the first holder still believes it holds the key";
+  EXPECT_LE(second->token(), lease->token()) << "the counter's last increment was lost";
+  EXPECT_TRUE(second->Release().ok());
+  Script("restart", primary);
+}
+
+TEST_F(RedisCluster, WithWaitReplicasTheLockAndCounterSurviveAKilledPrimary) {
+  auto holder = NewClient(T().uri() + "?wait_replicas=1&wait_timeout=2s");
+  ASSERT_TRUE(holder);
+  const std::string key = UniqueKey("kill-wait");
+  const std::string primary = PrimaryOf(key);
+  // A key of another primary, served all along.
+  std::string elsewhere_node;
+  for (const std::string& p : Primaries()) {
+    if (p != primary) elsewhere_node = p;
+  }
+  const std::string elsewhere = KeyOn(elsewhere_node, "kill-wait-elsewhere");
+  auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE(T().Signal("kill", primary));
+  // The other slots stay served while this one fails over.
+  auto unaffected = holder->TryAcquire(elsewhere, Opts(milliseconds(30'000)));
+  EXPECT_TRUE(unaffected.ok()) << unaffected.status().ToString();
+  if (unaffected.ok()) {
+    EXPECT_TRUE(unaffected->Release().ok());
+  }
+  EXPECT_TRUE(AwaitFailoverFrom(primary, key, &PrimaryOf)) << "no failover";
+  auto other = NewClient(T().uri());
+  ASSERT_TRUE(other);
+  Result<Lease> refused = UnavailableError("not tried");
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        refused = other->TryAcquire(key, Opts(milliseconds(30'000)));
+        return refused.status().code() != StatusCode::kUnavailable;
+      },
+      milliseconds(10'000), milliseconds(100)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kLockHeld) << refused.status().ToString();
+  Result<std::vector<HolderInfo>> listed = UnavailableError("not tried");
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        listed = holder->List(key);
+        return listed.ok();
+      },
+      milliseconds(10'000), milliseconds(100)));
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].token, lease->token());
+  EXPECT_TRUE(lease->Check().ok()) << lease->Check().ToString();
+  EXPECT_TRUE(lease->Release().ok());
+  auto next = other->TryAcquire(key, Opts(milliseconds(30'000)));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_GT(next->token(), lease->token());
+  EXPECT_TRUE(next->Release().ok());
+  Script("restart", primary);
+}
+
+}  // namespace
+}  // namespace dlock::redis
