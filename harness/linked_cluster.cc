@@ -178,6 +178,13 @@ Result<int> LinkedCluster::HoldBack() {
   return n;
 }
 
+Status LinkedCluster::SetKey(const std::string& key) {
+  std::ofstream out(dir_ + "/key", std::ios::trunc);
+  out << key << '\n';
+  if (!out.flush()) return UnavailableError("cannot write " + dir_ + "/key");
+  return Status::Ok();
+}
+
 Status LinkedCluster::Heal() {
   for (int m : std::set<int>(isolated_)) Rejoin(m);
   for (int m : std::set<int>(paused_)) DLOCK_RETURN_IF_ERROR(Resume(m));

@@ -15,8 +15,9 @@
 // such a proxy tells the members apart by the X-Server-From header etcd
 // puts on every peer request, and cuts only the isolated member's.
 //
-// A leader-follower store (Redis with Sentinel) has no links: its script
-// writes DIR/members instead, and has two more verbs: `hold-back DIR`,
+// A leader-follower store (Redis with Sentinel, or a Redis Cluster, whose
+// "leader" is the primary serving the run's key: DIR/key) has no links: its
+// script writes DIR/members instead, and has two more verbs: `hold-back DIR`,
 // which keeps the followers from replicating what the leader writes next
 // (leader-lag-kill), and `settle DIR`, which Heal runs between runs: until
 // every follower follows the current leader, in sync.
@@ -70,6 +71,9 @@ class LinkedCluster {
   Result<int> HoldBack();
   // Every member joined, running and serving: between runs.
   Status Heal();
+  // The key the run's workers lock, in DIR/key: on a sharded store (Redis
+  // Cluster) the leader is the member serving it.
+  Status SetKey(const std::string& key);
   // Copies the members' logs and the script's own (every *.log under the
   // cluster's directory, and its .log beside it) into `dest`: a kept run
   // then shows what the store did.

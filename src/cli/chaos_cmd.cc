@@ -206,6 +206,9 @@ int OneRun(const ChaosFlags& f, harness::RunOptions o, const std::filesystem::pa
   o.seed = seed;
   o.dir = dir;
   o.key = "chaos/" + std::to_string(seed) + "/counter";
+  if (o.cluster) {
+    if (const Status s = o.cluster->SetKey(o.key); !s.ok()) return Fail(s);
+  }
   auto result = harness::RunOnce(o);
   if (!result.ok()) return Fail(result.status().WithContext("chaos run " + std::to_string(i + 1)));
   const bool failed = result->violations > 0 || result->recovery_failures > 0;

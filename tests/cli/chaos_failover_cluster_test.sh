@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# dlock chaos on a Redis Cluster (three primaries, three replicas), started
+# by chaos itself (scripts/servers/redis_cluster.sh). leader-lag-kill holds
+# back the replica of the primary that serves the run's key, then kills
+# that primary: the replica promoted in its place has an older counter.
+# Without wait_replicas the tokens go back (checker d); with it, no grant is
+# made that the failover can lose. As chaos_failover_test.sh for Sentinel.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/chaos_lib.sh"
+SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis_cluster.sh
+# The members chaos started, by the pids their script wrote.
+members_running() {
+  local f
+  for f in "$WORK"/dlock-chaos-cluster-*/c?.pid; do
+    [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+  done
+  return 1
+}
+stop_members() {
+  local f
+  for f in "$WORK"/dlock-chaos-cluster-*/c?.pid; do
+    [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+  done
+  return 0
+}
+trap 'stop_members; cleanup' EXIT
+
+# run WORKLOAD [PARAMS] [SEED]: one 15 s run, ttl 1 s, the key's primary
+# killed at least once; kept, with the members' logs, for show_logs.
+run() {
+  "$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed "${3:-5}" --ttl 1s \
+    --duration 15s --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
+}
+
+# show_logs JSON: what the nodes and the script logged in a failed run.
+show_logs() {
+  local dir f
+  dir=$(run_dir "$1")
+  for f in "$dir"/cluster-logs/script.log "$dir"/cluster-logs/c?.log; do
+    echo "== $f"
+    tail -n 15 "$f"
+  done >&2
+}
+
+run_until_killed run unfenced "" ||
+  fail "three unfenced runs never killed the primary: $(summary "$out")"
+[ "$rc" = 3 ] || {
+  fail "without wait_replicas: exited $rc, want 3 (tokens went back): $(summary "$out")"
+  show_logs "$out"
+}
+python3 - "$out" <<'PY' || { fail "without wait_replicas: $(summary "$out")"; show_logs "$out"; }
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["backend"].startswith("redis+cluster://"), r["backend"]
+assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
+checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
+assert checks["d"]["verdict"].lower() == "fail", checks["d"]
+PY
+
+out=$(run fenced "wait_replicas=1&wait_timeout=300ms")
+rc=$?
+# 4: only recovery failures, which a loaded machine may cause.
+[ "$rc" = 0 ] || [ "$rc" = 4 ] || { fail "with wait_replicas: exited $rc: $(summary "$out")"; show_logs "$out"; }
+python3 - "$out" <<'PY' || { fail "with wait_replicas: $(summary "$out")"; show_logs "$out"; }
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["backend"].startswith("redis+cluster://") and "wait_replicas=1" in r["backend"], r["backend"]
+assert r["violations"] == 0, r["violations"]
+assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
+checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
+assert checks["d"]["verdict"].lower() == "pass", checks["d"]
+PY
+members_running && fail "members left running"
+
+[ "$failures" = 0 ] || exit 1
+echo "chaos failover on a redis cluster: ok"
