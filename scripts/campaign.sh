@@ -28,6 +28,10 @@
 #              started by dlock chaos): the primary killed, killed with
 #              grants its replica never had (leader-lag-kill), or paused;
 #              without and with wait_replicas=1
+#   redis-cluster-failover, redis-cluster-failover-wait
+#              the same on a Redis Cluster (three primaries, three replicas,
+#              started by dlock chaos): the primary serving the run's key
+#              fails over; without and with wait_replicas=1
 #   postgres-failover, postgres-failover-sync
 #              PostgreSQL with a streaming standby (started by dlock chaos),
 #              promoted when the primary is killed, or killed with grants
@@ -53,8 +57,9 @@ while [ $# -gt 0 ]; do
 done
 campaigns=("$@")
 [ ${#campaigns[@]} -gt 0 ] ||
-  campaigns=(sqlite postgres mariadb redis etcd zookeeper etcd-members zookeeper-members redis-failover
-    redis-failover-wait postgres-failover postgres-failover-sync)
+  campaigns=(sqlite postgres mariadb redis etcd zookeeper etcd-members zookeeper-members
+    redis-failover redis-failover-wait redis-cluster-failover redis-cluster-failover-wait
+    postgres-failover postgres-failover-sync)
 DLOCK=${DLOCK:-$PWD/build/dlock}
 [ -x "$DLOCK" ] || { echo "campaign.sh: build/dlock is missing; build first" >&2; exit 69; }
 mkdir -p "$out"
@@ -133,6 +138,11 @@ for c in "${campaigns[@]}"; do
       --duration 30s --ttl 2s --seed 8000 ;;
     redis-failover-wait) both "$c" --server-script scripts/servers/redis.sh --faults "$FAILOVER" \
       --store-params "wait_replicas=1&wait_timeout=500ms" --duration 30s --ttl 2s --seed 8000 ;;
+    redis-cluster-failover) both "$c" --server-script scripts/servers/redis_cluster.sh \
+      --faults "$FAILOVER" --duration 30s --ttl 2s --seed 8500 ;;
+    redis-cluster-failover-wait) both "$c" --server-script scripts/servers/redis_cluster.sh \
+      --faults "$FAILOVER" --store-params "wait_replicas=1&wait_timeout=500ms" --duration 30s \
+      --ttl 2s --seed 8500 ;;
     postgres-failover) both "$c" --server-script scripts/servers/postgres_replicated.sh \
       --faults leader-kill,leader-lag-kill --duration 30s --ttl 2s --seed 9000 ;;
     postgres-failover-sync) both "$c" --server-script scripts/servers/postgres_sync.sh \
