@@ -526,7 +526,8 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
     return subscriber_;
   }
   constexpr std::string_view kWhat = "subscribe for wake-ups";
-  auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat);
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat, deadline);
   if (!node.ok()) return nullptr;
   const auto primaries = cluster_->Primaries(kWhat);
   std::lock_guard lock(subscriber_mu_);
@@ -554,7 +555,9 @@ std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(const std:
   if (!cluster_) {
     std::lock_guard lock(subscriber_mu_);
     sub = subscriber_;
-  } else if (auto node = cluster_->PrimaryOf(HashSlot(channel), "subscribe"); node.ok()) {
+  } else if (auto node = cluster_->PrimaryOf(HashSlot(channel), "subscribe",
+                                             std::chrono::steady_clock::now() + options_.timeout);
+             node.ok()) {
     std::lock_guard lock(subscriber_mu_);
     if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
       sub = it->second;

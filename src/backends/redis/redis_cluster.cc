@@ -119,17 +119,25 @@ std::vector<Endpoint> ClusterRouter::RefreshCandidates() {
   return out;
 }
 
-Status ClusterRouter::Refresh(std::string_view what) {
+Status ClusterRouter::Refresh(std::string_view what, SteadyClock::time_point deadline) {
   const std::string doing = std::string(what) + ": read the cluster's slot map";
   std::string errors;
   for (const Endpoint& node : RefreshCandidates()) {
-    auto conn = Take(node, options_.connect_timeout, doing);
+    // Each node within the connect timeout, all within the caller's deadline.
+    if (SteadyClock::now() >= deadline) {
+      errors += "; no time left to ask " + node.Text();
+      break;
+    }
+    const milliseconds limit = deadline == SteadyClock::time_point::max()
+                                   ? options_.connect_timeout
+                                   : std::min(options_.connect_timeout, Left(deadline));
+    auto conn = Take(node, limit, doing);
     if (!conn.ok()) {
       if (IsFinal(conn.status())) return conn.status();
       errors += "; " + conn.status().message();
       continue;
     }
-    auto reply = (*conn)->Call({"CLUSTER", "SLOTS"}, options_.connect_timeout, doing);
+    auto reply = (*conn)->Call({"CLUSTER", "SLOTS"}, limit, doing);
     if (!reply.ok()) {
       errors += "; " + reply.status().message();
       continue;
@@ -156,16 +164,17 @@ Status ClusterRouter::Refresh(std::string_view what) {
   return UnavailableError(doing + ": no node of the cluster answered" + errors);
 }
 
-void ClusterRouter::RefreshIfStale(std::string_view what) {
+void ClusterRouter::RefreshIfStale(std::string_view what, SteadyClock::time_point deadline) {
   {
     std::lock_guard lock(mu_);
     if (have_map_ && (!stale_ || SteadyClock::now() - refreshed_at_ < kRefreshInterval)) return;
   }
-  (void)Refresh(what);  // on failure the map in hand is used, if any
+  (void)Refresh(what, deadline);  // on failure the map in hand is used, if any
 }
 
-Result<Endpoint> ClusterRouter::PrimaryOf(std::uint16_t slot, std::string_view what) {
-  RefreshIfStale(what);
+Result<Endpoint> ClusterRouter::PrimaryOf(std::uint16_t slot, std::string_view what,
+                                          SteadyClock::time_point deadline) {
+  RefreshIfStale(what, deadline);
   std::lock_guard lock(mu_);
   if (!have_map_) {
     return UnavailableError(std::string(what) + ": no node of the cluster gave its slot map");
@@ -206,7 +215,7 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
                                                  std::span<const Command> commands,
                                                  milliseconds timeout, std::string_view what) {
   const auto deadline = SteadyClock::now() + timeout;
-  DLOCK_ASSIGN_OR_RETURN(Endpoint node, PrimaryOf(slot, what));
+  DLOCK_ASSIGN_OR_RETURN(Endpoint node, PrimaryOf(slot, what, deadline));
   bool ask = false;
   std::string last_redirect;
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
@@ -218,8 +227,8 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
       // which never left, goes there.
       const Status failed = replies.status();
       if (sent || IsFinal(failed) || SteadyClock::now() >= deadline) return failed;
-      (void)Refresh(what);
-      auto now_serving = PrimaryOf(slot, what);
+      (void)Refresh(what, deadline);
+      auto now_serving = PrimaryOf(slot, what, deadline);
       if (!now_serving.ok() || Same(*now_serving, node)) return failed;
       node = *now_serving;
       ask = false;
@@ -340,7 +349,7 @@ void ClusterRouter::EvalBatched(const Script& script, bool by_text, std::span<Sl
   std::vector<NodeBatch> batches;
   std::vector<std::vector<std::size_t>> members;  // batches[b] runs calls[members[b][i]]
   for (std::size_t i : which) {
-    auto node = PrimaryOf(calls[i].slot, what);
+    auto node = PrimaryOf(calls[i].slot, what, SteadyClock::now() + timeout);
     if (!node.ok()) {
       calls[i].reply = node.status();
       continue;

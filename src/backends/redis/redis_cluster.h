@@ -47,9 +47,13 @@ class ClusterRouter {
     std::string server;
   };
 
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  static constexpr SteadyTime kNoDeadline = SteadyTime::max();
+
   // Loads the slot map from the first node that answers: the primaries of
-  // the map in hand, then the seeds.
-  Status Refresh(std::string_view what);
+  // the map in hand, the other nodes it named, then the seeds; each asked
+  // within the connect timeout, all before `deadline`.
+  Status Refresh(std::string_view what, SteadyTime deadline = kNoDeadline);
   // The map should be reloaded before the next call (a node broke, a slot
   // moved, a subscription was told its slot left).
   void MarkStale();
@@ -64,7 +68,8 @@ class ClusterRouter {
                       std::chrono::milliseconds timeout, std::string_view what);
 
   // The primary of `slot` in the map in hand (reloaded first if stale).
-  Result<Endpoint> PrimaryOf(std::uint16_t slot, std::string_view what);
+  Result<Endpoint> PrimaryOf(std::uint16_t slot, std::string_view what,
+                             SteadyTime deadline = kNoDeadline);
   // Every primary in the map in hand (reloaded first if stale).
   Result<std::vector<Endpoint>> Primaries(std::string_view what);
 
@@ -113,7 +118,7 @@ class ClusterRouter {
                       std::string_view what);
   void Give(const Endpoint& node, std::unique_ptr<Connection> c, std::uint64_t generation);
   // Reloads the map if it is stale and was not reloaded in the last moment.
-  void RefreshIfStale(std::string_view what);
+  void RefreshIfStale(std::string_view what, SteadyTime deadline = kNoDeadline);
   // One try on `node` (ASKING first when `ask`): the replies, or the
   // failure; a broken connection marks the map stale. *sent is false when
   // no connection could be had (nothing left this client).
