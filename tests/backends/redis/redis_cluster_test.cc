@@ -151,6 +151,7 @@ class RedisCluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { topology_ = new Topology("start-cluster"); }
   static void TearDownTestSuite() {
+    (void)std::remove((topology_->dir() + ".verb").c_str());
     delete topology_;
     topology_ = nullptr;
   }
@@ -285,11 +286,19 @@ TEST_F(RedisCluster, AWaiterIsWokenBySharedPubSubOnItsSlotsNodeOnly) {
   std::optional<Result<Lease>> got;
   std::jthread wait(
       [&] { got = waiter->Acquire(key, Opts(milliseconds(30'000), milliseconds(20'000))); });
-  // Released once the waiter has its place in the queue.
+  // Released once the waiter has its place in the queue and its client
+  // has the channel subscribed on the key's primary (ours and `listen`).
+  ContextPtr admin = Node(primary);
   ASSERT_TRUE(testing_support::Eventually(
       [&] {
         auto w = holder->Waiters(key);
-        return w.ok() && w->size() == 1;
+        const std::string clients = ReplyString(Cmd(admin.get(), {"CLIENT", "LIST"}).get());
+        std::size_t subscribed = 0;
+        for (std::size_t at = clients.find(" ssub=1 "); at != std::string::npos;
+             at = clients.find(" ssub=1 ", at + 1)) {
+          ++subscribed;
+        }
+        return w.ok() && w->size() == 1 && subscribed == 2;
       },
       milliseconds(10'000), milliseconds(100)));
   ASSERT_TRUE(lease->Release().ok());
