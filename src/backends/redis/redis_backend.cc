@@ -277,7 +277,7 @@ class RedisBackend final : public Backend {
                                         std::span<const std::string> keys,
                                         std::span<const std::string> args,
                                         std::span<const Command> extra,
-                                        std::chrono::milliseconds timeout,
+                                        ClusterRouter::SteadyTime deadline,
                                         const std::string& what);
   // `keys`, and on a cluster also the names `others` gives for `key`: a
   // script's every key is declared there, so that a call on a slot whose
@@ -529,7 +529,7 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat, deadline);
   if (!node.ok()) return nullptr;
-  const auto primaries = cluster_->Primaries(kWhat);
+  const auto primaries = cluster_->Primaries(kWhat, deadline);
   std::lock_guard lock(subscriber_mu_);
   if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
     return it->second;
@@ -573,9 +573,12 @@ Result<ClusterRouter::Routed> RedisBackend::EvalFor(std::string_view key, const 
                                                     std::span<const std::string> keys,
                                                     std::span<const std::string> args,
                                                     std::span<const Command> extra,
-                                                    milliseconds timeout,
+                                                    ClusterRouter::SteadyTime deadline,
                                                     const std::string& what) {
-  if (cluster_) return cluster_->Eval(KeySlot(key), script, keys, args, extra, timeout, what);
+  if (cluster_) return cluster_->Eval(KeySlot(key), script, keys, args, extra, deadline, what);
+  const milliseconds timeout = std::max(
+      milliseconds(1),
+      std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now()));
   DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
   DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Eval(script, keys, args, extra, timeout, what));
   return ClusterRouter::Routed{std::move(replies), conn->server()};
@@ -613,7 +616,7 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
       std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
       std::to_string(place_ttl.count()), channel};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), keys,
-                                               args, ReplicaWait(), WriteTimeout(), what));
+                                               args, ReplicaWait(), ClusterRouter::Within(WriteTimeout()), what));
   return ReadAcquireReply(answer.replies, answer.server, what);
 }
 
@@ -741,7 +744,8 @@ void RedisAcquisition::Abandon() {
 Status RedisBackend::Ping() {
   // On a cluster: the primary of slot 0's key, as any call of one key.
   DLOCK_ASSIGN_OR_RETURN(auto answer,
-                         EvalFor("ping", scripts::Ping(), {}, {}, {}, options_.timeout, "ping"));
+                         EvalFor("ping", scripts::Ping(), {}, {}, {},
+                                 ClusterRouter::Within(options_.timeout), "ping"));
   const redisReply* r = answer.replies[0].get();
   if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, "ping");
   return Status::Ok();
@@ -754,7 +758,8 @@ Result<bool> RedisBackend::IsDone(std::string_view key) {
   ClusterRouter::Routed answer;
   if (cluster_) {
     DLOCK_ASSIGN_OR_RETURN(answer,
-                           cluster_->Run(KeySlot(key), {&exists, 1}, options_.timeout, what));
+                           cluster_->Run(KeySlot(key), {&exists, 1},
+                                         ClusterRouter::Within(options_.timeout), what));
   } else {
     DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
     DLOCK_ASSIGN_OR_RETURN(ReplyPtr reply, conn->Call(exists, options_.timeout, what));
@@ -776,7 +781,7 @@ Status RedisBackend::MarkDone(std::string_view key, const OwnerId& owner,
   const std::string args[] = {owner.ToString(),
                               keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::MarkDone(), keys, args, ReplicaWait(),
-                                              WriteTimeout(), what));
+                                              ClusterRouter::Within(WriteTimeout()), what));
   const auto& replies = answer.replies;
   const redisReply* r = replies[0].get();
   if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
@@ -803,7 +808,7 @@ Status RedisBackend::RecordBreak(const BreakRecord& record, std::chrono::millise
                                   record.by + '\t' + record.label,
                               keep == kKeepDoneForever ? "" : std::to_string(keep.count())};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(record.key, scripts::RecordBreak(), keys, args,
-                                              ReplicaWait(), WriteTimeout(), what));
+                                              ReplicaWait(), ClusterRouter::Within(WriteTimeout()), what));
   const auto& replies = answer.replies;
   const redisReply* r = replies[0].get();
   if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
@@ -876,7 +881,7 @@ Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
                {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
   const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::Release(Sharded()), keys, args, {},
-                                              options_.timeout, what));
+                                              ClusterRouter::Within(options_.timeout), what));
   const redisReply* r = answer.replies[0].get();
   if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
   long long result = 0;
@@ -932,7 +937,8 @@ std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
   }
   const milliseconds budget = timeout * (wait.empty() ? 1 : 2);
   if (cluster_) {
-    cluster_->EvalEach(scripts::Renew(), calls, wait, check_wait, budget, "renew");
+    cluster_->EvalEach(scripts::Renew(), calls, wait, check_wait, ClusterRouter::Within(budget),
+                       "renew");
   } else {
     RenewOnServer(calls[0], wait, check_wait, budget);
   }
@@ -1005,7 +1011,7 @@ Result<std::vector<std::optional<Endpoint>>> RedisBackend::Servers(const std::st
     servers.emplace_back();
     return servers;
   }
-  DLOCK_ASSIGN_OR_RETURN(const std::vector<Endpoint> primaries, cluster_->Primaries(what));
+  DLOCK_ASSIGN_OR_RETURN(const std::vector<Endpoint> primaries, cluster_->Primaries(what, ClusterRouter::Within(options_.timeout)));
   servers.assign(primaries.begin(), primaries.end());
   return servers;
 }
@@ -1022,7 +1028,7 @@ Result<std::vector<std::string>> RedisBackend::Scan(const std::optional<Endpoint
   auto call = [&](const Command& command) -> Result<ReplyPtr> {
     if (conn) return (*conn)->Call(command, options_.timeout, what);
     ClusterRouter::NodeBatch batch{*node, {command}};
-    cluster_->RunOnNodes({&batch, 1}, options_.timeout, what);
+    cluster_->RunOnNodes({&batch, 1}, ClusterRouter::Within(options_.timeout), what);
     if (!batch.replies.ok()) return batch.replies.status();
     return std::move((*batch.replies)[0]);
   };
@@ -1094,7 +1100,7 @@ Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
 
 void RedisBackend::RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
                            const std::string& what) {
-  if (cluster_) return cluster_->EvalEach(script, calls, {}, {}, options_.timeout, what);
+  if (cluster_) return cluster_->EvalEach(script, calls, {}, {}, ClusterRouter::Within(options_.timeout), what);
   auto conn = Take(what);
   for (ClusterRouter::SlotCall& call : calls) {
     if (!conn.ok()) {

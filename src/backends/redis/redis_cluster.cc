@@ -1,6 +1,10 @@
 #include "backends/redis/redis_cluster.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "core/duration.h"
@@ -10,15 +14,27 @@ namespace {
 
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
+using SteadyTime = ClusterRouter::SteadyTime;
 
 // More hops than a slot being migrated while its map is reloaded needs.
 constexpr int kMaxRedirects = 5;
 // The map is reloaded at most this often, however many calls find it stale.
 constexpr milliseconds kRefreshInterval{100};
+// After reloads that failed: no other before this backoff, doubled per
+// failure up to kMaxReloadBackoff (the calls use the map in hand meanwhile).
+constexpr milliseconds kMaxReloadBackoff{1000};
 constexpr std::size_t kMaxIdlePerNode = 4;
 
-milliseconds Left(SteadyClock::time_point deadline) {
-  return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline - SteadyClock::now()));
+// What is left of `deadline` in whole milliseconds (rounded up), 0 once it
+// has passed.
+milliseconds Left(SteadyTime deadline) {
+  if (deadline == SteadyTime::max()) return milliseconds::max();
+  return std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - SteadyClock::now()));
+}
+
+Status NoTimeLeft(std::string_view what, const std::string& server) {
+  return UnavailableError(std::string(what) + ": Redis at " + server +
+                          " was not asked: the call's deadline had passed");
 }
 
 bool Same(const Endpoint& a, const Endpoint& b) { return a.host == b.host && a.port == b.port; }
@@ -43,6 +59,12 @@ class ClusterRouter::Pooled {
   std::uint64_t gen_;
 };
 
+struct ClusterRouter::Exchange {
+  Pooled* conn = nullptr;
+  std::size_t want = 0;
+  Result<std::vector<ReplyPtr>> replies = std::vector<ReplyPtr>();
+};
+
 ClusterRouter::ClusterRouter(std::vector<Endpoint> seeds, ConnectOptions options)
     : seeds_(std::move(seeds)), options_(std::move(options)) {}
 
@@ -58,7 +80,7 @@ Result<std::unique_ptr<Connection>> ClusterRouter::Open(const Endpoint& node,
   return Connection::Open(node, options_, false, false, what);
 }
 
-Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, milliseconds connect_within,
+Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, SteadyTime deadline,
                                                   std::string_view what) {
   std::uint64_t gen;
   {
@@ -78,8 +100,10 @@ Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, millisec
       return Pooled(this, node, std::move(c), gen);
     }
   }
+  const milliseconds left = Left(deadline);
+  if (left == milliseconds(0)) return NoTimeLeft(what, node.Text());
   ConnectOptions options = options_;
-  options.connect_timeout = std::min(options.connect_timeout, connect_within);
+  options.connect_timeout = std::min(options.connect_timeout, left);
   DLOCK_ASSIGN_OR_RETURN(auto c, Connection::Open(node, options, false, false, what));
   return Pooled(this, node, std::move(c), gen);
 }
@@ -119,61 +143,83 @@ std::vector<Endpoint> ClusterRouter::RefreshCandidates() {
   return out;
 }
 
-Status ClusterRouter::Refresh(std::string_view what, SteadyClock::time_point deadline) {
+Result<SlotMap> ClusterRouter::AskForMap(const Endpoint& node, SteadyTime deadline,
+                                         std::string_view doing) {
+  const Command slots{"CLUSTER", "SLOTS"};
+  bool sent = false;
+  DLOCK_ASSIGN_OR_RETURN(auto replies, RunAt(node, false, {&slots, 1}, deadline, doing, &sent));
+  return ParseClusterSlots(replies[0].get(), node, node.Text());
+}
+
+void ClusterRouter::Install(SlotMap map) {
+  std::lock_guard lock(mu_);
+  map_ = std::move(map);
+  have_map_ = true;
+  stale_ = false;
+  // Connections to nodes that are no longer primaries go.
+  std::erase_if(pools_, [&](const auto& item) {
+    return std::none_of(map_.primaries.begin(), map_.primaries.end(),
+                        [&](const Endpoint& e) { return e.Text() == item.first; });
+  });
+}
+
+Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline) {
   const std::string doing = std::string(what) + ": read the cluster's slot map";
   std::string errors;
+  // A refusal that is the same on every node (a password, an ACL user, not
+  // a cluster node) is reported as such if no node answers; one node
+  // lacking the user must not stop the others from being asked.
+  std::optional<Status> final_error;
   for (const Endpoint& node : RefreshCandidates()) {
-    // Each node within the connect timeout, all within the caller's deadline.
-    if (SteadyClock::now() >= deadline) {
+    const milliseconds left = Left(deadline);
+    if (left == milliseconds(0)) {
       errors += "; no time left to ask " + node.Text();
       break;
     }
-    const milliseconds limit = deadline == SteadyClock::time_point::max()
-                                   ? options_.connect_timeout
-                                   : std::min(options_.connect_timeout, Left(deadline));
-    auto conn = Take(node, limit, doing);
-    if (!conn.ok()) {
-      if (IsFinal(conn.status())) return conn.status();
-      errors += "; " + conn.status().message();
-      continue;
+    const SteadyTime by =
+        std::min(deadline, SteadyClock::now() + std::min(left, options_.connect_timeout));
+    auto map = AskForMap(node, by, doing);
+    if (map.ok()) {
+      Install(std::move(*map));
+      return Status::Ok();
     }
-    auto reply = (*conn)->Call({"CLUSTER", "SLOTS"}, limit, doing);
-    if (!reply.ok()) {
-      errors += "; " + reply.status().message();
-      continue;
-    }
-    auto map = ParseClusterSlots(reply->get(), node, node.Text());
-    if (!map.ok()) {
-      // A node that is not in cluster mode says so; that is the same everywhere.
-      if (IsFinal(map.status())) return map.status();
-      errors += "; " + map.status().message();
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    map_ = std::move(*map);
-    have_map_ = true;
-    stale_ = false;
-    refreshed_at_ = SteadyClock::now();
-    // Connections to nodes that are no longer primaries go.
-    std::erase_if(pools_, [&](const auto& item) {
-      return std::none_of(map_.primaries.begin(), map_.primaries.end(),
-                          [&](const Endpoint& e) { return e.Text() == item.first; });
-    });
-    return Status::Ok();
+    if (IsFinal(map.status()) && !final_error) final_error = map.status();
+    errors += "; " + map.status().message();
   }
+  if (final_error) return *final_error;
   return UnavailableError(doing + ": no node of the cluster answered" + errors);
 }
 
-void ClusterRouter::RefreshIfStale(std::string_view what, SteadyClock::time_point deadline) {
-  {
-    std::lock_guard lock(mu_);
-    if (have_map_ && (!stale_ || SteadyClock::now() - refreshed_at_ < kRefreshInterval)) return;
+Status ClusterRouter::Refresh(std::string_view what, SteadyTime deadline) {
+  return Reload(what, deadline);
+}
+
+void ClusterRouter::RefreshIfStale(std::string_view what, SteadyTime deadline) {
+  std::unique_lock lock(mu_);
+  while (reloading_) {
+    // Another call reloads: its map will do for this one too.
+    const SteadyTime until = std::min(deadline, SteadyClock::now() + options_.connect_timeout);
+    if (reloaded_.wait_until(lock, until) == std::cv_status::timeout) return;
   }
-  (void)Refresh(what, deadline);  // on failure the map in hand is used, if any
+  if (have_map_ && !stale_) return;
+  if (SteadyClock::now() < next_reload_) return;  // the map in hand, if any, is used
+  reloading_ = true;
+  lock.unlock();
+  const Status reloaded = Reload(what, deadline);
+  lock.lock();
+  reloading_ = false;
+  // Failures count too: a cluster that cannot be reached is not asked again
+  // by every call, each spending its budget on it.
+  failed_reloads_ = reloaded.ok() ? 0 : failed_reloads_ + 1;
+  const milliseconds pause =
+      reloaded.ok() ? kRefreshInterval
+                    : std::min(kMaxReloadBackoff, kRefreshInterval * (1 << std::min(failed_reloads_, 4)));
+  next_reload_ = SteadyClock::now() + pause;
+  reloaded_.notify_all();
 }
 
 Result<Endpoint> ClusterRouter::PrimaryOf(std::uint16_t slot, std::string_view what,
-                                          SteadyClock::time_point deadline) {
+                                          SteadyTime deadline) {
   RefreshIfStale(what, deadline);
   std::lock_guard lock(mu_);
   if (!have_map_) {
@@ -187,8 +233,9 @@ Result<Endpoint> ClusterRouter::PrimaryOf(std::uint16_t slot, std::string_view w
   return *primary;
 }
 
-Result<std::vector<Endpoint>> ClusterRouter::Primaries(std::string_view what) {
-  RefreshIfStale(what);
+Result<std::vector<Endpoint>> ClusterRouter::Primaries(std::string_view what,
+                                                       SteadyTime deadline) {
+  RefreshIfStale(what, deadline);
   std::lock_guard lock(mu_);
   if (!have_map_) {
     return UnavailableError(std::string(what) + ": no node of the cluster gave its slot map");
@@ -196,38 +243,86 @@ Result<std::vector<Endpoint>> ClusterRouter::Primaries(std::string_view what) {
   return map_.primaries;
 }
 
+void ClusterRouter::Collect(std::span<Exchange> exchanges, SteadyTime deadline,
+                            std::string_view what) {
+  auto pending = [](const Exchange& e) { return e.replies.ok() && e.replies->size() < e.want; };
+  std::vector<pollfd> fds;
+  std::vector<Exchange*> polled;
+  for (;;) {
+    fds.clear();
+    polled.clear();
+    for (Exchange& e : exchanges) {
+      if (!pending(e)) continue;
+      fds.push_back({(*e.conn)->fd(), POLLIN, 0});
+      polled.push_back(&e);
+    }
+    if (fds.empty()) return;
+    const milliseconds left = Left(deadline);
+    const int n = left == milliseconds(0)
+                      ? 0
+                      : poll(fds.data(), fds.size(),
+                             static_cast<int>(std::min<milliseconds::rep>(left.count(), 60'000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 && Left(deadline) == milliseconds(0)) {
+      // Replies still owed past the deadline: the connections are dropped,
+      // so that no later call reads them as its own.
+      for (Exchange* e : polled) {
+        e->replies = (*e->conn)->Abandon(what);
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Exchange& e = *polled[i];
+      auto got = (*e.conn)->ReceiveAvailable(what);
+      if (!got.ok()) {
+        e.replies = got.status();
+        continue;
+      }
+      for (ReplyPtr& r : *got) e.replies->push_back(std::move(r));
+    }
+  }
+}
+
 Result<std::vector<ReplyPtr>> ClusterRouter::RunAt(const Endpoint& node, bool ask,
                                                    std::span<const Command> commands,
-                                                   milliseconds timeout, std::string_view what,
+                                                   SteadyTime deadline, std::string_view what,
                                                    bool* sent) {
   *sent = false;
-  DLOCK_ASSIGN_OR_RETURN(Pooled conn, Take(node, timeout, what));
+  DLOCK_ASSIGN_OR_RETURN(Pooled conn, Take(node, deadline, what));
+  const milliseconds left = Left(deadline);
+  if (left == milliseconds(0)) return NoTimeLeft(what, node.Text());
+  std::vector<Command> asking;
+  if (ask) {
+    asking.push_back({"ASKING"});
+    asking.insert(asking.end(), commands.begin(), commands.end());
+    commands = asking;
+  }
   *sent = true;
-  if (!ask) return conn->Pipeline(commands, timeout, what);
-  std::vector<Command> asking{{"ASKING"}};
-  asking.insert(asking.end(), commands.begin(), commands.end());
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(asking, timeout, what));
-  replies.erase(replies.begin());
+  DLOCK_RETURN_IF_ERROR(conn->Send(commands, left, what));
+  Exchange exchange{&conn, commands.size()};
+  Collect({&exchange, 1}, deadline, what);
+  DLOCK_ASSIGN_OR_RETURN(std::vector<ReplyPtr> replies, std::move(exchange.replies));
+  if (ask) replies.erase(replies.begin());
   return replies;
 }
 
 Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
                                                  std::span<const Command> commands,
-                                                 milliseconds timeout, std::string_view what) {
-  const auto deadline = SteadyClock::now() + timeout;
+                                                 SteadyTime deadline, std::string_view what) {
   DLOCK_ASSIGN_OR_RETURN(Endpoint node, PrimaryOf(slot, what, deadline));
   bool ask = false;
   std::string last_redirect;
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
     bool sent = false;
-    auto replies = RunAt(node, ask, commands, Left(deadline), what, &sent);
+    auto replies = RunAt(node, ask, commands, deadline, what, &sent);
     if (!replies.ok()) {
       // Broken mid-call: its outcome is unknown, and the caller decides.
       // Unreachable: if the slot has another primary by now, the call,
       // which never left, goes there.
       const Status failed = replies.status();
-      if (sent || IsFinal(failed) || SteadyClock::now() >= deadline) return failed;
-      (void)Refresh(what, deadline);
+      if (sent || IsFinal(failed) || Left(deadline) == milliseconds(0)) return failed;
+      MarkStale();
       auto now_serving = PrimaryOf(slot, what, deadline);
       if (!now_serving.ok() || Same(*now_serving, node)) return failed;
       node = *now_serving;
@@ -251,22 +346,22 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
     last_redirect = error;
     node = redirect->node;
     ask = redirect->ask;
-    if (SteadyClock::now() >= deadline) break;
+    if (Left(deadline) == milliseconds(0)) break;
   }
   return UnavailableError(std::string(what) + ": Redis Cluster kept redirecting the call (last: '" +
-                          last_redirect + "') until its " + internal::FormatDuration(timeout) +
-                          " ran out: its slots are moving; try again");
+                          last_redirect +
+                          "') until its deadline: its slots are moving; try again");
 }
 
 Result<ClusterRouter::Routed> ClusterRouter::Eval(std::uint16_t slot, const Script& script,
                                                   std::span<const std::string> keys,
                                                   std::span<const std::string> args,
                                                   std::span<const Command> extra,
-                                                  milliseconds timeout, std::string_view what) {
+                                                  SteadyTime deadline, std::string_view what) {
   std::string server;
   auto replies = EvalThrough(
       [&](std::span<const Command> commands) -> Result<std::vector<ReplyPtr>> {
-        DLOCK_ASSIGN_OR_RETURN(Routed routed, Run(slot, commands, timeout, what));
+        DLOCK_ASSIGN_OR_RETURN(Routed routed, Run(slot, commands, deadline, what));
         server = std::move(routed.server);
         return std::move(routed.replies);
       },
@@ -275,39 +370,32 @@ Result<ClusterRouter::Routed> ClusterRouter::Eval(std::uint16_t slot, const Scri
   return Routed{std::move(*replies), std::move(server)};
 }
 
-void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, milliseconds timeout,
+void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline,
                                std::string_view what) {
-  const auto deadline = SteadyClock::now() + timeout;
   std::vector<std::optional<Pooled>> conns(batches.size());
+  std::vector<Exchange> exchanges;
+  exchanges.reserve(batches.size());
+  std::vector<std::size_t> of;  // exchanges[k] is batches[of[k]]'s
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    auto conn = Take(batches[i].node, Left(deadline), what);
+    auto conn = Take(batches[i].node, deadline, what);
     if (!conn.ok()) {
       batches[i].replies = conn.status();
       continue;
     }
     conns[i].emplace(std::move(*conn));
-    if (Status s = (*conns[i])->Send(batches[i].commands, Left(deadline), what); !s.ok()) {
-      batches[i].replies = s;
-      conns[i].reset();
+    const milliseconds left = Left(deadline);
+    Status sent = left == milliseconds(0) ? NoTimeLeft(what, batches[i].node.Text())
+                                          : (*conns[i])->Send(batches[i].commands, left, what);
+    if (!sent.ok()) {
+      batches[i].replies = sent;
+      continue;
     }
+    exchanges.push_back(Exchange{&*conns[i], batches[i].commands.size()});
+    of.push_back(i);
   }
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    if (!conns[i]) continue;
-    std::vector<ReplyPtr> replies;
-    Status failed;
-    for (std::size_t n = 0; n < batches[i].commands.size() && failed.ok(); ++n) {
-      auto reply = (*conns[i])->Receive(what);
-      if (reply.ok()) {
-        replies.push_back(std::move(*reply));
-      } else {
-        failed = reply.status();
-      }
-    }
-    if (failed.ok()) {
-      batches[i].replies = std::move(replies);
-    } else {
-      batches[i].replies = failed;
-    }
+  Collect(exchanges, deadline, what);
+  for (std::size_t k = 0; k < exchanges.size(); ++k) {
+    batches[of[k]].replies = std::move(exchanges[k].replies);
   }
 }
 
@@ -343,13 +431,13 @@ Command EvalCommand(const Script& script, bool by_text, const ClusterRouter::Slo
 void ClusterRouter::EvalBatched(const Script& script, bool by_text, std::span<SlotCall> calls,
                                 const std::vector<std::size_t>& which,
                                 std::span<const Command> tail, const TailCheck& check_tail,
-                                milliseconds timeout, std::string_view what,
+                                SteadyTime deadline, std::string_view what,
                                 std::vector<std::size_t>* by_text_next,
                                 std::vector<std::size_t>* alone) {
   std::vector<NodeBatch> batches;
   std::vector<std::vector<std::size_t>> members;  // batches[b] runs calls[members[b][i]]
   for (std::size_t i : which) {
-    auto node = PrimaryOf(calls[i].slot, what, SteadyClock::now() + timeout);
+    auto node = PrimaryOf(calls[i].slot, what, deadline);
     if (!node.ok()) {
       calls[i].reply = node.status();
       continue;
@@ -365,7 +453,7 @@ void ClusterRouter::EvalBatched(const Script& script, bool by_text, std::span<Sl
   }
   for (NodeBatch& batch : batches)
     batch.commands.insert(batch.commands.end(), tail.begin(), tail.end());
-  RunOnNodes(batches, timeout, what);
+  RunOnNodes(batches, deadline, what);
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const std::string server = batches[b].node.Text();
     Status failed = batches[b].replies.status();
@@ -395,21 +483,19 @@ void ClusterRouter::EvalBatched(const Script& script, bool by_text, std::span<Sl
 
 void ClusterRouter::EvalEach(const Script& script, std::span<SlotCall> calls,
                              std::span<const Command> tail, const TailCheck& check_tail,
-                             milliseconds timeout, std::string_view what) {
-  const auto deadline = SteadyClock::now() + timeout;
+                             SteadyTime deadline, std::string_view what) {
   std::vector<std::size_t> all(calls.size()), by_text, alone;
   for (std::size_t i = 0; i < calls.size(); ++i) all[i] = i;
-  EvalBatched(script, false, calls, all, tail, check_tail, timeout, what, &by_text, &alone);
+  EvalBatched(script, false, calls, all, tail, check_tail, deadline, what, &by_text, &alone);
   // A node that did not know the script (restarted, promoted, flushed):
   // its calls again, batched, with the text, which caches it there.
   if (!by_text.empty()) {
     std::vector<std::size_t> none;  // a pass by text sends nothing by text again
-    EvalBatched(script, true, calls, by_text, tail, check_tail, Left(deadline), what, &none,
-                &alone);
+    EvalBatched(script, true, calls, by_text, tail, check_tail, deadline, what, &none, &alone);
   }
   for (std::size_t i : alone) {
     SlotCall& call = calls[i];
-    auto routed = Eval(call.slot, script, call.keys, call.args, tail, Left(deadline), what);
+    auto routed = Eval(call.slot, script, call.keys, call.args, tail, deadline, what);
     if (!routed.ok()) {
       call.reply = routed.status();
       continue;

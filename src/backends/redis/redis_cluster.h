@@ -10,8 +10,13 @@
 //    has a new primary, the call goes there; otherwise kUnavailable.
 // A redirected command was not run by the node that redirected it, so
 // following it is safe. TRYAGAIN and CLUSTERDOWN come back as replies
-// (FromRedis makes them kUnavailable). Every call, redirections and reloads
-// included, ends within its timeout.
+// (FromRedis makes them kUnavailable).
+//
+// Deadlines: every call takes one deadline, and everything it does on the
+// network (the reloads of the map it waits for, each connect, each read,
+// each redirection) keeps to what is left of it; nothing is sent once it
+// has passed. A renewal that ends late would let the core report a lease
+// lost only after the store may have granted the key again.
 //
 // Thread-safety: thread-safe; connections are taken from the pools by one
 // thread at a time.
@@ -19,11 +24,13 @@
 #define DLOCK_SRC_BACKENDS_REDIS_REDIS_CLUSTER_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,10 +56,15 @@ class ClusterRouter {
 
   using SteadyTime = std::chrono::steady_clock::time_point;
   static constexpr SteadyTime kNoDeadline = SteadyTime::max();
+  // The deadline of a call that may take `timeout` from now.
+  static SteadyTime Within(std::chrono::milliseconds timeout) {
+    return std::chrono::steady_clock::now() + timeout;
+  }
 
   // Loads the slot map from the first node that answers: the primaries of
-  // the map in hand, the other nodes it named, then the seeds; each asked
-  // within the connect timeout, all before `deadline`.
+  // the map in hand, the other nodes it named, then the seeds (nodes that
+  // failed lately last); each asked within a share of what is left before
+  // `deadline` (kNoDeadline: each within the connect timeout).
   Status Refresh(std::string_view what, SteadyTime deadline = kNoDeadline);
   // The map should be reloaded before the next call (a node broke, a slot
   // moved, a subscription was told its slot left).
@@ -60,29 +72,27 @@ class ClusterRouter {
 
   // Runs `commands` on the primary of `slot`, following redirections of
   // the first command's reply (the others, if any, ran wherever it did).
-  Result<Routed> Run(std::uint16_t slot, std::span<const Command> commands,
-                     std::chrono::milliseconds timeout, std::string_view what);
+  Result<Routed> Run(std::uint16_t slot, std::span<const Command> commands, SteadyTime deadline,
+                     std::string_view what);
   // Run, for a script (EVALSHA, EVAL when the node does not know it).
   Result<Routed> Eval(std::uint16_t slot, const Script& script, std::span<const std::string> keys,
                       std::span<const std::string> args, std::span<const Command> extra,
-                      std::chrono::milliseconds timeout, std::string_view what);
+                      SteadyTime deadline, std::string_view what);
 
   // The primary of `slot` in the map in hand (reloaded first if stale).
-  Result<Endpoint> PrimaryOf(std::uint16_t slot, std::string_view what,
-                             SteadyTime deadline = kNoDeadline);
+  Result<Endpoint> PrimaryOf(std::uint16_t slot, std::string_view what, SteadyTime deadline);
   // Every primary in the map in hand (reloaded first if stale).
-  Result<std::vector<Endpoint>> Primaries(std::string_view what);
+  Result<std::vector<Endpoint>> Primaries(std::string_view what, SteadyTime deadline);
 
   // Each node's commands, written to every node before any reply is read:
-  // one round trip for all of them. No redirection is followed here: the
-  // caller sees every reply.
+  // one round trip for all of them, the replies read as they arrive. No
+  // redirection is followed here: the caller sees every reply.
   struct NodeBatch {
     Endpoint node;
     std::vector<Command> commands;
     Result<std::vector<ReplyPtr>> replies = UnavailableError("not sent");
   };
-  void RunOnNodes(std::span<NodeBatch> batches, std::chrono::milliseconds timeout,
-                  std::string_view what);
+  void RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline, std::string_view what);
 
   // One script call for one slot, among many (EvalEach).
   struct SlotCall {
@@ -101,8 +111,7 @@ class ClusterRouter {
   // trip). A call that was redirected, refused for now (TRYAGAIN) or whose
   // script the node did not know is run again alone, through Eval.
   void EvalEach(const Script& script, std::span<SlotCall> calls, std::span<const Command> tail,
-                const TailCheck& check_tail, std::chrono::milliseconds timeout,
-                std::string_view what);
+                const TailCheck& check_tail, SteadyTime deadline, std::string_view what);
 
   // A fresh connection to `node`, for a subscriber (not pooled).
   Result<std::unique_ptr<Connection>> Open(const Endpoint& node, std::string_view what);
@@ -113,19 +122,30 @@ class ClusterRouter {
     std::vector<std::unique_ptr<Connection>> idle;
     std::uint64_t generation = 0;
   };
+  // A connection that was sent commands and owes `want` replies.
+  struct Exchange;
 
-  Result<Pooled> Take(const Endpoint& node, std::chrono::milliseconds connect_within,
-                      std::string_view what);
+  // A pooled connection to `node`, or a new one made before `deadline`.
+  Result<Pooled> Take(const Endpoint& node, SteadyTime deadline, std::string_view what);
   void Give(const Endpoint& node, std::unique_ptr<Connection> c, std::uint64_t generation);
-  // Reloads the map if it is stale and was not reloaded in the last moment.
-  void RefreshIfStale(std::string_view what, SteadyTime deadline = kNoDeadline);
+  // Reloads the map if it is stale, unless a reload failed or succeeded a
+  // moment ago; at most one reload at a time.
+  void RefreshIfStale(std::string_view what, SteadyTime deadline);
+  // One reload, whatever the map's state.
+  Status Reload(std::string_view what, SteadyTime deadline);
+  // CLUSTER SLOTS on `node`, before `deadline`.
+  Result<SlotMap> AskForMap(const Endpoint& node, SteadyTime deadline, std::string_view doing);
+  void Install(SlotMap map);
+  // Reads every exchange's replies as they arrive, until each has its own
+  // or `deadline` passes (then those still owed fail and their connections
+  // are dropped).
+  static void Collect(std::span<Exchange> exchanges, SteadyTime deadline, std::string_view what);
   // One try on `node` (ASKING first when `ask`): the replies, or the
   // failure; a broken connection marks the map stale. *sent is false when
-  // no connection could be had (nothing left this client).
+  // nothing left this client.
   Result<std::vector<ReplyPtr>> RunAt(const Endpoint& node, bool ask,
-                                      std::span<const Command> commands,
-                                      std::chrono::milliseconds timeout, std::string_view what,
-                                      bool* sent);
+                                      std::span<const Command> commands, SteadyTime deadline,
+                                      std::string_view what, bool* sent);
   std::vector<Endpoint> RefreshCandidates();
   // EvalEach's one pass over calls[which]: by SHA-1 or by text, a node's
   // calls in one pipeline, every node at once. Calls to send again by text
@@ -133,19 +153,23 @@ class ClusterRouter {
   // *alone; the others get their reply.
   void EvalBatched(const Script& script, bool by_text, std::span<SlotCall> calls,
                    const std::vector<std::size_t>& which, std::span<const Command> tail,
-                   const TailCheck& check_tail, std::chrono::milliseconds timeout,
-                   std::string_view what, std::vector<std::size_t>* by_text_next,
-                   std::vector<std::size_t>* alone);
+                   const TailCheck& check_tail, SteadyTime deadline, std::string_view what,
+                   std::vector<std::size_t>* by_text_next, std::vector<std::size_t>* alone);
 
   const std::vector<Endpoint> seeds_;
   const ConnectOptions options_;
 
   std::mutex mu_;
-  SlotMap map_;                                           // guarded by mu_
-  bool have_map_ = false;                                 // guarded by mu_
-  bool stale_ = true;                                     // guarded by mu_
-  std::chrono::steady_clock::time_point refreshed_at_{};  // guarded by mu_
-  std::map<std::string, Pool> pools_;                     // by Endpoint::Text(); guarded by mu_
+  std::condition_variable reloaded_;  // a reload ended
+  SlotMap map_;                       // guarded by mu_
+  bool have_map_ = false;             // guarded by mu_
+  bool stale_ = true;                 // guarded by mu_
+  bool reloading_ = false;            // guarded by mu_
+  // No reload before this (after one that succeeded: kRefreshInterval;
+  // after failures: a growing backoff); guarded by mu_.
+  SteadyTime next_reload_{};
+  int failed_reloads_ = 0;             // in a row; guarded by mu_
+  std::map<std::string, Pool> pools_;  // by Endpoint::Text(); guarded by mu_
 };
 
 }  // namespace dlock::redis

@@ -505,6 +505,13 @@ Result<std::vector<ReplyPtr>> Connection::ReceiveAvailable(std::string_view what
   return replies;
 }
 
+Status Connection::Abandon(std::string_view what) {
+  broken_ = true;
+  return UnavailableError(std::string(what) + ": Redis at " + server_ +
+                          " did not answer before the call's deadline (server paused, "
+                          "overloaded, or unreachable?)");
+}
+
 Result<std::vector<ReplyPtr>> Connection::Pipeline(std::span<const Command> commands,
                                                    milliseconds timeout, std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Send(commands, timeout, what));

@@ -126,6 +126,10 @@ class Connection {
   // Every whole reply that has arrived, without blocking.
   Result<std::vector<ReplyPtr>> ReceiveAvailable(std::string_view what);
   int fd() const { return transport_->fd(); }
+  // Gives up on the replies still owed (the caller's deadline passed): the
+  // connection is broken() from now on, so that no later call reads them
+  // as its own. Says that the server did not answer in time.
+  Status Abandon(std::string_view what);
 
  private:
   Connection(std::unique_ptr<Transport> transport, std::string server)

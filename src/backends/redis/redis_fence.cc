@@ -227,10 +227,11 @@ Status FenceSet(ClusterRouter& cluster, std::string_view lock_key, FencingToken 
   const std::string what = "fenced write for key '" + std::string(lock_key) + "'";
   std::string server = "the cluster";  // named once a node answers
   const std::uint16_t slot = HashSlot(fence::Redis::RecordKey(lock_key));
+  const auto deadline = ClusterRouter::Within(timeout);  // for both tries (NOSCRIPT)
   return fence::RunWith(
              [&](const Script& s, std::span<const std::string> k,
                  std::span<const std::string> a) -> Result<std::vector<ReplyPtr>> {
-               DLOCK_ASSIGN_OR_RETURN(auto routed, cluster.Eval(slot, s, k, a, {}, timeout, what));
+               DLOCK_ASSIGN_OR_RETURN(auto routed, cluster.Eval(slot, s, k, a, {}, deadline, what));
                server = std::move(routed.server);
                return std::move(routed.replies);
              },
@@ -243,7 +244,8 @@ Result<FencingToken> FenceHighest(ClusterRouter& cluster, std::string_view lock_
   DLOCK_RETURN_IF_ERROR(ValidateKey(lock_key));
   const Command get{"GET", fence::Redis::RecordKey(lock_key)};
   DLOCK_ASSIGN_OR_RETURN(auto routed,
-                         cluster.Run(HashSlot(get[1]), {&get, 1}, timeout, "read fence"));
+                         cluster.Run(HashSlot(get[1]), {&get, 1}, ClusterRouter::Within(timeout),
+                                     "read fence"));
   return fence::HighestFrom(routed.replies[0].get(), routed.server);
 }
 

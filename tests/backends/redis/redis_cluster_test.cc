@@ -5,11 +5,17 @@
 // a failover, a killed primary with and without wait_replicas, the fence.
 #include "backends/redis/redis_cluster.h"
 
+#include <arpa/inet.h>
 #include <hiredis/read.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <set>
+#include <stop_token>
 #include <thread>
 
 #include "backends/redis/redis_keys.h"
@@ -141,6 +147,117 @@ TEST(RedisClusterUnit, BadClusterUrisAreRefusedBeforeConnecting) {
   EXPECT_NE(error.message().find("no node of the cluster answered"), std::string::npos)
       << error.ToString();
   EXPECT_EQ(error.message().find("s3cr3t-pw"), std::string::npos) << error.ToString();
+}
+
+// A listening loopback port. Its kernel accepts connections (up to the
+// backlog) even when nobody serves them: alone it is a node that was paused
+// or cut off, which takes commands and never answers.
+class Listener {
+ public:
+  Listener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 64);
+  }
+  ~Listener() { close(fd_); }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  int fd() const { return fd_; }
+  Endpoint endpoint() const { return {"127.0.0.1", port_}; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A node that answers every CLUSTER SLOTS with `map` (RESP), on any number
+// of connections, until Silence(); from then on it answers nothing.
+class MapNode {
+ public:
+  explicit MapNode(std::string map)
+      : map_(std::move(map)), thread_([this](std::stop_token stop) { Serve(stop); }) {}
+  Endpoint endpoint() const { return listener_.endpoint(); }
+  void Silence() { silent_ = true; }
+
+ private:
+  void Serve(const std::stop_token& stop) {
+    std::vector<int> clients;
+    while (!stop.stop_requested()) {
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      for (int c : clients) fds.push_back({c, static_cast<short>(silent_ ? 0 : POLLIN), 0});
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) clients.push_back(accept(listener_.fd(), nullptr, nullptr));
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & POLLIN)) continue;
+        char buf[4096];
+        const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+        const std::string_view got(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+        for (std::size_t at = got.find("SLOTS"); at != std::string_view::npos;
+             at = got.find("SLOTS", at + 1)) {
+          [[maybe_unused]] ssize_t w = write(fds[i].fd, map_.data(), map_.size());
+        }
+      }
+    }
+    for (int c : clients) close(c);
+  }
+
+  Listener listener_;
+  const std::string map_;
+  std::atomic<bool> silent_{false};
+  std::jthread thread_;  // last: it uses the members above
+};
+
+// Three ranges of slots on three nodes.
+std::string MapOf(const Endpoint& a, const Endpoint& b, const Endpoint& c) {
+  return "*3\r\n" + Range(0, 5460, Node(a.host, a.port), 1) +
+         Range(5461, 10922, Node(b.host, b.port), 1) + Range(10923, 16383, Node(c.host, c.port), 1);
+}
+
+// Every node of a cluster stops answering (the client is cut off): a call
+// over all of them, its reloads of the slot map and reads included, ends by
+// its one deadline. Reading the nodes one after another, each within the
+// whole budget, took three budgets; reloading at every call, another.
+TEST(RedisClusterUnit, ACallEndsByItsOneDeadlineWhenNoNodeAnswers) {
+  Listener a, b, c;
+  MapNode seed(MapOf(a.endpoint(), b.endpoint(), c.endpoint()));
+  ConnectOptions options;
+  options.connect_timeout = milliseconds(2000);
+  ClusterRouter router({seed.endpoint()}, options);
+  ASSERT_TRUE(router.Refresh("test").ok());
+  seed.Silence();
+  // 20 leases in 20 slots, over the three nodes.
+  std::vector<ClusterRouter::SlotCall> calls(20);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    calls[i].slot = static_cast<std::uint16_t>(i * 819);
+    calls[i].keys = {"k" + std::to_string(i)};
+  }
+  const Script script("return 1");
+  constexpr milliseconds kBudget{400};
+  // Well under two budgets, which the slow path cannot take less than.
+  constexpr milliseconds kLimit = kBudget + kBudget * 3 / 4;
+  // Fresh connections, then a reload that fails, then none (backoff).
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    router.EvalEach(script, calls, {}, {}, ClusterRouter::Within(kBudget), "renew");
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, kLimit) << "round " << round;
+    for (const auto& call : calls) {
+      ASSERT_FALSE(call.reply.ok());
+      EXPECT_EQ(call.reply.status().code(), StatusCode::kUnavailable);
+    }
+  }
+  const Command ping{"PING"};
+  const auto start = std::chrono::steady_clock::now();
+  auto one = router.Run(0, {&ping, 1}, ClusterRouter::Within(kBudget), "ping");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().code(), StatusCode::kUnavailable) << one.status().ToString();
 }
 
 // ------------------------------------------------- a real cluster
