@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "core/duration.h"
@@ -24,6 +25,12 @@ constexpr milliseconds kRefreshInterval{100};
 // failure up to kMaxReloadBackoff (the calls use the map in hand meanwhile).
 constexpr milliseconds kMaxReloadBackoff{1000};
 constexpr std::size_t kMaxIdlePerNode = 4;
+// A node that failed (refused, timed out) is asked for the map after the
+// others for this long: one paused node must not cost every reload.
+constexpr milliseconds kFailedMemory{10'000};
+// A reload asks each node within half of what is left of its deadline (the
+// last node asked: all of it), but at least this long.
+constexpr milliseconds kMinShare{50};
 
 // What is left of `deadline` in whole milliseconds (rounded up), 0 once it
 // has passed.
@@ -80,32 +87,51 @@ Result<std::unique_ptr<Connection>> ClusterRouter::Open(const Endpoint& node,
   return Connection::Open(node, options_, false, false, what);
 }
 
+std::optional<ClusterRouter::Pooled> ClusterRouter::TakeIdle(const Endpoint& node) {
+  std::lock_guard lock(mu_);
+  Pool& pool = pools_[node.Text()];
+  while (!pool.idle.empty()) {
+    std::unique_ptr<Connection> c = std::move(pool.idle.back());
+    pool.idle.pop_back();
+    // Closed while idle (restart, failover): the others likely are too.
+    if (c->PeerClosed(milliseconds(20))) {
+      pool.idle.clear();
+      ++pool.generation;
+      stale_ = true;
+      break;
+    }
+    return Pooled(this, node, std::move(c), pool.generation);
+  }
+  return std::nullopt;
+}
+
 Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, SteadyTime deadline,
                                                   std::string_view what) {
+  if (std::optional<Pooled> idle = TakeIdle(node)) return std::move(*idle);
   std::uint64_t gen;
   {
     std::lock_guard lock(mu_);
-    Pool& pool = pools_[node.Text()];
-    gen = pool.generation;
-    while (!pool.idle.empty()) {
-      std::unique_ptr<Connection> c = std::move(pool.idle.back());
-      pool.idle.pop_back();
-      // Closed while idle (restart, failover): the others likely are too.
-      if (c->PeerClosed(milliseconds(20))) {
-        pool.idle.clear();
-        gen = ++pool.generation;
-        stale_ = true;
-        break;
-      }
-      return Pooled(this, node, std::move(c), gen);
-    }
+    gen = pools_[node.Text()].generation;
   }
   const milliseconds left = Left(deadline);
   if (left == milliseconds(0)) return NoTimeLeft(what, node.Text());
   ConnectOptions options = options_;
   options.connect_timeout = std::min(options.connect_timeout, left);
-  DLOCK_ASSIGN_OR_RETURN(auto c, Connection::Open(node, options, false, false, what));
-  return Pooled(this, node, std::move(c), gen);
+  auto c = Connection::Open(node, options, false, false, what);
+  if (!c.ok()) {
+    // Dead, or not there yet: the map may name a primary that is gone
+    // (read before the failover ended), so it is read again, lest every
+    // later call be refused by the same dead node.
+    NoteFailed(node);
+    return c.status();
+  }
+  return Pooled(this, node, std::move(*c), gen);
+}
+
+void ClusterRouter::NoteFailed(const Endpoint& node) {
+  std::lock_guard lock(mu_);
+  stale_ = true;
+  failed_at_[node.Text()] = SteadyClock::now();
 }
 
 void ClusterRouter::Give(const Endpoint& node, std::unique_ptr<Connection> c,
@@ -140,6 +166,16 @@ std::vector<Endpoint> ClusterRouter::RefreshCandidates() {
     for (const Endpoint& e : map_.nodes) add(e);
   }
   for (const Endpoint& e : seeds_) add(e);
+  // Nodes that failed lately go last, in the order they failed.
+  const SteadyTime now = SteadyClock::now();
+  std::erase_if(failed_at_, [&](const auto& item) { return now - item.second > kFailedMemory; });
+  auto failed_at = [&](const Endpoint& e) {
+    auto it = failed_at_.find(e.Text());
+    return it == failed_at_.end() ? SteadyTime::min() : it->second;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Endpoint& x, const Endpoint& y) {
+    return failed_at(x) < failed_at(y);
+  });
   return out;
 }
 
@@ -170,19 +206,28 @@ Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline) {
   // a cluster node) is reported as such if no node answers; one node
   // lacking the user must not stop the others from being asked.
   std::optional<Status> final_error;
-  for (const Endpoint& node : RefreshCandidates()) {
+  const std::vector<Endpoint> candidates = RefreshCandidates();
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const Endpoint& node = candidates[k];
     const milliseconds left = Left(deadline);
     if (left == milliseconds(0)) {
       errors += "; no time left to ask " + node.Text();
       break;
     }
-    const SteadyTime by =
-        std::min(deadline, SteadyClock::now() + std::min(left, options_.connect_timeout));
-    auto map = AskForMap(node, by, doing);
+    // A share of what is left, so that a node that takes the command and
+    // never answers (paused) leaves time to ask the others.
+    milliseconds share = std::min(left, options_.connect_timeout);
+    if (deadline != kNoDeadline && k + 1 < candidates.size()) {
+      share = std::min(share, std::max(left / 2, std::min(left, kMinShare)));
+    }
+    auto map = AskForMap(node, std::min(deadline, SteadyClock::now() + share), doing);
     if (map.ok()) {
       Install(std::move(*map));
+      std::lock_guard lock(mu_);
+      failed_at_.erase(node.Text());
       return Status::Ok();
     }
+    NoteFailed(node);
     if (IsFinal(map.status()) && !final_error) final_error = map.status();
     errors += "; " + map.status().message();
   }
@@ -196,8 +241,12 @@ Status ClusterRouter::Refresh(std::string_view what, SteadyTime deadline) {
 
 void ClusterRouter::RefreshIfStale(std::string_view what, SteadyTime deadline) {
   std::unique_lock lock(mu_);
+  if (have_map_ && !stale_) return;
+  // Another call reloads: with a map in hand this one goes on with it (a
+  // MOVED corrects what it got wrong) rather than wait on a reload that
+  // may be stuck on a paused node; without one it waits.
+  if (reloading_ && have_map_) return;
   while (reloading_) {
-    // Another call reloads: its map will do for this one too.
     const SteadyTime until = std::min(deadline, SteadyClock::now() + options_.connect_timeout);
     if (reloaded_.wait_until(lock, until) == std::cv_status::timeout) return;
   }
@@ -302,6 +351,7 @@ Result<std::vector<ReplyPtr>> ClusterRouter::RunAt(const Endpoint& node, bool as
   DLOCK_RETURN_IF_ERROR(conn->Send(commands, left, what));
   Exchange exchange{&conn, commands.size()};
   Collect({&exchange, 1}, deadline, what);
+  if (!exchange.replies.ok()) NoteFailed(node);
   DLOCK_ASSIGN_OR_RETURN(std::vector<ReplyPtr> replies, std::move(exchange.replies));
   if (ask) replies.erase(replies.begin());
   return replies;
@@ -370,19 +420,46 @@ Result<ClusterRouter::Routed> ClusterRouter::Eval(std::uint16_t slot, const Scri
   return Routed{std::move(*replies), std::move(server)};
 }
 
+std::vector<std::optional<ClusterRouter::Pooled>> ClusterRouter::TakeAll(
+    std::span<NodeBatch> batches, SteadyTime deadline, std::string_view what) {
+  std::vector<std::optional<Pooled>> conns(batches.size());
+  std::vector<std::size_t> to_connect;
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    if (std::optional<Pooled> idle = TakeIdle(batches[i].node)) {
+      conns[i].emplace(std::move(*idle));
+    } else {
+      to_connect.push_back(i);
+    }
+  }
+  // New connections are made at once, each on a thread of its own but the
+  // last: one node that does not answer costs the call one connect timeout
+  // (bounded by its deadline), not one per node.
+  auto connect = [&](std::size_t i) {
+    auto conn = Take(batches[i].node, deadline, what);
+    if (conn.ok()) {
+      conns[i].emplace(std::move(*conn));
+    } else {
+      batches[i].replies = conn.status();
+    }
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t k = 0; k + 1 < to_connect.size(); ++k) {
+      threads.emplace_back([&connect, i = to_connect[k]] { connect(i); });
+    }
+    if (!to_connect.empty()) connect(to_connect.back());
+  }
+  return conns;
+}
+
 void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline,
                                std::string_view what) {
-  std::vector<std::optional<Pooled>> conns(batches.size());
+  std::vector<std::optional<Pooled>> conns = TakeAll(batches, deadline, what);
   std::vector<Exchange> exchanges;
   exchanges.reserve(batches.size());
   std::vector<std::size_t> of;  // exchanges[k] is batches[of[k]]'s
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    auto conn = Take(batches[i].node, deadline, what);
-    if (!conn.ok()) {
-      batches[i].replies = conn.status();
-      continue;
-    }
-    conns[i].emplace(std::move(*conn));
+    if (!conns[i]) continue;
     const milliseconds left = Left(deadline);
     Status sent = left == milliseconds(0) ? NoTimeLeft(what, batches[i].node.Text())
                                           : (*conns[i])->Send(batches[i].commands, left, what);
@@ -395,6 +472,7 @@ void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline
   }
   Collect(exchanges, deadline, what);
   for (std::size_t k = 0; k < exchanges.size(); ++k) {
+    if (!exchanges[k].replies.ok()) NoteFailed(batches[of[k]].node);
     batches[of[k]].replies = std::move(exchanges[k].replies);
   }
 }

@@ -125,8 +125,17 @@ class ClusterRouter {
   // A connection that was sent commands and owes `want` replies.
   struct Exchange;
 
-  // A pooled connection to `node`, or a new one made before `deadline`.
+  // A pooled connection to `node`, or a new one made before `deadline`. A
+  // node that cannot be reached marks the map stale.
   Result<Pooled> Take(const Endpoint& node, SteadyTime deadline, std::string_view what);
+  std::optional<Pooled> TakeIdle(const Endpoint& node);
+  // A connection for each batch (or its failure, in batch.replies), the
+  // missing ones made in parallel.
+  std::vector<std::optional<Pooled>> TakeAll(std::span<NodeBatch> batches, SteadyTime deadline,
+                                             std::string_view what);
+  // `node` refused, broke or did not answer: the map is reloaded before
+  // the next call, and reloads ask the node after the others for a while.
+  void NoteFailed(const Endpoint& node);
   void Give(const Endpoint& node, std::unique_ptr<Connection> c, std::uint64_t generation);
   // Reloads the map if it is stale, unless a reload failed or succeeded a
   // moment ago; at most one reload at a time.
@@ -169,6 +178,8 @@ class ClusterRouter {
   // after failures: a growing backoff); guarded by mu_.
   SteadyTime next_reload_{};
   int failed_reloads_ = 0;             // in a row; guarded by mu_
+  // When each node last failed (by Endpoint::Text()); guarded by mu_.
+  std::map<std::string, SteadyTime> failed_at_;
   std::map<std::string, Pool> pools_;  // by Endpoint::Text(); guarded by mu_
 };
 
