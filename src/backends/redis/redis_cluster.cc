@@ -31,6 +31,10 @@ constexpr milliseconds kFailedMemory{10'000};
 // A reload asks each node within half of what is left of its deadline (the
 // last node asked: all of it), but at least this long.
 constexpr milliseconds kMinShare{50};
+// TRYAGAIN (a slot being migrated): the pause before the call is tried
+// again, doubled each time up to the second.
+constexpr milliseconds kFirstTryAgainPause{10};
+constexpr milliseconds kMaxTryAgainPause{200};
 
 // What is left of `deadline` in whole milliseconds (rounded up), 0 once it
 // has passed.
@@ -363,7 +367,8 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
   DLOCK_ASSIGN_OR_RETURN(Endpoint node, PrimaryOf(slot, what, deadline));
   bool ask = false;
   std::string last_redirect;
-  for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+  milliseconds pause = kFirstTryAgainPause;
+  for (int hop = 0; hop <= kMaxRedirects;) {
     bool sent = false;
     auto replies = RunAt(node, ask, commands, deadline, what, &sent);
     if (!replies.ok()) {
@@ -385,7 +390,19 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
     DLOCK_ASSIGN_OR_RETURN(std::optional<Redirect> redirect,
                            ParseRedirect(error, node, node.Text()));
     if (!redirect) {
-      if (error.starts_with("CLUSTERDOWN") || error.starts_with("TRYAGAIN")) MarkStale();
+      // Refused whole while its slot migrates (some of its keys on each
+      // side): nothing ran. Tried again after a pause, from the slot's
+      // owner, while the deadline leaves room; a slot migrates in
+      // milliseconds to seconds.
+      if (error.starts_with("TRYAGAIN") && Left(deadline) > pause) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, kMaxTryAgainPause);
+        DLOCK_ASSIGN_OR_RETURN(node, PrimaryOf(slot, what, deadline));
+        ask = false;
+        hop = 0;  // each try may be redirected (ASK) anew
+        continue;
+      }
+      if (error.starts_with("CLUSTERDOWN")) MarkStale();
       return Routed{std::move(*replies), node.Text()};
     }
     if (!redirect->ask) {
@@ -396,6 +413,7 @@ Result<ClusterRouter::Routed> ClusterRouter::Run(std::uint16_t slot,
     last_redirect = error;
     node = redirect->node;
     ask = redirect->ask;
+    ++hop;
     if (Left(deadline) == milliseconds(0)) break;
   }
   return UnavailableError(std::string(what) + ": Redis Cluster kept redirecting the call (last: '" +

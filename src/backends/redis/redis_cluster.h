@@ -8,9 +8,12 @@
 //    after ASKING, and the map is left as it is;
 //  - a node that cannot be reached: the map is reloaded and, if the slot
 //    has a new primary, the call goes there; otherwise kUnavailable.
-// A redirected command was not run by the node that redirected it, so
-// following it is safe. TRYAGAIN and CLUSTERDOWN come back as replies
-// (FromRedis makes them kUnavailable).
+//  - TRYAGAIN: the slot is being migrated and the call's keys are not all
+//    on one side; nothing ran, and the call is tried again after a pause
+//    (10 ms, doubled up to 200 ms) while its deadline leaves room.
+// A redirected or refused command was not run by the node that answered
+// so, so following it is safe. CLUSTERDOWN, and TRYAGAIN once the deadline
+// leaves no room, come back as replies (FromRedis makes them kUnavailable).
 //
 // Deadlines: every call takes one deadline, and everything it does on the
 // network (the reloads of the map it waits for, each connect, each read,

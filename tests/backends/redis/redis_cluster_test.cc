@@ -528,7 +528,8 @@ TEST_F(RedisCluster, AMovedSlotIsFollowedByItsHoldersRenewalAndRelease) {
 }
 
 TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
-  auto backend = OpenRaw(T().uri());
+  // A TRYAGAIN is tried again until the deadline: a short one here.
+  auto backend = OpenRaw(T().uri() + "?timeout=500ms");
   ASSERT_NE(backend, nullptr);
   const std::string key = UniqueKey("asked");
   const std::string from = PrimaryOf(key);
@@ -577,6 +578,51 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
   ASSERT_TRUE(breaks.ok()) << breaks.status().ToString();
   EXPECT_EQ(breaks->size(), 1u);
   EXPECT_TRUE(backend->Release(key, OwnerId(1, 1)).ok());
+}
+
+// While a slot migrates, a call that declares keys the target lacks is
+// refused whole (TRYAGAIN). It is tried again with growing pauses, not at
+// once nor in a spin, and is served as soon as the migration ends within
+// its deadline.
+TEST_F(RedisCluster, ACallRefusedWhileItsSlotMigratesIsTriedAgainUntilTheMigrationEnds) {
+  auto backend = OpenRaw(T().uri());  // the default 5 s timeout
+  ASSERT_NE(backend, nullptr);
+  const std::string key = UniqueKey("tryagain");
+  const std::string from = PrimaryOf(key);
+  std::string to;
+  for (const std::string& p : Primaries()) {
+    if (p != from) to = p;
+  }
+  const std::string slot = std::to_string(HashSlot(LockName(key)));
+  ContextPtr src = Node(from), dst = Node(to);
+  const std::string src_id = ReplyString(Cmd(src.get(), {"CLUSTER", "MYID"}).get());
+  const std::string dst_id = ReplyString(Cmd(dst.get(), {"CLUSTER", "MYID"}).get());
+  Undo finish([key, to] { Script("move-slot", "'" + key + "' " + to); });
+  ASSERT_EQ(ReplyString(Cmd(dst.get(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id}).get()),
+            "OK");
+  ASSERT_EQ(ReplyString(Cmd(src.get(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id}).get()),
+            "OK");
+  const long long asked_before = Stat(to, "asking");
+  std::optional<Result<Attempt>> attempt;
+  std::jthread acquire(
+      [&] { attempt = backend->TryAcquire({key, OwnerId(12, 1), milliseconds(10'000)}); });
+  // Refused at least once by the target (ASKING, then TRYAGAIN) ...
+  EXPECT_TRUE(testing_support::Eventually([&] { return Stat(to, "asking") > asked_before; },
+                                          milliseconds(4000), milliseconds(10)));
+  // ... and a second's worth of refusals more: the migration lasts that long.
+  std::this_thread::sleep_for(milliseconds(1000));
+  for (redisContext* c : {dst.get(), src.get()}) {
+    EXPECT_EQ(ReplyString(Cmd(c, {"CLUSTER", "SETSLOT", slot, "NODE", dst_id}).get()), "OK");
+  }
+  acquire.join();
+  ASSERT_TRUE(attempt.has_value());
+  ASSERT_TRUE(attempt->ok()) << attempt->status().ToString();
+  EXPECT_TRUE((*attempt)->granted);
+  // Pauses of 10 ms doubled up to 200 ms: about ten tries in that second;
+  // tried at once after each refusal it would be hundreds.
+  EXPECT_LT(Stat(to, "asking") - asked_before, 25);
+  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", LockName(key)})->integer, 1);
+  EXPECT_TRUE(backend->Release(key, OwnerId(12, 1)).ok());
 }
 
 TEST_F(RedisCluster, TheFenceRoutesByTheRecordsSlotAndWantsItsHashTag) {
