@@ -18,17 +18,24 @@ Status Malformed(std::string_view server, const std::string& why) {
                           "); expected " + std::string(kSlotsForm));
 }
 
-// A node entry [host, port, id, ...] of a slot range.
-Result<Endpoint> NodeOf(const redisReply* r, const Endpoint& asked, std::string_view server) {
+// A node entry [host, port, id, ...] of a slot range; nullopt for a node
+// whose address the cluster does not know ("?").
+Result<std::optional<Endpoint>> NodeOf(const redisReply* r, const Endpoint& asked,
+                                       std::string_view server) {
   long long port = 0;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-      r->element[0]->type != REDIS_REPLY_STRING || !ReplyInt(r->element[1], &port) || port < 1 ||
-      port > 65535) {
+      (r->element[0]->type != REDIS_REPLY_STRING && r->element[0]->type != REDIS_REPLY_NIL) ||
+      !ReplyInt(r->element[1], &port) || port < 1 || port > 65535) {
     return Malformed(server, "a node that is not [host, port 1-65535, ...]");
   }
   Endpoint e{ReplyString(r->element[0]), static_cast<int>(port)};
-  if (e.host.empty() || e.host == "?") e.host = asked.host;
-  return e;
+  // NULL (cluster-preferred-endpoint-type unknown-endpoint) or empty: the
+  // node is reached at the address the map was asked at, on its own port.
+  if (e.host.empty()) e.host = asked.host;
+  // "?": a preferred hostname that the node has not announced. Nothing
+  // says where it is; its slots stay unserved here until a MOVED names it.
+  if (e.host == "?") return std::optional<Endpoint>();
+  return std::optional<Endpoint>(std::move(e));
 }
 
 }  // namespace
@@ -57,6 +64,7 @@ Result<SlotMap> ParseClusterSlots(const redisReply* reply, const Endpoint& asked
   }
   if (reply->type != REDIS_REPLY_ARRAY) return Malformed(server, "not an array");
   SlotMap map;
+  std::size_t unknown = 0;  // ranges whose primary has no known address
   for (std::size_t i = 0; i < reply->elements; ++i) {
     const redisReply* range = reply->element[i];
     long long first = -1, last = -1;
@@ -67,17 +75,28 @@ Result<SlotMap> ParseClusterSlots(const redisReply* reply, const Endpoint& asked
                                    " is not [first, last, node] "
                                    "with 0 <= first <= last <= 16383");
     }
-    DLOCK_ASSIGN_OR_RETURN(Endpoint primary, NodeOf(range->element[2], asked, server));
+    DLOCK_ASSIGN_OR_RETURN(std::optional<Endpoint> primary,
+                           NodeOf(range->element[2], asked, server));
     for (std::size_t n = 2; n < range->elements; ++n) {
-      DLOCK_ASSIGN_OR_RETURN(Endpoint node, NodeOf(range->element[n], asked, server));
-      map.nodes.push_back(std::move(node));
+      DLOCK_ASSIGN_OR_RETURN(std::optional<Endpoint> node, NodeOf(range->element[n], asked, server));
+      if (node) map.nodes.push_back(std::move(*node));
+    }
+    if (!primary) {
+      ++unknown;
+      continue;
     }
     for (long long slot = first; slot <= last; ++slot) {
       if (map.owner[slot] != SlotMap::kNone) {
         return Malformed(server, "slot " + std::to_string(slot) + " is listed twice");
       }
-      map.Assign(static_cast<std::uint16_t>(slot), primary);
+      map.Assign(static_cast<std::uint16_t>(slot), *primary);
     }
+  }
+  if (map.primaries.empty() && unknown > 0) {
+    return UnavailableError("read the cluster's slot map: Redis at " + std::string(server) +
+                            " names no primary by an address a client can use ('?': set "
+                            "cluster-announce-hostname on each node, or "
+                            "cluster-preferred-endpoint-type to ip)");
   }
   if (map.primaries.empty()) return Malformed(server, "no slot is served");
   return map;
@@ -124,7 +143,13 @@ Result<std::optional<Redirect>> ParseRedirect(std::string_view error, const Endp
   if (r.node.host.starts_with('[') && r.node.host.ends_with(']')) {
     r.node.host = r.node.host.substr(1, r.node.host.size() - 2);
   }
-  if (r.node.host.empty() || r.node.host == "?") r.node.host = from.host;
+  if (r.node.host == "?") {
+    return UnavailableError("Redis at " + std::string(server) + " redirected to a node whose " +
+                            "address it does not know ('" + std::string(original.substr(0, 80)) +
+                            "'): set cluster-announce-hostname on each node, or "
+                            "cluster-preferred-endpoint-type to ip");
+  }
+  if (r.node.host.empty()) r.node.host = from.host;
   r.node.port = port;
   return std::optional<Redirect>(std::move(r));
 }

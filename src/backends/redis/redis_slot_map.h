@@ -41,8 +41,11 @@ struct SlotMap {
 
 // The map a CLUSTER SLOTS reply describes: an array of
 // [first slot, last slot, [host, port, id...], replicas...]. A host that is
-// empty or "?" (the node does not know its own address) means `asked`'s
-// host. `server` names the node that answered, for the message.
+// NULL or empty (cluster-preferred-endpoint-type unknown-endpoint) means
+// `asked`'s host, on the node's port; "?" (a hostname the node has not
+// announced) means nobody knows: that node is left out, and a range whose
+// primary it is stays unserved. `server` names the node that answered, for
+// the message.
 Result<SlotMap> ParseClusterSlots(const redisReply* reply, const Endpoint& asked,
                                   std::string_view server);
 
@@ -53,7 +56,8 @@ struct Redirect {
   Endpoint node;
 };
 // nullopt when `error` is not a redirection; kUnavailable when it is one
-// that is malformed. An empty host means `from`'s.
+// that is malformed or names an unknown host ("?"). An empty host means
+// `from`'s.
 Result<std::optional<Redirect>> ParseRedirect(std::string_view error, const Endpoint& from,
                                               std::string_view server);
 

@@ -57,18 +57,52 @@ std::string Range(int first, int last, const std::string& nodes, int count) {
          "\r\n:" + std::to_string(last) + "\r\n" + nodes;
 }
 
+// A node entry whose host is NULL (RESP2 "$-1").
+std::string NullHostNode(int port) { return "*3\r\n$-1\r\n:" + std::to_string(port) + "\r\n" + Bulk("id"); }
+
 TEST(RedisClusterUnit, ASlotMapIsReadFromClusterSlots) {
   const Endpoint asked{"10.0.0.9", 7000};
   const ReplyPtr r = Parse("*2\r\n" + Range(0, 8191, Node("127.0.0.1", 7001) + Node("", 7004), 2) +
-                           Range(8192, 16383, Node("?", 7002), 1));
+                           Range(8192, 16383, NullHostNode(7002), 1));
   auto map = ParseClusterSlots(r.get(), asked, "127.0.0.1:7000");
   ASSERT_TRUE(map.ok()) << map.status().ToString();
   EXPECT_EQ(map->PrimaryOf(0)->Text(), "127.0.0.1:7001");
   EXPECT_EQ(map->PrimaryOf(8191)->Text(), "127.0.0.1:7001");
-  // A node that does not know its own address: the one asked.
+  // NULL (unknown-endpoint) or empty: the address asked, on the node's port.
   EXPECT_EQ(map->PrimaryOf(16383)->Text(), "10.0.0.9:7002");
   EXPECT_EQ(map->primaries.size(), 2u);
-  EXPECT_EQ(map->nodes.size(), 3u);  // the replica too: asked for the map when a primary died
+  ASSERT_EQ(map->nodes.size(), 3u);  // the replica too: asked for the map when a primary died
+  EXPECT_EQ(map->nodes[1].Text(), "10.0.0.9:7004");
+}
+
+// "?" (a hostname the node never announced) is an address nobody knows:
+// not the asked node's, which would send the calls of those slots to the
+// wrong node. Such a node is left out; its slots wait for a MOVED.
+TEST(RedisClusterUnit, ANodeOfUnknownAddressIsLeftOut) {
+  const Endpoint asked{"10.0.0.9", 7000};
+  const ReplyPtr r = Parse("*2\r\n" + Range(0, 8191, Node("127.0.0.1", 7001) + Node("?", 7004), 2) +
+                           Range(8192, 16383, Node("?", 7002) + Node("127.0.0.1", 7005), 2));
+  auto map = ParseClusterSlots(r.get(), asked, "127.0.0.1:7000");
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->PrimaryOf(0)->Text(), "127.0.0.1:7001");
+  EXPECT_FALSE(map->PrimaryOf(8192).has_value());
+  EXPECT_EQ(map->primaries.size(), 1u);
+  ASSERT_EQ(map->nodes.size(), 2u);
+  EXPECT_EQ(map->nodes[1].Text(), "127.0.0.1:7005");
+  // No primary with a known address at all: said so, in one line.
+  const ReplyPtr none = Parse("*1\r\n" + Range(0, 16383, Node("?", 7001), 1));
+  auto unusable = ParseClusterSlots(none.get(), asked, "127.0.0.1:7000");
+  ASSERT_FALSE(unusable.ok());
+  EXPECT_EQ(unusable.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(unusable.status().message().find("no primary by an address"), std::string::npos)
+      << unusable.status().ToString();
+  EXPECT_EQ(unusable.status().message().find('\n'), std::string::npos);
+  // A redirection to such a node cannot be followed.
+  auto moved = ParseRedirect("MOVED 9000 ?:7002", asked, "127.0.0.1:7000");
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(moved.status().message().find("does not know"), std::string::npos)
+      << moved.status().ToString();
 }
 
 TEST(RedisClusterUnit, AMalformedSlotMapIsNamed) {
