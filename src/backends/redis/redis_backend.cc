@@ -38,6 +38,9 @@ constexpr std::size_t kListBatch = 256;
 // let a dead head stall the queue that long.)
 constexpr milliseconds kPlaceTtl{1000};
 constexpr milliseconds kPlaceRefresh{300};
+// An attempt cut to the caller's deadline still gets at least this long:
+// the one short try the Backend contract promises.
+constexpr milliseconds kShortTry{100};
 
 struct RedisOptions {
   ConnectOptions connect;
@@ -259,8 +262,12 @@ class RedisBackend final : public Backend {
   void Give(std::unique_ptr<Connection> c, std::uint64_t gen);
   // The subscriber that hears `channel`: the backend's one, or on a
   // cluster the one of the node serving the channel's slot (made at the
-  // first wait); null when no node is known to serve it.
-  std::shared_ptr<Subscriber> SubscriberFor(const std::string& channel);
+  // first wait); null when no node is known to serve it by `deadline`.
+  std::shared_ptr<Subscriber> SubscriberFor(const std::string& channel,
+                                            ClusterRouter::SteadyTime deadline);
+  // When an attempt for `request` must end: the write timeout, cut to the
+  // caller's deadline (request.deadline) but no shorter than kShortTry.
+  ClusterRouter::SteadyTime AttemptDeadline(const LeaseRequest& request) const;
   // The channel's ticket, with the subscriber that gave it, if that
   // subscriber exists and has the channel subscribed (and asks for the
   // subscription either way); nullopt before the first wait.
@@ -268,7 +275,8 @@ class RedisBackend final : public Backend {
     std::shared_ptr<Subscriber> subscriber;
     Subscriber::Ticket ticket;
   };
-  std::optional<Subscription> CurrentTicket(const std::string& channel);
+  std::optional<Subscription> CurrentTicket(const std::string& channel,
+                                            ClusterRouter::SteadyTime deadline);
   bool Sharded() const { return cluster_ != nullptr; }
 
   // Runs `script` for dlock key `key`: on the primary of its slot on a
@@ -516,7 +524,8 @@ void RedisBackend::Give(std::unique_ptr<Connection> c, std::uint64_t gen) {
   if (gen == generation_ && idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
 }
 
-std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& channel) {
+std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& channel,
+                                                        ClusterRouter::SteadyTime deadline) {
   if (!cluster_) {
     std::lock_guard lock(subscriber_mu_);
     if (!subscriber_) {
@@ -526,7 +535,6 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
     return subscriber_;
   }
   constexpr std::string_view kWhat = "subscribe for wake-ups";
-  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat, deadline);
   if (!node.ok()) return nullptr;
   const auto primaries = cluster_->Primaries(kWhat, deadline);
@@ -550,13 +558,13 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
   return sub;
 }
 
-std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(const std::string& channel) {
+std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(
+    const std::string& channel, ClusterRouter::SteadyTime deadline) {
   std::shared_ptr<Subscriber> sub;
   if (!cluster_) {
     std::lock_guard lock(subscriber_mu_);
     sub = subscriber_;
-  } else if (auto node = cluster_->PrimaryOf(HashSlot(channel), "subscribe",
-                                             std::chrono::steady_clock::now() + options_.timeout);
+  } else if (auto node = cluster_->PrimaryOf(HashSlot(channel), "subscribe", deadline);
              node.ok()) {
     std::lock_guard lock(subscriber_mu_);
     if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
@@ -616,8 +624,17 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
       std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
       std::to_string(place_ttl.count()), channel};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), keys,
-                                               args, ReplicaWait(), ClusterRouter::Within(WriteTimeout()), what));
+                                               args, ReplicaWait(), AttemptDeadline(request), what));
   return ReadAcquireReply(answer.replies, answer.server, what);
+}
+
+ClusterRouter::SteadyTime RedisBackend::AttemptDeadline(const LeaseRequest& request) const {
+  const auto now = std::chrono::steady_clock::now();
+  const auto own = now + WriteTimeout();
+  if (request.deadline == TimePoint::max()) return own;
+  const auto caller =
+      now + std::chrono::duration_cast<std::chrono::nanoseconds>(request.deadline - clock_->Now());
+  return std::min(own, std::max(caller, now + kShortTry));
 }
 
 Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> replies,
@@ -671,7 +688,7 @@ Result<Attempt> RedisAcquisition::Try() {
   // this attempt's refusal follows `sent`.
   const TimePoint sent = backend_.clock_->Now();
   std::optional<RedisBackend::Subscription> ticket;
-  if (Waiting()) ticket = backend_.CurrentTicket(channel_);
+  if (Waiting()) ticket = backend_.CurrentTicket(channel_, backend_.AttemptDeadline(request_));
   const milliseconds place_ttl =
       Waiting() ? std::min(request_.queue_ttl, kPlaceTtl) : milliseconds(0);
   Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl);
@@ -695,18 +712,19 @@ std::optional<Attempt> RedisAcquisition::TakeHandedOver() {
 
 bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
   const std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
-  // The ticket's own subscriber: on a cluster the channel's slot may have
-  // moved since, and then that subscriber wakes this wait.
-  std::shared_ptr<Subscriber> subscriber = refusal && refusal->ticket
-                                               ? refusal->ticket->subscriber
-                                               : backend_.SubscriberFor(channel_);
-  if (!subscriber) return false;
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
   const auto left =
       std::clamp<Duration>(until - backend_.clock_->Now(), Duration::zero(), kPlaceRefresh);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
+  // The ticket's own subscriber: on a cluster the channel's slot may have
+  // moved since, and then that subscriber wakes this wait. Finding the
+  // subscriber (a reload of the slot map) keeps to the wait's deadline too.
+  std::shared_ptr<Subscriber> subscriber = refusal && refusal->ticket
+                                               ? refusal->ticket->subscriber
+                                               : backend_.SubscriberFor(channel_, deadline);
+  if (!subscriber) return false;
   std::string message;
   std::optional<Subscriber::Ticket> ticket;
   if (refusal && refusal->ticket) ticket = refusal->ticket->ticket;

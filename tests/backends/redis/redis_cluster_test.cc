@@ -15,6 +15,8 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <semaphore>
 #include <set>
 #include <stop_token>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "backends/redis/redis_keys.h"
 #include "backends/redis/redis_slot_map.h"
 #include "backends/redis/redis_slots.h"
+#include "backends/redis/redis_subscriber.h"
 #include "dlock/fence.h"
 #include "dlock/fence_redis.h"
 #include "eventually.h"
@@ -212,14 +215,18 @@ class Listener {
   int port_ = 0;
 };
 
-// A node that answers every CLUSTER SLOTS with `map` (RESP), on any number
-// of connections, until Silence(); from then on it answers nothing.
-class MapNode {
+// A node that answers every command naming `word` with `reply` (RESP), on
+// any number of connections, until Silence(); from then on it answers
+// nothing. Other commands go unanswered.
+class AnsweringNode {
  public:
-  explicit MapNode(std::string map)
-      : map_(std::move(map)), thread_([this](std::stop_token stop) { Serve(stop); }) {}
+  AnsweringNode(std::string word, std::string reply)
+      : word_(std::move(word)),
+        reply_(std::move(reply)),
+        thread_([this](std::stop_token stop) { Serve(stop); }) {}
   Endpoint endpoint() const { return listener_.endpoint(); }
   void Silence() { silent_ = true; }
+  int answered() const { return answered_; }
 
  private:
   void Serve(const std::stop_token& stop) {
@@ -234,9 +241,10 @@ class MapNode {
         char buf[4096];
         const ssize_t n = read(fds[i].fd, buf, sizeof buf);
         const std::string_view got(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-        for (std::size_t at = got.find("SLOTS"); at != std::string_view::npos;
-             at = got.find("SLOTS", at + 1)) {
-          [[maybe_unused]] ssize_t w = write(fds[i].fd, map_.data(), map_.size());
+        for (std::size_t at = got.find(word_); at != std::string_view::npos;
+             at = got.find(word_, at + 1)) {
+          [[maybe_unused]] ssize_t w = write(fds[i].fd, reply_.data(), reply_.size());
+          ++answered_;
         }
       }
     }
@@ -244,8 +252,9 @@ class MapNode {
   }
 
   Listener listener_;
-  const std::string map_;
+  const std::string word_, reply_;
   std::atomic<bool> silent_{false};
+  std::atomic<int> answered_{0};
   std::jthread thread_;  // last: it uses the members above
 };
 
@@ -261,7 +270,7 @@ std::string MapOf(const Endpoint& a, const Endpoint& b, const Endpoint& c) {
 // whole budget, took three budgets; reloading at every call, another.
 TEST(RedisClusterUnit, ACallEndsByItsOneDeadlineWhenNoNodeAnswers) {
   Listener a, b, c;
-  MapNode seed(MapOf(a.endpoint(), b.endpoint(), c.endpoint()));
+  AnsweringNode seed("SLOTS", MapOf(a.endpoint(), b.endpoint(), c.endpoint()));
   ConnectOptions options;
   options.connect_timeout = milliseconds(2000);
   ClusterRouter router({seed.endpoint()}, options);
@@ -294,6 +303,34 @@ TEST(RedisClusterUnit, ACallEndsByItsOneDeadlineWhenNoNodeAnswers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
   ASSERT_FALSE(one.ok());
   EXPECT_EQ(one.status().code(), StatusCode::kUnavailable) << one.status().ToString();
+}
+
+// The wait path keeps to its deadlines when no node answers: an attempt to
+// the caller's (LeaseRequest::deadline), a wait to `until`, the slot map
+// reloads they need included. Both kept to the backend's timeout (5 s)
+// before, and a reload to the connect timeout.
+TEST(RedisClusterUnit, AnAcquisitionKeepsToItsDeadlinesWhenNoNodeAnswers) {
+  Listener a, b, c;
+  AnsweringNode seed("SLOTS", MapOf(a.endpoint(), b.endpoint(), c.endpoint()));
+  Status error;
+  auto backend = OpenRaw("redis+cluster://" + seed.endpoint().Text(), &error);
+  ASSERT_NE(backend, nullptr) << error.ToString();
+  seed.Silence();
+  constexpr milliseconds kDeadline{300};
+  constexpr milliseconds kLimit = kDeadline * 2;  // the slow path took 2 s and more
+  LeaseRequest request{"waits/k", OwnerId(5, 5), milliseconds(10'000)};
+  request.queue_ttl = milliseconds(3000);
+  request.deadline = DefaultClock()->Now() + kDeadline;
+  auto acquisition = backend->Begin(request);
+  auto start = std::chrono::steady_clock::now();
+  auto attempt = acquisition->Try();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
+  ASSERT_FALSE(attempt.ok());
+  EXPECT_EQ(attempt.status().code(), StatusCode::kUnavailable) << attempt.status().ToString();
+  // The broken call marked the map stale: the wait's reload finds no node.
+  start = std::chrono::steady_clock::now();
+  acquisition->Wait(DefaultClock()->Now() + kDeadline, {});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
 }
 
 // ------------------------------------------------- a real cluster
