@@ -196,8 +196,12 @@ class RedisBackend final : public Backend {
       : options_(std::move(options)), clock_(clock ? std::move(clock) : DefaultClock()) {
     if (options_.cluster) {
       cluster_ = std::make_unique<ClusterRouter>(options_.endpoints, options_.connect);
+      reaper_ = std::make_unique<SubscriberReaper>();
     }
   }
+  // Every subscriber is gone before the router: the waits that shared them
+  // ended with the core's Acquire calls, and the reaper destroys them
+  // (joining their threads) before it goes.
   ~RedisBackend() override {
     std::lock_guard lock(subscriber_mu_);
     subscriber_.reset();
@@ -265,6 +269,8 @@ class RedisBackend final : public Backend {
   // first wait); null when no node is known to serve it by `deadline`.
   std::shared_ptr<Subscriber> SubscriberFor(const std::string& channel,
                                             ClusterRouter::SteadyTime deadline);
+  // A cluster node's subscriber, destroyed by the reaper.
+  std::shared_ptr<Subscriber> MakeNodeSubscriber(const Endpoint& node);
   // When an attempt for `request` must end: the write timeout, cut to the
   // caller's deadline (request.deadline) but no shorter than kShortTry.
   ClusterRouter::SteadyTime AttemptDeadline(const LeaseRequest& request) const;
@@ -371,6 +377,9 @@ class RedisBackend final : public Backend {
   // redis+cluster://: the slot map and a pool per primary (subscribers
   // below use it, so it is declared before them and outlives them).
   std::unique_ptr<ClusterRouter> cluster_;
+  // On a cluster: destroys its subscribers; declared after what they use,
+  // before them, so that it outlives them and goes before the router.
+  std::unique_ptr<SubscriberReaper> reaper_;
 
   std::mutex subscriber_mu_;
   std::shared_ptr<Subscriber> subscriber_;  // made at the first wait
@@ -538,24 +547,32 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
   auto node = cluster_->PrimaryOf(HashSlot(channel), kWhat, deadline);
   if (!node.ok()) return nullptr;
   const auto primaries = cluster_->Primaries(kWhat, deadline);
+  // Subscribers of nodes that serve no slot any more go, at every call (a
+  // wait in progress keeps its own until it ends); the reaper destroys them.
+  std::vector<std::shared_ptr<Subscriber>> retired;
   std::lock_guard lock(subscriber_mu_);
-  if (auto it = node_subscribers_.find(node->Text()); it != node_subscribers_.end()) {
-    return it->second;
-  }
-  ClusterRouter* router = cluster_.get();
-  auto sub = std::make_shared<Subscriber>(
-      [router, n = *node, kWhat] { return router->Open(n, kWhat); }, Subscriber::Mode::kSharded,
-      [router] { router->MarkStale(); });
-  // Those of nodes that serve no slot any more go (a wait in progress keeps
-  // its own until it ends).
   if (primaries.ok()) {
-    std::erase_if(node_subscribers_, [&](const auto& item) {
-      return std::none_of(primaries->begin(), primaries->end(),
-                          [&](const Endpoint& e) { return e.Text() == item.first; });
-    });
+    for (auto it = node_subscribers_.begin(); it != node_subscribers_.end();) {
+      const bool serves = std::any_of(primaries->begin(), primaries->end(),
+                                      [&](const Endpoint& e) { return e.Text() == it->first; });
+      if (serves) {
+        ++it;
+      } else {
+        retired.push_back(std::move(it->second));
+        it = node_subscribers_.erase(it);
+      }
+    }
   }
-  node_subscribers_[node->Text()] = sub;
+  std::shared_ptr<Subscriber>& sub = node_subscribers_[node->Text()];
+  if (!sub) sub = MakeNodeSubscriber(*node);
   return sub;
+}
+
+std::shared_ptr<Subscriber> RedisBackend::MakeNodeSubscriber(const Endpoint& node) {
+  ClusterRouter* router = cluster_.get();
+  return reaper_->Make(
+      [router, node] { return router->Open(node, "subscribe for wake-ups"); },
+      Subscriber::Mode::kSharded, [router] { router->MarkStale(); });
 }
 
 std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(

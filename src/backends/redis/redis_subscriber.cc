@@ -54,7 +54,14 @@ void Subscriber::Changed() {
 }
 
 bool Subscriber::BackgroundMustAct() const {
-  return stopping_ || (!reading_ && (!conn_ || active_waiters_ == 0));
+  if (stopping_) return true;
+  if (reading_) return false;
+  // Without a connection: only while some channel is wanted.
+  if (!conn_) {
+    return std::any_of(channels_.begin(), channels_.end(),
+                       [](const auto& item) { return item.second.wanted; });
+  }
+  return active_waiters_ == 0;
 }
 
 void Subscriber::WantLocked(Channel& ch) {
@@ -63,6 +70,7 @@ void Subscriber::WantLocked(Channel& ch) {
     ch.wanted = true;
     ch.gone = false;
     WakeReader();
+    if (!conn_ && !reading_) bg_cv_.notify_one();  // to connect again
   }
 }
 
@@ -291,6 +299,13 @@ void Subscriber::Run() {
       if (stopping_) break;
       if (!conn.ok()) {
         down_ = true;
+        // Channels nobody waited on for a while are given up here too (a
+        // connected reader does it in PlanCommands): with none wanted, a
+        // node that is gone is not dialled again and again.
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& [name, ch] : channels_) {
+          if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
+        }
         Changed();
         // Waiters poll meanwhile; try again with backoff.
         bg_cv_.wait_for(lock, retry, [&] { return stopping_; });
@@ -305,6 +320,33 @@ void Subscriber::Run() {
       continue;
     }
     ReadTurn(lock, std::chrono::steady_clock::now() + kPollInterval, /*background=*/true);
+  }
+}
+
+SubscriberReaper::SubscriberReaper()
+    : thread_([this](const std::stop_token& stop) { Run(stop); }) {}
+
+SubscriberReaper::~SubscriberReaper() {
+  thread_.request_stop();
+  thread_.join();
+  for (Subscriber* s : queue_) delete s;  // any handed over since
+}
+
+void SubscriberReaper::Destroy(Subscriber* s) {
+  std::lock_guard lock(mu_);
+  queue_.push_back(s);
+  cv_.notify_one();
+}
+
+void SubscriberReaper::Run(const std::stop_token& stop) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, stop, [&] { return !queue_.empty(); });
+    std::vector<Subscriber*> batch = std::exchange(queue_, {});
+    if (batch.empty()) return;  // asked to stop, nothing left
+    lock.unlock();
+    for (Subscriber* s : batch) delete s;
+    lock.lock();
   }
 }
 

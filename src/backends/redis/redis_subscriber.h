@@ -24,8 +24,10 @@
 // been missed, so everybody retries). Without a ticket, Wait returns once
 // the channel is subscribed, and the caller's next attempt is covered.
 //
-// A channel nobody waited on for a while is unsubscribed. When the
-// connection cannot be made, Wait reports kDown and the caller polls.
+// A channel nobody waited on for a while is unsubscribed; while no channel
+// is wanted, a lost connection is not made again (a subscriber of a node
+// that died does not try it forever). When the connection cannot be made,
+// Wait reports kDown and the caller polls.
 //
 // Sharded (Redis Cluster): SSUBSCRIBE on the node that serves the channel's
 // hash slot, one subscriber per node. When the slot leaves the node (the
@@ -50,6 +52,8 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "backends/redis/redis_conn.h"
 
@@ -148,6 +152,37 @@ class Subscriber {
   // outside mu_.
   std::unique_ptr<Connection> conn_;
   std::thread reader_;
+};
+
+// Destroys subscribers on a thread of its own. ~Subscriber joins its reader
+// thread, which may be inside a connect to a node that is gone (up to the
+// connect timeout): neither a waiter that drops the last reference nor a
+// caller holding a lock should wait for that. Its owner keeps it until
+// every subscriber it made is gone; its destructor joins their threads.
+//
+// Thread-safety: thread-safe.
+class SubscriberReaper {
+ public:
+  SubscriberReaper();
+  ~SubscriberReaper();
+  SubscriberReaper(const SubscriberReaper&) = delete;
+  SubscriberReaper& operator=(const SubscriberReaper&) = delete;
+
+  // A shared subscriber whose last owner hands it to this reaper.
+  template <typename... Args>
+  std::shared_ptr<Subscriber> Make(Args&&... args) {
+    return std::shared_ptr<Subscriber>(new Subscriber(std::forward<Args>(args)...),
+                                       [this](Subscriber* s) { Destroy(s); });
+  }
+
+ private:
+  void Destroy(Subscriber* s);
+  void Run(const std::stop_token& stop);
+
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<Subscriber*> queue_;  // guarded by mu_
+  std::jthread thread_;             // last: it uses the members above
 };
 
 }  // namespace dlock::redis

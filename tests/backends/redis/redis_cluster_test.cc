@@ -333,6 +333,27 @@ TEST(RedisClusterUnit, AnAcquisitionKeepsToItsDeadlinesWhenNoNodeAnswers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
 }
 
+// Dropping the last reference to a subscriber whose thread is inside a
+// connect does not wait for the connect: the reaper destroys it on its own
+// thread (and joins it when the reaper goes).
+TEST(RedisClusterUnit, DroppingASubscriberDoesNotWaitForItsConnect) {
+  std::binary_semaphore connecting{0}, release{0};
+  SubscriberReaper reaper;
+  auto sub = reaper.Make([&]() -> Result<std::unique_ptr<Connection>> {
+    connecting.release();
+    release.acquire();  // a connect that hangs until the test lets it go
+    return UnavailableError("connect: gave up");
+  });
+  (void)sub->Current("c");  // a channel wanted: the subscriber connects
+  connecting.acquire();
+  const auto start = std::chrono::steady_clock::now();
+  sub.reset();
+  const auto dropped_in = std::chrono::steady_clock::now() - start;
+  release.release();
+  // Blocking would have lasted until release: forever without it.
+  EXPECT_LT(dropped_in, milliseconds(500));
+}
+
 // ------------------------------------------------- a real cluster
 
 // One cluster for the whole suite: starting one costs seconds. A test's
