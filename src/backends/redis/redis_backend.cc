@@ -1,7 +1,9 @@
 #include "backends/redis/redis_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -271,6 +273,8 @@ class RedisBackend final : public Backend {
                                             ClusterRouter::SteadyTime deadline);
   // A cluster node's subscriber, destroyed by the reaper.
   std::shared_ptr<Subscriber> MakeNodeSubscriber(const Endpoint& node);
+  // A refused subscription, told once per backend (Subscriber).
+  void ReportRefusal(const std::string& error);
   // When an attempt for `request` must end: the write timeout, cut to the
   // caller's deadline (request.deadline) but no shorter than kShortTry.
   ClusterRouter::SteadyTime AttemptDeadline(const LeaseRequest& request) const;
@@ -377,6 +381,7 @@ class RedisBackend final : public Backend {
   // redis+cluster://: the slot map and a pool per primary (subscribers
   // below use it, so it is declared before them and outlives them).
   std::unique_ptr<ClusterRouter> cluster_;
+  std::atomic<bool> refusal_reported_{false};
   // On a cluster: destroys its subscribers; declared after what they use,
   // before them, so that it outlives them and goes before the router.
   std::unique_ptr<SubscriberReaper> reaper_;
@@ -539,7 +544,9 @@ std::shared_ptr<Subscriber> RedisBackend::SubscriberFor(const std::string& chann
     std::lock_guard lock(subscriber_mu_);
     if (!subscriber_) {
       subscriber_ = std::make_shared<Subscriber>(
-          [this]() { return Connect("subscribe for wake-ups", false); });
+          [this]() { return Connect("subscribe for wake-ups", false); },
+          Subscriber::Mode::kClassic, std::function<void()>(),
+          [this](const std::string& error) { ReportRefusal(error); });
     }
     return subscriber_;
   }
@@ -572,7 +579,19 @@ std::shared_ptr<Subscriber> RedisBackend::MakeNodeSubscriber(const Endpoint& nod
   ClusterRouter* router = cluster_.get();
   return reaper_->Make(
       [router, node] { return router->Open(node, "subscribe for wake-ups"); },
-      Subscriber::Mode::kSharded, [router] { router->MarkStale(); });
+      Subscriber::Mode::kSharded, [router] { router->MarkStale(); },
+      [this](const std::string& error) { ReportRefusal(error); });
+}
+
+void RedisBackend::ReportRefusal(const std::string& error) {
+  // A library has no log of its own; this misconfiguration (the ACL lacks
+  // the wake-up channel or command) would otherwise only show as slower
+  // hand-offs. Once, to stderr: waits go on, polling.
+  if (refusal_reported_.exchange(true)) return;
+  std::fprintf(stderr,
+               "dlock: %s refused the subscription for wake-ups (%.200s): waiters poll "
+               "instead of being woken; the ACL dlock needs is in docs/backend-redis.md\n",
+               options_.describe.c_str(), error.c_str());
 }
 
 std::optional<RedisBackend::Subscription> RedisBackend::CurrentTicket(

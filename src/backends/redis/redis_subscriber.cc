@@ -19,11 +19,17 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPollInterval{1000};
 constexpr milliseconds kFirstRetry{50};
 constexpr milliseconds kMaxRetry{1000};
+constexpr milliseconds kFirstRefusedPause{1000};
+constexpr milliseconds kMaxRefusedPause{30'000};
 
 }  // namespace
 
-Subscriber::Subscriber(Connect connect, Mode mode, std::function<void()> on_moved)
-    : connect_(std::move(connect)), mode_(mode), on_moved_(std::move(on_moved)) {
+Subscriber::Subscriber(Connect connect, Mode mode, std::function<void()> on_moved,
+                       std::function<void(const std::string&)> on_refused)
+    : connect_(std::move(connect)),
+      mode_(mode),
+      on_moved_(std::move(on_moved)),
+      on_refused_(std::move(on_refused)) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reader_ = std::thread([this] { Run(); });
 }
@@ -86,7 +92,9 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
                                      const std::string& target, SteadyTime deadline,
                                      std::stop_token stop, std::string* message) {
   std::unique_lock lock(mu_);
-  if (down_ || stopping_) return Outcome::kDown;
+  if (down_ || stopping_ || RefusedLocked(std::chrono::steady_clock::now())) {
+    return Outcome::kDown;
+  }
   Channel& ch = channels_[channel];
   ch.waiters++;
   active_waiters_++;
@@ -116,7 +124,7 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
   std::stop_callback on_stop(stop, [this] { WakeReader(); });
   Outcome outcome;
   for (;;) {
-    if (down_ || stopping_) {
+    if (down_ || stopping_ || RefusedLocked(std::chrono::steady_clock::now())) {
       outcome = Outcome::kDown;
       break;
     }
@@ -150,13 +158,14 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
 
 void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
   const bool sharded = mode_ == Mode::kSharded;
+  const bool refused = RefusedLocked(now);
   Command subscribe{sharded ? "SSUBSCRIBE" : "SUBSCRIBE"};
   Command unsubscribe{sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"};
   for (auto& [name, ch] : channels_) {
     if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
     // Sharded: one command per channel, for the channels' slots differ (a
     // command naming several must keep to one slot).
-    if (ch.wanted && ch.state == State::kNone) {
+    if (ch.wanted && ch.state == State::kNone && !refused) {
       if (sharded) {
         out->push_back({subscribe[0], name});
       } else {
@@ -190,18 +199,31 @@ void Subscriber::GoneLocked(Channel& ch) {
 }
 
 void Subscriber::HandleError(std::string_view error) {
-  if (mode_ != Mode::kSharded) return;
-  // Only SSUBSCRIBE is answered with an error here. A redirection names
-  // the slot whose channels must go elsewhere; any other error (a cluster
-  // that is down) sends every channel being subscribed away.
-  std::optional<std::uint16_t> slot;
-  if (auto redirect = ParseRedirect(error, Endpoint{}, "subscriber"); redirect.ok() && *redirect) {
-    slot = (*redirect)->slot;
+  // Only (S)SUBSCRIBE is answered with an error here. A redirection (or a
+  // malformed one) names a slot whose channels must go elsewhere: their
+  // waiters attempt again, and find the slot's new node.
+  if (mode_ == Mode::kSharded && (error.starts_with("MOVED") || error.starts_with("ASK"))) {
+    std::optional<std::uint16_t> slot;
+    if (auto redirect = ParseRedirect(error, Endpoint{}, "subscriber");
+        redirect.ok() && *redirect) {
+      slot = (*redirect)->slot;
+    }
+    for (auto& [name, ch] : channels_) {
+      if (ch.state == State::kSubscribing && (!slot || HashSlot(name) == *slot)) GoneLocked(ch);
+    }
+    if (on_moved_) on_moved_();
+    return;
   }
+  // Anything else refuses the subscription itself (NOPERM, CLUSTERDOWN):
+  // marking the channels gone would wake their waiters at once, again and
+  // again. Waiters poll instead (Wait: kDown) until a later try succeeds.
   for (auto& [name, ch] : channels_) {
-    if (ch.state == State::kSubscribing && (!slot || HashSlot(name) == *slot)) GoneLocked(ch);
+    if (ch.state == State::kSubscribing) ch.state = State::kNone;
   }
-  if (on_moved_) on_moved_();
+  refused_until_ = std::chrono::steady_clock::now() + refused_pause_;
+  refused_pause_ = std::min(refused_pause_ * 2, kMaxRefusedPause);
+  if (mode_ == Mode::kSharded && error.starts_with("CLUSTERDOWN") && on_moved_) on_moved_();
+  if (!std::exchange(refusal_reported_, true) && on_refused_) on_refused_(std::string(error));
 }
 
 void Subscriber::HandleReply(const redisReply* r) {
@@ -220,6 +242,7 @@ void Subscriber::HandleReply(const redisReply* r) {
   } else if (kind == "subscribe") {
     ch.state = State::kSubscribed;
     ch.epoch = next_epoch_++;
+    refused_pause_ = kFirstRefusedPause;
   } else if (kind == "unsubscribe" && sharded && ch.state == State::kSubscribed) {
     // Unasked: the channel's slot left this node (a migration, a failover).
     GoneLocked(ch);

@@ -29,6 +29,12 @@
 // that died does not try it forever). When the connection cannot be made,
 // Wait reports kDown and the caller polls.
 //
+// A subscription the server refuses (NOPERM: an ACL without the channel or
+// the command; CLUSTERDOWN) is not a wake-up: Wait reports kDown, so that
+// the caller polls with backoff rather than retrying at once, and the
+// subscription is asked for again after a pause (1 s, doubled up to 30 s).
+// `on_refused` hears the server's error once.
+//
 // Sharded (Redis Cluster): SSUBSCRIBE on the node that serves the channel's
 // hash slot, one subscriber per node. When the slot leaves the node (the
 // node says so with an unasked SUNSUBSCRIBE, or answers SSUBSCRIBE with
@@ -72,7 +78,8 @@ class Subscriber {
   enum class Mode { kClassic, kSharded };
 
   explicit Subscriber(Connect connect, Mode mode = Mode::kClassic,
-                      std::function<void()> on_moved = {});
+                      std::function<void()> on_moved = {},
+                      std::function<void(const std::string&)> on_refused = {});
   ~Subscriber();
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
@@ -119,8 +126,11 @@ class Subscriber {
   // Under mu_: what the reader must send now.
   void PlanCommands(std::vector<Command>* out, SteadyTime now);
   void HandleReply(const redisReply* r);
-  // Sharded: an error reply to SSUBSCRIBE (a redirection names the slot).
+  // An error reply to (S)SUBSCRIBE: a redirection names the slot whose
+  // channels go elsewhere; anything else is a refusal.
   void HandleError(std::string_view error);
+  // Under mu_: the server refuses subscriptions for now.
+  bool RefusedLocked(SteadyTime now) const { return now < refused_until_; }
   // Under mu_: the channel's slot left this node.
   void GoneLocked(Channel& ch);
   // Under mu_: a waiter or an attempt wants `ch` (again).
@@ -130,6 +140,7 @@ class Subscriber {
   const Connect connect_;
   const Mode mode_;
   const std::function<void()> on_moved_;
+  const std::function<void(const std::string&)> on_refused_;
   int event_fd_ = -1;
 
   std::mutex mu_;
@@ -146,6 +157,11 @@ class Subscriber {
   bool bg_reading_ = false;  // ... by the background thread
   int active_waiters_ = 0;
   std::uint64_t changes_ = 0;  // bumped by Changed()
+  // After a refused subscription: none asked for before refused_until_,
+  // the pause doubling at each refusal; the refusal was reported.
+  SteadyTime refused_until_{};
+  std::chrono::milliseconds refused_pause_{1000};
+  bool refusal_reported_ = false;
 
   // Replaced or reset only by the holder of the reader role (or the
   // background thread while it connects, holding the role); read by it

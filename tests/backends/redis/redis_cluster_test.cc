@@ -333,6 +333,48 @@ TEST(RedisClusterUnit, AnAcquisitionKeepsToItsDeadlinesWhenNoNodeAnswers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, kLimit);
 }
 
+// A subscription the server refuses (here NOPERM) is no wake-up: the wait
+// reports the subscriber down at once (the core then polls with backoff),
+// the refusal is told once, and the subscription is not asked for again
+// at once. Before, the channel was marked gone: every wait returned
+// "woken" at once and the core tried again without pause, a spin.
+TEST(RedisClusterUnit, ARefusedSubscriptionIsNoWakeUp) {
+  AnsweringNode node("SSUBSCRIBE",
+                     "-NOPERM this user has no permissions to access one of the channels used "
+                     "as arguments\r\n");
+  ConnectOptions options;
+  options.connect_timeout = milliseconds(2000);
+  std::atomic<int> refusals{0};
+  std::string told;
+  std::mutex told_mu;
+  SubscriberReaper reaper;
+  auto sub = reaper.Make(
+      [&] { return Connection::Open(node.endpoint(), options, false, false, "subscribe"); },
+      Subscriber::Mode::kSharded, [] {},
+      [&](const std::string& error) {
+        std::lock_guard lock(told_mu);
+        told = error;
+        ++refusals;
+      });
+  const std::string channel = "dlock:0:{k}:wake";
+  // The first wait: until the server has answered the subscription.
+  const auto first = sub->Wait(channel, std::nullopt, "me",
+                               std::chrono::steady_clock::now() + milliseconds(3000), {});
+  EXPECT_EQ(first, Subscriber::Outcome::kDown);
+  // Later waits: down at once, for the pause before the next try.
+  for (int i = 0; i < 20; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto again = sub->Wait(channel, std::nullopt, "me",
+                                 std::chrono::steady_clock::now() + milliseconds(500), {});
+    EXPECT_EQ(again, Subscriber::Outcome::kDown) << i;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(100)) << i;
+  }
+  EXPECT_EQ(node.answered(), 1) << "asked for again within the pause";
+  EXPECT_EQ(refusals, 1);
+  std::lock_guard lock(told_mu);
+  EXPECT_TRUE(told.starts_with("NOPERM")) << told;
+}
+
 // Dropping the last reference to a subscriber whose thread is inside a
 // connect does not wait for the connect: the reaper destroys it on its own
 // thread (and joins it when the reaper goes).
