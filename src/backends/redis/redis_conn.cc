@@ -200,7 +200,11 @@ Status FromErrorReply(std::string_view e, const std::string& at) {
                                      "Sentinel");
   }
   if (e.find("Script attempted to access a non local key") != std::string_view::npos) {
-    // A slot moved while a script ran: nothing after the refused call ran.
+    // A slot moved while a script ran and the script touched a key it had
+    // not declared: the script stopped at that call, so its writes before
+    // it were made and those after it were not (scripts do not roll back).
+    // The outcome is unknown, as for a broken connection. dlock's scripts
+    // declare every key on a cluster, so a node refuses them whole instead.
     return UnavailableError(at + " serves this key's slot no longer (it is being moved "
                                  "between nodes): " + std::string(e));
   }
