@@ -256,6 +256,9 @@ void ClusterRouter::RefreshIfStale(std::string_view what, SteadyTime deadline) {
   }
   if (have_map_ && !stale_) return;
   if (SteadyClock::now() < next_reload_) return;  // the map in hand, if any, is used
+  // A call out of time would only record a failure, and so put off the
+  // reload of a call that has time.
+  if (Left(deadline) == milliseconds(0)) return;
   reloading_ = true;
   lock.unlock();
   const Status reloaded = Reload(what, deadline);
@@ -316,7 +319,8 @@ void ClusterRouter::Collect(std::span<Exchange> exchanges, SteadyTime deadline,
                       : poll(fds.data(), fds.size(),
                              static_cast<int>(std::min<milliseconds::rep>(left.count(), 60'000)));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 && Left(deadline) == milliseconds(0)) {
+    // poll() itself failing is as final as the deadline: no reply can come.
+    if ((n == 0 && Left(deadline) == milliseconds(0)) || n < 0) {
       // Replies still owed past the deadline: the connections are dropped,
       // so that no later call reads them as its own.
       for (Exchange* e : polled) {
