@@ -28,10 +28,17 @@
 #                                     DIR/uri = redis+cluster://127.0.0.1:P1,...
 #                                     (1: one primary serving every slot, c1,
 #                                     without a replica: a benchmark baseline)
+#   redis.sh start-secure-cluster DIR  start-cluster's six nodes on TLS only
+#                                     (cluster bus and replication too) with
+#                                     start-secure's certificates and users,
+#                                     "dlock" with the cluster's minimal ACL;
+#                                     each node announces "localhost" (the
+#                                     name its certificate carries);
+#                                     DIR/uri = rediss+cluster://dlock@...
 #   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
 #   redis.sh port DIR NAME            print a member's port
 #
-# On a cluster (start-cluster), also:
+# On a cluster (start-cluster, start-secure-cluster), also:
 #   redis.sh primary-of DIR KEY       the member serving dlock key KEY's slot
 #   redis.sh replica-of DIR NAME      a member replicating primary NAME
 #   redis.sh failover DIR NAME        the replica of primary NAME takes over
@@ -94,7 +101,15 @@ member_pid() {
   cat "$file"
 }
 
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+# cli PORT args...: redis-cli to the member on PORT; on a secured cluster
+# (start-secure-cluster) over TLS as its admin user.
+cli() {
+  if [ -f "${dir:-}/secure-cluster" ]; then
+    tls_cli "$dir" "$1" admin "${@:2}"
+  else
+    redis-cli -h 127.0.0.1 -p "$1" "${@:2}"
+  fi
+}
 
 # A redis process (not a zombie, not a recycled pid).
 is_redis() {
@@ -275,12 +290,21 @@ DLOCK_COMMANDS="+ping +select +role +wait +scan +exists +get +evalsha +eval \
 +hset +hget +hmget +hdel +hexists +lindex +lpop +lrange +lrem +rpush \
 +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
 
+# On a Redis Cluster (docs/backend-redis.md, "ACL on a cluster"): the slot
+# map, ASK redirections and sharded pub/sub; its connections are never
+# asked ROLE or SELECT.
+DLOCK_CLUSTER_COMMANDS="+ping +wait +scan +exists +get +evalsha +eval \
++cluster|slots +asking +ssubscribe +sunsubscribe +spublish +time +set +del +incr \
++pexpire +pexpireat +pttl +hset +hget +hmget +hdel +hexists +lindex +lpop +lrange \
++lrem +rpush +zadd +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
+
 sha256() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 
-# secure_files DIR: certificates, passwords (0600 files) and the ACL file,
-# which holds password hashes only.
+# secure_files DIR [COMMANDS]: certificates, passwords (0600 files) and the
+# ACL file, which holds password hashes only; "dlock" and "nokeys" may run
+# COMMANDS (default: DLOCK_COMMANDS).
 secure_files() {
-  local dir=$1 u
+  local dir=$1 commands=${2:-$DLOCK_COMMANDS} u
   make_certs "$dir"
   (
     umask 077
@@ -292,9 +316,9 @@ secure_files() {
       echo "user admin on #$(sha256 "$(cat "$dir/admin.password")") ~* &* +@all"
       # The minimal ACL, plus app:* for the keys the tests' fenced writes touch.
       echo "user dlock on #$(sha256 "$(cat "$dir/dlock.password")") resetkeys ~dlock:* ~app:*" \
-        "resetchannels &dlock:* -@all" $DLOCK_COMMANDS
+        "resetchannels &dlock:* -@all" $commands
       echo "user nokeys on #$(sha256 "$(cat "$dir/nokeys.password")") resetkeys" \
-        "resetchannels &dlock:* -@all" $DLOCK_COMMANDS
+        "resetchannels &dlock:* -@all" $commands
     } >"$dir/users.acl"
   )
 }
@@ -312,13 +336,12 @@ tls-replication yes
 EOF
 }
 
-# start_tls_member DIR NAME [redis-server args...]: a server on TLS only with
-# dlock's users; its config file (0600) holds what must not show in ps.
-start_tls_member() {
-  local dir=$1 name=$2 port
-  shift 2
-  port=$(free_port)
-  mkdir -p "$dir/$name.data"
+# tls_member_conf DIR NAME PORT [LINE...]: DIR/NAME.conf (0600), which holds
+# what must not show in ps: TLS only, on PORT, dlock's users, the admin's
+# password for replication; then each LINE.
+tls_member_conf() {
+  local dir=$1 name=$2 port=$3
+  shift 3
   (
     umask 077
     {
@@ -326,8 +349,18 @@ start_tls_member() {
       echo "aclfile $dir/users.acl"
       echo "masteruser admin"
       echo "masterauth $(cat "$dir/admin.password")"
+      printf '%s\n' "$@"
     } >"$dir/$name.conf"
   )
+}
+
+# start_tls_member DIR NAME [redis-server args...]: a server on TLS only with
+# dlock's users.
+start_tls_member() {
+  local dir=$1 name=$2 port
+  shift 2
+  port=$(free_port)
+  tls_member_conf "$dir" "$name" "$port"
   launch_member "$dir" "$name" "$port" "$@"
 }
 
@@ -431,12 +464,14 @@ while True:
 # The members of the cluster under DIR (start-cluster wrote them).
 members_of() { cat "$1/cluster-members" 2>/dev/null || echo "c1 c2 c3 c4 c5 c6"; }
 
-# cluster_node_args DIR NAME PORT: a node's flags. A 1 s node timeout makes
+# cluster_node_args DIR NAME PORT: a node's flags (on a secured cluster,
+# PORT is its TLS port and it has no other). A 1 s node timeout makes
 # a failover take ~2-3 s; validity factor 0 lets any replica be promoted,
 # however long it was cut off (hold-back stops it); a slot range whose
 # primary is down leaves the others served.
 cluster_node_args() {
-  echo --port "$3" --cluster-enabled yes --cluster-config-file "$1/$2.data/nodes.conf" \
+  if [ -f "$1/secure-cluster" ]; then echo --port 0 --tls-port "$3"; else echo --port "$3"; fi
+  echo --cluster-enabled yes --cluster-config-file "$1/$2.data/nodes.conf" \
     --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
     --cluster-require-full-coverage no --cluster-allow-replica-migration no \
     --repl-diskless-sync yes --repl-diskless-sync-delay 0 --repl-diskless-load swapdb
@@ -453,6 +488,9 @@ cluster_ready() {
     info=$(cli "$port" cluster info 2>/dev/null | tr -d '\r') || return 1
     echo "$info" | grep -qx 'cluster_state:ok' || return 1
     echo "$info" | grep -qx 'cluster_slots_ok:16384' || return 1
+    # On a secured cluster, until every node has heard the others' hostnames
+    # (cluster bus gossip), CLUSTER SLOTS names some "?".
+    cli "$port" cluster slots 2>/dev/null | tr -d '\r' | grep -qx '?' && return 1
     if cli "$port" role 2>/dev/null | head -1 | grep -qx slave; then
       cli "$port" info replication | tr -d '\r' | grep -qx 'master_link_status:up' || return 1
     fi
@@ -501,7 +539,8 @@ await() {
 
 # start_cluster_topology DIR [PRIMARIES]: three primaries with a replica
 # each (c1..c6), or one primary serving every slot, alone (c1: the
-# benchmark's baseline).
+# benchmark's baseline). On a secured cluster (DIR/secure-cluster), the
+# nodes' config files are written first.
 start_cluster_topology() {
   local dir=$1 primaries=${2:-3} n port hosts="" members
   echo cluster >"$dir/topology"
@@ -510,6 +549,7 @@ start_cluster_topology() {
   echo "$members" >"$dir/cluster-members"
   for n in $members; do
     port=$(free_cluster_port "$dir")
+    [ -f "$dir/secure-cluster" ] && secure_cluster_conf "$dir" "$n" "$port"
     # shellcheck disable=SC2046
     launch_member "$dir" "$n" "$port" $(cluster_node_args "$dir" "$n" "$port")
     hosts+="${hosts:+ }127.0.0.1:$port"
@@ -517,14 +557,29 @@ start_cluster_topology() {
   if [ "$primaries" = 1 ]; then
     cli "$port" cluster addslotsrange 0 16383 >/dev/null
   else
-    # The first three become primaries, the others their replicas.
+    # The first three become primaries, the others their replicas (CLUSTER
+    # MEET wants IP addresses).
     # shellcheck disable=SC2086
-    redis-cli --cluster create $hosts --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 ||
+    cli "$port" --cluster create $hosts --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 ||
       { echo "redis.sh: redis-cli --cluster create failed:" >&2; tail -5 "$dir/create.log" >&2; exit 1; }
   fi
   await "$dir" "a cluster with every slot served and replicas in sync" 60 cluster_ready "$dir" ||
     exit 1
-  echo "redis+cluster://${hosts// /,}" >"$dir/uri"
+  if [ -f "$dir/secure-cluster" ]; then
+    hosts=${hosts//127.0.0.1:/localhost:}
+    echo "rediss+cluster://dlock@${hosts// /,}/?$(tls_params "$dir")" >"$dir/uri"
+  else
+    echo "redis+cluster://${hosts// /,}" >"$dir/uri"
+  fi
+}
+
+# secure_cluster_conf DIR NAME PORT: a secured cluster node's config file:
+# start-secure's TLS and users, the cluster bus on TLS too, and the node
+# announced to clients (CLUSTER SLOTS, MOVED, ASK) by the hostname its
+# certificate names, not by its IP address.
+secure_cluster_conf() {
+  tls_member_conf "$1" "$2" "$3" "tls-cluster yes" "cluster-announce-hostname localhost" \
+    "cluster-preferred-endpoint-type hostname"
 }
 
 # The member listening on PORT.
@@ -607,6 +662,23 @@ cluster_failover() {
   echo "$replica"
 }
 
+# migrate_keys FROM_PORT TO_PORT KEY...: MIGRATE from one node to another;
+# on a secured cluster as the admin user, whose password goes to redis-cli
+# on stdin rather than in its argv, which ps shows.
+migrate_keys() {
+  local from=$1 to=$2
+  shift 2
+  if [ -f "$dir/secure-cluster" ]; then
+    {
+      printf 'MIGRATE 127.0.0.1 %s "" 0 5000 AUTH2 admin %s KEYS' "$to" "$(cat "$dir/admin.password")"
+      printf ' "%s"' "$@"
+      echo
+    } | cli "$from" >/dev/null
+  else
+    cli "$from" migrate 127.0.0.1 "$to" "" 0 5000 keys "$@" >/dev/null
+  fi
+}
+
 # move_slot DIR KEY NAME: KEY's slot, keys and all, to primary NAME, the
 # way redis-cli --cluster reshard does it (SETSLOT IMPORTING/MIGRATING,
 # MIGRATE, SETSLOT NODE on both and then the others).
@@ -626,8 +698,7 @@ move_slot() {
     keys=$(cli "$(cat "$dir/$from.port")" cluster getkeysinslot "$slot" 100 | tr -d '\r')
     [ -n "$keys" ] || break
     # shellcheck disable=SC2086
-    cli "$(cat "$dir/$from.port")" migrate 127.0.0.1 "$(cat "$dir/$to.port")" "" 0 5000 \
-      keys $keys >/dev/null
+    migrate_keys "$(cat "$dir/$from.port")" "$(cat "$dir/$to.port")" $keys
   done
   for n in "$to" "$from"; do
     cli "$(cat "$dir/$n.port")" cluster setslot "$slot" node "$to_id" >/dev/null
@@ -681,7 +752,7 @@ cluster_restart() {
 
 verb=${1:-}
 dir=${2:-}
-[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-nodes|start-sentinel|start-cluster|primary-of|replica-of|failover|move-slot|configure-linked|launch|leader|settle|hold-back|restart|kill|pause|resume|port DIR [...]" >&2; exit 64; }
+[ -n "$verb" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|start-auth|start-secure|start-secure-sentinel|start-secure-cluster|start-nodes|start-sentinel|start-cluster|primary-of|replica-of|failover|move-slot|configure-linked|launch|leader|settle|hold-back|restart|kill|pause|resume|port DIR [...]" >&2; exit 64; }
 
 case "$verb" in
   start)
@@ -732,6 +803,13 @@ case "$verb" in
     case "${3:-3}" in 1 | 3) ;; *) echo "usage: $0 start-cluster DIR [1|3]" >&2; exit 64 ;; esac
     mkdir -p "$dir"
     start_cluster_topology "$dir" "${3:-3}"
+    cat "$dir/uri"
+    ;;
+  start-secure-cluster)
+    mkdir -p "$dir"
+    secure_files "$dir" "$DLOCK_CLUSTER_COMMANDS"
+    : >"$dir/secure-cluster"
+    start_cluster_topology "$dir"
     cat "$dir/uri"
     ;;
   primary-of) primary_of_slot "$dir" "$(dlock_slot "$dir" "${3?usage: $0 primary-of DIR KEY}")" ;;
