@@ -50,6 +50,25 @@ Status NoTimeLeft(std::string_view what, const std::string& server) {
 
 bool Same(const Endpoint& a, const Endpoint& b) { return a.host == b.host && a.port == b.port; }
 
+// `failed`, a connect to `node`, which the cluster named (CLUSTER SLOTS,
+// MOVED, ASK) rather than the URI: when the node's certificate did not
+// verify for that address (redis_transport.cc's words), says where the
+// address came from, since the URI does not show it.
+Status ExplainAnnounced(const Status& failed, const Endpoint& node) {
+  if (failed.code() != StatusCode::kPermissionDenied ||
+      failed.message().find("certificate for " + node.host + " did not verify") ==
+          std::string::npos) {
+    return failed;
+  }
+  return Status(failed.code(),
+                failed.message() +
+                    " (the cluster announces this node as " + node.Text() +
+                    ", and its certificate must name that address: have each node announce a "
+                    "name its certificate carries, with cluster-announce-hostname and "
+                    "cluster-preferred-endpoint-type hostname, or put the address in the "
+                    "certificate)");
+}
+
 }  // namespace
 
 // A pooled connection, given back on scope exit (dropped if broken).
@@ -127,7 +146,9 @@ Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, SteadyTi
     // (read before the failover ended), so it is read again, lest every
     // later call be refused by the same dead node.
     NoteFailed(node);
-    return c.status();
+    const bool seed = std::any_of(seeds_.begin(), seeds_.end(),
+                                  [&](const Endpoint& e) { return Same(e, node); });
+    return seed ? c.status() : ExplainAnnounced(c.status(), node);
   }
   return Pooled(this, node, std::move(*c), gen);
 }
