@@ -23,8 +23,8 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # Under TSan: every piece with threads of its own — the core's renewal loop
 # and waits, the SQLite backend, the fences, the harness's proxy (their unit
 # tests), and each server backend's listener, subscriber or session threads
-# (its backend suite, its tests against the secured servers and a Redis
-# Cluster, and its
+# (its backend suite, its tests against the secured servers, a Redis
+# Cluster and a secured one (redis_secure_cluster), and its
 # conformance runs against real servers: ~1 min more on 2 vCPUs). The CLI scripts and fault harness runs are left to the
 # plain and ASan builds: scripts/test.sh tsan-all runs them under TSan too.
 tsan_tests='^(core|fence|harness|plan)\.|Test\.|conformance_|_backend$|^(redis|postgres|mariadb|zookeeper)_(secure|acl)|^redis_cluster$'
