@@ -304,6 +304,10 @@ Result<Endpoint> ClusterRouter::PrimaryOf(std::uint16_t slot, std::string_view w
   }
   std::optional<Endpoint> primary = map_.PrimaryOf(slot);
   if (!primary) {
+    // Left out of the map (its node's address was unknown, '?') or unserved
+    // when it was read: no command goes to the slot, so no MOVED can come
+    // to correct it; only a reload can (the next call's, after the backoff).
+    stale_ = true;
     return UnavailableError(std::string(what) + ": no primary of the cluster serves hash slot " +
                             std::to_string(slot) + " now (a failover may be under way)");
   }

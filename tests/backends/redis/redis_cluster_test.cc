@@ -215,9 +215,9 @@ class Listener {
   int port_ = 0;
 };
 
-// A node that answers every command naming `word` with `reply` (RESP), on
-// any number of connections, until Silence(); from then on it answers
-// nothing. Other commands go unanswered.
+// A node that answers every command naming `word` with `reply` (RESP, or
+// what SetReply gave since), on any number of connections, until Silence();
+// from then on it answers nothing. Other commands go unanswered.
 class AnsweringNode {
  public:
   AnsweringNode(std::string word, std::string reply)
@@ -226,6 +226,10 @@ class AnsweringNode {
         thread_([this](std::stop_token stop) { Serve(stop); }) {}
   Endpoint endpoint() const { return listener_.endpoint(); }
   void Silence() { silent_ = true; }
+  void SetReply(std::string reply) {
+    std::lock_guard lock(mu_);
+    reply_ = std::move(reply);
+  }
   int answered() const { return answered_; }
 
  private:
@@ -243,6 +247,7 @@ class AnsweringNode {
         const std::string_view got(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
         for (std::size_t at = got.find(word_); at != std::string_view::npos;
              at = got.find(word_, at + 1)) {
+          std::lock_guard lock(mu_);
           [[maybe_unused]] ssize_t w = write(fds[i].fd, reply_.data(), reply_.size());
           ++answered_;
         }
@@ -252,7 +257,9 @@ class AnsweringNode {
   }
 
   Listener listener_;
-  const std::string word_, reply_;
+  const std::string word_;
+  std::mutex mu_;
+  std::string reply_;  // guarded by mu_
   std::atomic<bool> silent_{false};
   std::atomic<int> answered_{0};
   std::jthread thread_;  // last: it uses the members above
@@ -262,6 +269,30 @@ class AnsweringNode {
 std::string MapOf(const Endpoint& a, const Endpoint& b, const Endpoint& c) {
   return "*3\r\n" + Range(0, 5460, Node(a.host, a.port), 1) +
          Range(5461, 10922, Node(b.host, b.port), 1) + Range(10923, 16383, Node(c.host, c.port), 1);
+}
+
+// A slot whose node the map left out (host '?': it announced no usable
+// address) has its map reloaded by a later call, which finds the node once
+// it is announced. Before, the call failed without marking the map stale;
+// no command went to the slot, so no MOVED came: it failed for good.
+TEST(RedisClusterUnit, ASlotLeftOutOfTheMapHasTheMapReloaded) {
+  Listener other;
+  AnsweringNode seed("SLOTS", "");
+  const Endpoint s = seed.endpoint(), o = other.endpoint();
+  seed.SetReply("*2\r\n" + Range(0, 8191, Node(s.host, s.port), 1) +
+                Range(8192, 16383, Node("?", o.port), 1));
+  ClusterRouter router({s}, ConnectOptions{});
+  ASSERT_TRUE(router.Refresh("test").ok());
+  seed.SetReply("*2\r\n" + Range(0, 8191, Node(s.host, s.port), 1) +
+                Range(8192, 16383, Node(o.host, o.port), 1));
+  auto unserved = router.PrimaryOf(9000, "test", ClusterRouter::Within(milliseconds(2000)));
+  ASSERT_FALSE(unserved.ok());
+  EXPECT_EQ(unserved.status().code(), StatusCode::kUnavailable);
+  // Refresh set no backoff: this call reloads the map at once.
+  auto served = router.PrimaryOf(9000, "test", ClusterRouter::Within(milliseconds(2000)));
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->Text(), o.Text());
+  EXPECT_EQ(seed.answered(), 2);
 }
 
 // Every node of a cluster stops answering (the client is cut off): a call
