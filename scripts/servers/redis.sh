@@ -35,6 +35,10 @@
 #                                     each node announces "localhost" (the
 #                                     name its certificate carries);
 #                                     DIR/uri = rediss+cluster://dlock@...
+#   DLOCK_REDIS_NODE_CPU=F redis.sh start|start-cluster ...   each server
+#                                     capped at F of a core (root, cgroup v1):
+#                                     benchmarks where the servers' CPU is the
+#                                     limit, as on machines of their own
 #   redis.sh kill|pause|resume DIR NAME   SIGKILL / SIGSTOP / SIGCONT one member
 #   redis.sh port DIR NAME            print a member's port
 #
@@ -93,6 +97,26 @@ launch_member() {
   # The pid file is written just after the port opens.
   for ((i = 0; i < 100; i++)); do [ -s "$dir/$name.pid" ] && break; sleep 0.02; done
   echo "$port" >"$dir/$name.port"
+  [ -z "${DLOCK_REDIS_NODE_CPU:-}" ] || cap_cpu "$dir" "$name"
+}
+
+# cap_cpu DIR NAME: with DLOCK_REDIS_NODE_CPU=F (a fraction of one core,
+# 0.1-1), the member runs in a cgroup of its own capped at F of a core
+# and weighted above everything else, so that it gets F even on a busy
+# machine: a server on a machine of its own, as in production, where the
+# server's CPU is what a cluster of more primaries adds (docs/benchmarks-
+# redis.md). Needs root and the cgroup v1 cpu controller.
+cap_cpu() {
+  local dir=$1 name=$2 group quota
+  quota=$(awk -v f="$DLOCK_REDIS_NODE_CPU" 'BEGIN { if (f + 0 >= 0.1 && f + 0 <= 1) printf "%d", f * 10000 }')
+  [ -n "$quota" ] || { echo "redis.sh: DLOCK_REDIS_NODE_CPU must be a fraction of a core, 0.1-1; got '$DLOCK_REDIS_NODE_CPU'" >&2; exit 64; }
+  group=/sys/fs/cgroup/cpu/dlock-redis-$(basename "$dir")-$name
+  mkdir -p "$group" 2>/dev/null && echo 10000 >"$group/cpu.cfs_period_us" 2>/dev/null ||
+    { echo "redis.sh: DLOCK_REDIS_NODE_CPU needs root and the cgroup v1 cpu controller (/sys/fs/cgroup/cpu)" >&2; exit 69; }
+  echo "$quota" >"$group/cpu.cfs_quota_us"
+  echo 10240 >"$group/cpu.shares"
+  echo "$(member_pid "$dir" "$name")" >"$group/cgroup.procs"
+  echo "$group" >>"$dir/cgroups"
 }
 
 member_pid() {
@@ -820,6 +844,9 @@ case "$verb" in
     [ -d "$dir" ] || exit 0
     stop_all "$dir"
     [ -f "$dir/sentinel-home" ] && rm -rf "$(cat "$dir/sentinel-home")"
+    if [ -f "$dir/cgroups" ]; then
+      while read -r group; do rmdir "$group" 2>/dev/null || true; done <"$dir/cgroups"
+    fi
     rm -rf "$dir"
     ;;
   configure-linked) configure_leader_follower "$dir" ;;
