@@ -81,6 +81,9 @@ class ClusterRouter::Pooled {
     if (c_) router_->Give(node_, std::move(c_), gen_);
   }
   Connection* operator->() { return c_.get(); }
+  // Closes the connection without a word to its pool: our own deadline
+  // ended the exchange, which says nothing of the node's other connections.
+  void Drop() { c_.reset(); }
 
  private:
   ClusterRouter* router_;
@@ -145,7 +148,7 @@ Result<ClusterRouter::Pooled> ClusterRouter::Take(const Endpoint& node, SteadyTi
     // Dead, or not there yet: the map may name a primary that is gone
     // (read before the failover ended), so it is read again, lest every
     // later call be refused by the same dead node.
-    NoteFailed(node);
+    NoteFailedWithin(node, options.connect_timeout, deadline);
     const bool seed = std::any_of(seeds_.begin(), seeds_.end(),
                                   [&](const Endpoint& e) { return Same(e, node); });
     return seed ? c.status() : ExplainAnnounced(c.status(), node);
@@ -157,6 +160,13 @@ void ClusterRouter::NoteFailed(const Endpoint& node) {
   std::lock_guard lock(mu_);
   stale_ = true;
   failed_at_[node.Text()] = SteadyClock::now();
+}
+
+bool ClusterRouter::NoteFailedWithin(const Endpoint& node, milliseconds given,
+                                     SteadyTime deadline) {
+  if (given < kMinShare && Left(deadline) == milliseconds(0)) return false;
+  NoteFailed(node);
+  return true;
 }
 
 void ClusterRouter::Give(const Endpoint& node, std::unique_ptr<Connection> c,
@@ -224,7 +234,7 @@ void ClusterRouter::Install(SlotMap map) {
   });
 }
 
-Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline) {
+Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline, int* blamed) {
   const std::string doing = std::string(what) + ": read the cluster's slot map";
   std::string errors;
   // A refusal that is the same on every node (a password, an ACL user, not
@@ -235,7 +245,9 @@ Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline) {
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const Endpoint& node = candidates[k];
     const milliseconds left = Left(deadline);
-    if (left == milliseconds(0)) {
+    // The first node is asked whatever is left (RefreshIfStale starts no
+    // reload with less than kMinShare); the others need that much.
+    if (left == milliseconds(0) || (k > 0 && left < kMinShare)) {
       errors += "; no time left to ask " + node.Text();
       break;
     }
@@ -245,14 +257,15 @@ Status ClusterRouter::Reload(std::string_view what, SteadyTime deadline) {
     if (deadline != kNoDeadline && k + 1 < candidates.size()) {
       share = std::min(share, std::max(left / 2, std::min(left, kMinShare)));
     }
-    auto map = AskForMap(node, std::min(deadline, SteadyClock::now() + share), doing);
+    const SteadyTime share_end = std::min(deadline, SteadyClock::now() + share);
+    auto map = AskForMap(node, share_end, doing);
     if (map.ok()) {
       Install(std::move(*map));
       std::lock_guard lock(mu_);
       failed_at_.erase(node.Text());
       return Status::Ok();
     }
-    NoteFailed(node);
+    if (NoteFailedWithin(node, share, share_end) && blamed != nullptr) ++*blamed;
     if (IsFinal(map.status()) && !final_error) final_error = map.status();
     errors += "; " + map.status().message();
   }
@@ -277,21 +290,28 @@ void ClusterRouter::RefreshIfStale(std::string_view what, SteadyTime deadline) {
   }
   if (have_map_ && !stale_) return;
   if (SteadyClock::now() < next_reload_) return;  // the map in hand, if any, is used
-  // A call out of time would only record a failure, and so put off the
-  // reload of a call that has time.
-  if (Left(deadline) == milliseconds(0)) return;
+  // A call with less than a node's share left could not tell a healthy
+  // node from a dead one: it would mark them failed and back off the
+  // reloads of calls that have time.
+  if (Left(deadline) < kMinShare) return;
   reloading_ = true;
   lock.unlock();
-  const Status reloaded = Reload(what, deadline);
+  int blamed = 0;
+  const Status reloaded = Reload(what, deadline, &blamed);
   lock.lock();
   reloading_ = false;
   // Failures count too: a cluster that cannot be reached is not asked again
-  // by every call, each spending its budget on it.
-  failed_reloads_ = reloaded.ok() ? 0 : failed_reloads_ + 1;
-  const milliseconds pause =
-      reloaded.ok() ? kRefreshInterval
-                    : std::min(kMaxReloadBackoff, kRefreshInterval * (1 << std::min(failed_reloads_, 4)));
-  next_reload_ = SteadyClock::now() + pause;
+  // by every call, each spending its budget on it. A reload that ran out of
+  // its own time before any node was given its share does not count.
+  if (reloaded.ok()) {
+    failed_reloads_ = 0;
+    next_reload_ = SteadyClock::now() + kRefreshInterval;
+  } else if (blamed > 0) {
+    ++failed_reloads_;
+    next_reload_ = SteadyClock::now() + std::min(kMaxReloadBackoff,
+                                                 kRefreshInterval *
+                                                     (1 << std::min(failed_reloads_, 4)));
+  }
   reloaded_.notify_all();
 }
 
@@ -384,7 +404,7 @@ Result<std::vector<ReplyPtr>> ClusterRouter::RunAt(const Endpoint& node, bool as
   DLOCK_RETURN_IF_ERROR(conn->Send(commands, left, what));
   Exchange exchange{&conn, commands.size()};
   Collect({&exchange, 1}, deadline, what);
-  if (!exchange.replies.ok()) NoteFailed(node);
+  if (!exchange.replies.ok() && !NoteFailedWithin(node, left, deadline)) conn.Drop();
   DLOCK_ASSIGN_OR_RETURN(std::vector<ReplyPtr> replies, std::move(exchange.replies));
   if (ask) replies.erase(replies.begin());
   return replies;
@@ -504,7 +524,8 @@ void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline
   std::vector<std::optional<Pooled>> conns = TakeAll(batches, deadline, what);
   std::vector<Exchange> exchanges;
   exchanges.reserve(batches.size());
-  std::vector<std::size_t> of;  // exchanges[k] is batches[of[k]]'s
+  std::vector<std::size_t> of;      // exchanges[k] is batches[of[k]]'s
+  std::vector<milliseconds> given;  // and was given given[k] to answer
   for (std::size_t i = 0; i < batches.size(); ++i) {
     if (!conns[i]) continue;
     const milliseconds left = Left(deadline);
@@ -516,10 +537,13 @@ void ClusterRouter::RunOnNodes(std::span<NodeBatch> batches, SteadyTime deadline
     }
     exchanges.push_back(Exchange{&*conns[i], batches[i].commands.size()});
     of.push_back(i);
+    given.push_back(left);
   }
   Collect(exchanges, deadline, what);
   for (std::size_t k = 0; k < exchanges.size(); ++k) {
-    if (!exchanges[k].replies.ok()) NoteFailed(batches[of[k]].node);
+    if (!exchanges[k].replies.ok() && !NoteFailedWithin(batches[of[k]].node, given[k], deadline)) {
+      conns[of[k]]->Drop();
+    }
     batches[of[k]].replies = std::move(exchanges[k].replies);
   }
 }

@@ -139,12 +139,18 @@ class ClusterRouter {
   // `node` refused, broke or did not answer: the map is reloaded before
   // the next call, and reloads ask the node after the others for a while.
   void NoteFailed(const Endpoint& node);
+  // NoteFailed, for a node given `given` until `deadline`, unless that
+  // deadline passed on a share under kMinShare: then our own deadline, not
+  // the node, ended the exchange, and nothing is noted (false).
+  bool NoteFailedWithin(const Endpoint& node, std::chrono::milliseconds given,
+                        SteadyTime deadline);
   void Give(const Endpoint& node, std::unique_ptr<Connection> c, std::uint64_t generation);
   // Reloads the map if it is stale, unless a reload failed or succeeded a
   // moment ago; at most one reload at a time.
   void RefreshIfStale(std::string_view what, SteadyTime deadline);
-  // One reload, whatever the map's state.
-  Status Reload(std::string_view what, SteadyTime deadline);
+  // One reload, whatever the map's state; *blamed (if given) counts the
+  // nodes it noted failed.
+  Status Reload(std::string_view what, SteadyTime deadline, int* blamed = nullptr);
   // CLUSTER SLOTS on `node`, before `deadline`.
   Result<SlotMap> AskForMap(const Endpoint& node, SteadyTime deadline, std::string_view doing);
   void Install(SlotMap map);
