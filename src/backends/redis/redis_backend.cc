@@ -322,9 +322,11 @@ class RedisBackend final : public Backend {
   std::vector<Command> ReplicaWait() const;
   std::chrono::milliseconds WriteTimeout() const;
   // One run of the acquire script for a checked request, taking (or
-  // refreshing) a place in the queue for place_ttl when that is not zero.
+  // refreshing) a place in the queue for place_ttl when that is not zero,
+  // by `deadline` (AttemptDeadline, taken once per attempt).
   Result<AcquireReply> RunAcquire(const LeaseRequest& request, const std::string& channel,
-                                  std::chrono::milliseconds place_ttl);
+                                  std::chrono::milliseconds place_ttl,
+                                  ClusterRouter::SteadyTime deadline);
   Result<AcquireReply> ReadAcquireReply(std::span<const ReplyPtr> replies,
                                         const std::string& server, const std::string& what);
   // kUnavailable unless WAIT's reply (after waiting up to `waited`) says
@@ -641,12 +643,14 @@ milliseconds RedisBackend::WriteTimeout() const {
 Result<Attempt> RedisBackend::TryAcquire(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(CheckAcquire(request));
   const std::string channel = WakeChannel(options_.connect.db, request.key);
-  DLOCK_ASSIGN_OR_RETURN(AcquireReply reply, RunAcquire(request, channel, milliseconds(0)));
+  DLOCK_ASSIGN_OR_RETURN(AcquireReply reply,
+                         RunAcquire(request, channel, milliseconds(0), AttemptDeadline(request)));
   return reply.attempt;
 }
 
 Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
-                                              const std::string& channel, milliseconds place_ttl) {
+                                              const std::string& channel, milliseconds place_ttl,
+                                              ClusterRouter::SteadyTime deadline) {
   const std::string what = "acquire " + Quoted(request.key);
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
@@ -660,7 +664,7 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
       std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
       std::to_string(place_ttl.count()), channel};
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), keys,
-                                               args, ReplicaWait(), AttemptDeadline(request), what));
+                                               args, ReplicaWait(), deadline, what));
   return ReadAcquireReply(answer.replies, answer.server, what);
 }
 
@@ -723,11 +727,13 @@ Result<Attempt> RedisAcquisition::Try() {
   // ticket wakes the waiter (redis_subscriber.h), and a grant that follows
   // this attempt's refusal follows `sent`.
   const TimePoint sent = backend_.clock_->Now();
+  // One deadline for the whole attempt, the subscription's look included.
+  const ClusterRouter::SteadyTime deadline = backend_.AttemptDeadline(request_);
   std::optional<RedisBackend::Subscription> ticket;
-  if (Waiting()) ticket = backend_.CurrentTicket(channel_, backend_.AttemptDeadline(request_));
+  if (Waiting()) ticket = backend_.CurrentTicket(channel_, deadline);
   const milliseconds place_ttl =
       Waiting() ? std::min(request_.queue_ttl, kPlaceTtl) : milliseconds(0);
-  Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl);
+  Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl, deadline);
   if (!reply.ok()) {
     // A lost reply may hide a grant.
     if (reply.status().code() == StatusCode::kUnavailable) maybe_granted_ = true;
