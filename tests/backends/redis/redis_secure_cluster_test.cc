@@ -190,6 +190,10 @@ TEST_F(RedisSecureCluster, AWaiterIsWokenOverTlsOnItsKeysPrimaryWithAGreaterToke
   const auto bound = testing_support::FastPath(
       testing_support::GrantAndReleaseCost(*holder, key + "/probe", milliseconds(10'000)),
       milliseconds(50), kPollInterval);
+  // A bound capped at the polling interval is met by the waiter's own
+  // polls: this machine cannot tell a wake-up from a poll now, and a pass
+  // would prove nothing. Skipped, saying why, rather than passed.
+  if (!bound.separates) GTEST_SKIP() << bound;
   FencingToken last = 0;
   for (int round = 0; round < 4; ++round) {
     auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
