@@ -135,7 +135,12 @@ Result<Lease> ClientCore::AcquireTimed(std::string_view key, const AcquireOption
     return std::move(*again);
   }
   const TimePoint deadline = times.start + (wait ? options.wait : milliseconds(0));
-  const LeaseRequest request = MakeRequest(key, options, wait, deadline);
+  // An acquire that may not wait asks once, as TryAcquire does: no place
+  // in the queue, and the store's own timeout for its answer rather than
+  // a deadline that has passed before the request is sent (which on a
+  // busy machine turns "held" into "unavailable").
+  const bool queues = wait && options.wait > milliseconds(0);
+  const LeaseRequest request = MakeRequest(key, options, queues, deadline);
   // The acquisition owns this attempt's place in the store (if any) until
   // it is granted or abandoned.
   std::unique_ptr<Acquisition> acquisition = backend_->Begin(request);
