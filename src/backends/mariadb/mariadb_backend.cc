@@ -24,10 +24,15 @@ using std::chrono::milliseconds;
 constexpr int kRenewBudgetDivisor = 5;
 constexpr milliseconds kMinRenewBudget{20};
 
-// The sweep (mariadb_sql.cc): how often, and how many keys a call visits.
+// The sweep (mariadb_sql.cc): how often a round starts, and how many rows
+// of the locks table a call visits (in one transaction: the free ones' row
+// locks are held until its commit). A round goes on, call after call,
+// until it reaches the table's end or has run kSweepEvery; the next round
+// then starts at once, from where it stopped: the sweep keeps up with any
+// rate of grants, since a row costs it a share of one commit where a grant
+// costs one of its own.
 constexpr milliseconds kSweepEvery{5000};
-constexpr int kSweepBatch = 100;
-constexpr int kSweepCallsPerRound = 20;
+constexpr int kSweepBatch = 500;
 
 // The smallest string greater than every string that starts with `prefix`,
 // or nullopt when there is none (empty prefix, or all 0xff bytes).
@@ -487,20 +492,44 @@ void MariaDbBackend::ReconnectNow() {
 }
 
 void MariaDbBackend::SweepOnce(std::unique_ptr<Connection>& conn, std::stop_token stop) {
-  for (int call = 0; call < kSweepCallsPerRound && !stop.stop_requested(); ++call) {
+  const SteadyTime round_end = SteadyClock::now() + kSweepEvery;
+  if (!conn || !conn->Usable()) {
+    auto opened = Connection::Open(options_.connect, CallDeadline(), SessionSql(1));
+    if (!opened.ok()) return;
+    conn = std::move(*opened);
+  }
+  // One sweeper per store: several would visit the same rows in the same
+  // order, each waiting on the others' row locks. The name is the session's
+  // and goes with it if the connection does.
+  auto taken = conn->Query(SweeperLockSql(names_, true), CallDeadline(), "take the sweeper's name");
+  if (!taken.ok() || taken->size() != 1 || taken->front().size() != 1 ||
+      taken->front().front().size() != 1 || taken->front().front().front() != "1") {
+    return;  // another backend sweeps this store (or the connection failed)
+  }
+  while (!stop.stop_requested() && SteadyClock::now() < round_end) {
     const SteadyTime deadline = CallDeadline();
-    if (!conn || !conn->Usable()) {
-      auto opened = Connection::Open(options_.connect, deadline, SessionSql(1));
-      if (!opened.ok()) return;
-      conn = std::move(*opened);
-    }
-    auto swept = conn->Query(CallSweep(names_, kSweepBatch), deadline, "sweep");
+    // The server stops the call by itself at the deadline: one whose
+    // caller gave up would otherwise run on, and the next round would
+    // start another beside it on a new connection.
+    const auto limit = std::chrono::floor<milliseconds>(deadline - SteadyClock::now());
+    auto swept = conn->Query(CallSweepFrom(names_, HexLiteral(sweep_after_), kSweepBatch, limit),
+                             deadline, "sweep");
     std::int64_t visited = 0;
     if (!swept.ok() || swept->size() != 1 || swept->front().size() != 1 ||
-        swept->front().front().size() != 1 ||
-        !CellInt(swept->front().front().front(), &visited) || visited < kSweepBatch) {
-      return;
+        swept->front().front().size() != 2 || !CellInt(swept->front().front()[0], &visited)) {
+      break;  // the next round starts again from the same key
     }
+    const std::optional<std::string>& last = swept->front().front()[1];
+    if (visited < kSweepBatch || !last) {
+      sweep_after_.clear();  // the table's end: the next round starts from the beginning
+      break;
+    }
+    sweep_after_ = *last;
+  }
+  if (conn->Usable()) {
+    (void)conn->Query(SweeperLockSql(names_, false), CallDeadline(), "let go of the sweeper's name");
+  } else {
+    conn.reset();  // its session, and the name with it, end now, not at the next round
   }
 }
 

@@ -103,7 +103,8 @@ class MariaDbBackend final : public Backend {
   // The keeper thread: replaces a broken operations connection at once
   // (RequestReconnect), so that a short call (a renewal) never has to, and
   // deletes what lapsed (the sweep procedure) every kSweepEvery while this
-  // backend is in use, on a connection of its own.
+  // backend is in use, on a connection of its own, unless another backend
+  // of the store is sweeping.
   void KeeperLoop(std::stop_token stop);
   void RequestReconnect();
   void ReconnectNow();
@@ -122,6 +123,7 @@ class MariaDbBackend final : public Backend {
 
   Waker waker_;
   std::atomic<bool> used_since_sweep_{false};
+  std::string sweep_after_;  // the key the next sweep call starts after; keeper thread only
   std::mutex keeper_mu_;  // guards reconnect_wanted_
   std::condition_variable_any keeper_cv_;
   bool reconnect_wanted_ = false;

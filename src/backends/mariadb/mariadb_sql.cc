@@ -1,6 +1,8 @@
 #include "backends/mariadb/mariadb_sql.h"
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <map>
 
 #include "backends/mariadb/mariadb_conn.h"
@@ -368,54 +370,91 @@ BEGIN
   COMMIT;
 END)sql";
 
-// The sweep: the rows of keys nobody holds or waits for, and what lapsed
-// without anybody to clean it up (a holder that crashed, a waiter that
-// died, records past their retention), up to p_batch keys a call, each key
-// in a transaction of its own under its row. Answers how many keys it
-// visited.
-constexpr const char* kSweepSql = R"sql(
-CREATE OR REPLACE PROCEDURE {p_sweep}(IN p_batch INT)
+// The sweep deletes the rows of keys nobody holds, shares or waits for,
+// what lapsed without anybody to clean it up (a holder that crashed, a
+// waiter that died) and records past their retention. It walks the locks
+// table a stretch at a time: the p_batch rows after p_after in key order,
+// which the primary key serves, so a call costs the same whatever the
+// table's size (a cursor over the whole table, a UNION of the three tables,
+// materialised all three on every call and fell behind: docs/decisions.md,
+// "MariaDB: the sweep"). One transaction per call, one commit for the lot:
+//  - rows of free keys are locked FOR UPDATE SKIP LOCKED (a key busy now,
+//    a grant waiting on its row, is left to the next pass) and deleted;
+//  - rows with further holders or places (lapsed ones counted too) are
+//    visited one by one under their lock (skipped when busy): the lapsed
+//    ones go, the counts are recomputed, and the row goes when nothing is
+//    left;
+//  - before the commit, the sequence is raised to the largest counter among
+//    the rows deleted (SETVAL only raises; it is not rolled back, which only
+//    skips values; it takes literals only, hence EXECUTE IMMEDIATE), so a
+//    key's next row starts above them.
+// Answers (rows visited, the last key visited): fewer than p_batch rows
+// means the end of the table; the caller starts again from ''.
+constexpr const char* kSweepFromSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_sweep_from}(IN p_after VARBINARY(1024), IN p_batch INT)
   MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
 BEGIN
   DECLARE v_now BIGINT DEFAULT {now_us};
-  DECLARE v_key VARBINARY(1024);
-  DECLARE v_counter BIGINT UNSIGNED;
-  DECLARE v_end, v_swept INT DEFAULT 0;
-  DECLARE lapsed CURSOR FOR
+  DECLARE v_key, v_last VARBINARY(1024);
+  DECLARE v_counter, v_raise BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_end, v_seen, v_locked INT DEFAULT 0;
+  DECLARE freed CURSOR FOR
+    SELECT lock_key, COALESCE(token, 0) FROM {t}
+      WHERE lock_key > p_after AND lock_key <= v_last AND lock_key <> {ping_key}
+        AND (owner IS NULL OR {until} <= v_now) AND sharers = 0 AND waiters = 0
+        AND NOT EXISTS (SELECT 1 FROM {q} WHERE {q}.lock_key = {t}.lock_key)
+      FOR UPDATE SKIP LOCKED;
+  DECLARE crowded CURSOR FOR
     SELECT lock_key FROM {t}
-      WHERE lock_key <> {ping_key} AND (owner IS NULL OR {until} <= v_now)
-    UNION SELECT lock_key FROM {h} WHERE {until} <= v_now
-    UNION SELECT lock_key FROM {q} WHERE expires_us <= v_now
-    LIMIT p_batch;
+      WHERE lock_key > p_after AND lock_key <= v_last AND (sharers > 0 OR waiters > 0);
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   DELETE FROM {d} WHERE keep_until_us <= v_now LIMIT 1000;
   DELETE FROM {b} WHERE keep_until_us <= v_now LIMIT 1000;
-  OPEN lapsed;
-  sweep: LOOP
-    FETCH lapsed INTO v_key;
-    IF v_end THEN LEAVE sweep; END IF;
-    START TRANSACTION;
-    SELECT MAX(token) INTO v_counter FROM {t} WHERE lock_key = v_key FOR UPDATE;
-    DELETE FROM {h} WHERE lock_key = v_key AND {until} <= v_now;
-    UPDATE {t} SET sharers = (SELECT COUNT(*) FROM {h} WHERE lock_key = v_key)
-      WHERE lock_key = v_key;
-    DELETE FROM {q} WHERE lock_key = v_key AND expires_us <= v_now;
-    UPDATE {t} SET waiters = (SELECT COUNT(*) FROM {q} WHERE lock_key = v_key)
-      WHERE lock_key = v_key;
-    -- The key's next row starts above this one's counter (SETVAL only
-    -- raises; it is not rolled back, which only skips values; it takes
-    -- literals only, hence EXECUTE IMMEDIATE).
-    IF v_counter IS NOT NULL THEN
-      EXECUTE IMMEDIATE CONCAT('DO SETVAL({s}, ', v_counter, ')');
-    END IF;
-    DELETE FROM {t} WHERE lock_key = v_key AND (owner IS NULL OR {until} <= v_now)
-      AND sharers = 0 AND NOT EXISTS (SELECT 1 FROM {q} WHERE lock_key = v_key);
-    COMMIT;
-    SET v_swept = v_swept + 1;
+  SELECT COUNT(*), MAX(lock_key) INTO v_seen, v_last
+    FROM (SELECT lock_key FROM {t} WHERE lock_key > p_after ORDER BY lock_key LIMIT p_batch) AS r;
+  START TRANSACTION;
+  OPEN freed;
+  free: LOOP
+    FETCH freed INTO v_key, v_counter;
+    IF v_end THEN LEAVE free; END IF;
+    DELETE FROM {t} WHERE lock_key = v_key;
+    SET v_raise = GREATEST(v_raise, v_counter);
   END LOOP;
-  CLOSE lapsed;
-  SELECT v_swept;
+  CLOSE freed;
+  SET v_end = 0;
+  OPEN crowded;
+  crowd: LOOP
+    FETCH crowded INTO v_key;
+    IF v_end THEN LEAVE crowd; END IF;
+    SELECT COUNT(*), COALESCE(MAX(token), 0) INTO v_locked, v_counter
+      FROM {t} WHERE lock_key = v_key FOR UPDATE SKIP LOCKED;
+    IF v_locked > 0 THEN
+      DELETE FROM {h} WHERE lock_key = v_key AND {until} <= v_now;
+      DELETE FROM {q} WHERE lock_key = v_key AND expires_us <= v_now;
+      UPDATE {t} SET sharers = (SELECT COUNT(*) FROM {h} WHERE lock_key = v_key),
+                     waiters = (SELECT COUNT(*) FROM {q} WHERE lock_key = v_key)
+        WHERE lock_key = v_key;
+      DELETE FROM {t} WHERE lock_key = v_key AND (owner IS NULL OR {until} <= v_now)
+        AND sharers = 0 AND waiters = 0;
+      IF ROW_COUNT() > 0 THEN SET v_raise = GREATEST(v_raise, v_counter); END IF;
+    END IF;
+  END LOOP;
+  CLOSE crowded;
+  IF v_raise > 0 THEN
+    EXECUTE IMMEDIATE CONCAT('DO SETVAL({s}, ', v_raise, ')');
+  END IF;
+  COMMIT;
+  SELECT v_seen, v_last;
+END)sql";
+
+// The sweep of dlock before the one above, kept for a dlock of that
+// version still running against this store: one stretch from the start.
+constexpr const char* kSweepSql = R"sql(
+CREATE OR REPLACE PROCEDURE {p_sweep}(IN p_batch INT)
+  MODIFIES SQL DATA SQL SECURITY INVOKER COMMENT '{version}'
+BEGIN
+  CALL {p_sweep_from}('', p_batch);
 END)sql";
 
 // The lean acquire: the usual attempt, exclusive (limit 1) on a key whose
@@ -504,6 +543,7 @@ std::string Fill(const SchemaNames& n, const char* sql,
                {"p_mark_done", n.mark_done},
                {"p_record_break", n.record_break},
                {"p_sweep", n.sweep},
+               {"p_sweep_from", n.sweep_from},
                {"until", kUntil},
                {"count_places", "(SELECT COUNT(*) FROM " + n.queue + " WHERE lock_key = p_key)"},
                {"counts", kCounts},
@@ -527,7 +567,7 @@ SchemaNames::SchemaNames(std::string_view table) {
   const std::string t(table);
   tables = {t, t + "_sharers", t + "_queue", t + "_done", t + "_breaks", t + "_tokens"};
   procedures = {t + "_acquire", t + "_release", t + "_renew", t + "_mark_done",
-                t + "_record_break", t + "_sweep"};
+                t + "_record_break", t + "_sweep", t + "_sweep_from"};
   locks = Quote(tables[0]);
   sharers = Quote(tables[1]);
   queue = Quote(tables[2]);
@@ -540,6 +580,7 @@ SchemaNames::SchemaNames(std::string_view table) {
   mark_done = Quote(procedures[3]);
   record_break = Quote(procedures[4]);
   sweep = Quote(procedures[5]);
+  sweep_from = Quote(procedures[6]);
 }
 
 std::string SessionSql(int lock_wait_s) {
@@ -567,7 +608,7 @@ std::vector<std::string> CreateSchemaSql(const SchemaNames& n) {
   std::vector<std::string> out;
   for (const char* sql : {kLocksSql, kSharersSql, kQueueSql, kDoneSql, kBreaksTableSql,
                           kTokensSql, kAcquireSql, kReleaseSql, kRenewSql, kMarkDoneSql,
-                          kRecordBreakSql, kSweepSql}) {
+                          kRecordBreakSql, kSweepFromSql, kSweepSql}) {
     out.push_back(Fill(n, sql));
   }
   return out;
@@ -666,8 +707,18 @@ std::string LeanReleaseSql(const std::string& key, const std::string& owner) {
                  {{"key", HexLiteral(key)}, {"owner", "'" + owner + "'"}});
 }
 
-std::string CallSweep(const SchemaNames& n, int batch) {
-  return "CALL " + n.sweep + "(" + std::to_string(batch) + ")";
+std::string CallSweepFrom(const SchemaNames& n, const std::string& after, int batch,
+                          std::chrono::milliseconds limit) {
+  const long long ms = std::max<long long>(1, limit.count());
+  return "SET STATEMENT max_statement_time = " + std::to_string(ms / 1000) + "." +
+         std::to_string(1000 + ms % 1000).substr(1) + " FOR CALL " + n.sweep_from + "(" + after +
+         ", " + std::to_string(batch) + ")";
+}
+
+std::string SweeperLockSql(const SchemaNames& n, bool take) {
+  return std::string(take ? "SELECT GET_LOCK(" : "DO RELEASE_LOCK(") +
+         "CONCAT('dlock sweep ', SHA1(CONCAT(DATABASE(), '.', " + HexLiteral(n.tables[0]) +
+         ")))" + (take ? ", 0)" : ")");
 }
 
 // The floor a lock cycle is measured against: one durable single-row write,

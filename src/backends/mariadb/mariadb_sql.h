@@ -16,6 +16,7 @@
 #ifndef DLOCK_SRC_BACKENDS_MARIADB_MARIADB_SQL_H_
 #define DLOCK_SRC_BACKENDS_MARIADB_MARIADB_SQL_H_
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,7 @@ inline constexpr const char* kSchemaComment = "dlock schema 1";
 struct SchemaNames {
   explicit SchemaNames(std::string_view table);
   std::string locks, sharers, queue, done, breaks, tokens;  // quoted
-  std::string acquire, release, renew, mark_done, record_break, sweep;  // quoted
+  std::string acquire, release, renew, mark_done, record_break, sweep, sweep_from;  // quoted
   // The same, unquoted, for information_schema lookups.
   std::vector<std::string> tables, procedures;
 };
@@ -73,7 +74,16 @@ std::string CallRecordBreak(const SchemaNames& n, const std::string& key, const 
                             unsigned long long token, const std::string& label,
                             const std::string& by, unsigned long long break_token,
                             const std::string& keep_ms);
-std::string CallSweep(const SchemaNames& n, int batch);
+// One stretch of the sweep: the `batch` rows after the key `after` (a
+// literal; '' for the start), stopped by the server itself after `limit`
+// (max_statement_time): a caller that gave up at its deadline leaves
+// nothing running.
+std::string CallSweepFrom(const SchemaNames& n, const std::string& after, int batch,
+                          std::chrono::milliseconds limit);
+// Takes (without waiting: 1 if taken, 0 if another session has it) or lets
+// go of the store's sweeper name, a user lock of the session: one sweeper
+// at a time per store (database and table).
+std::string SweeperLockSql(const SchemaNames& n, bool take);
 std::string PingSql(const SchemaNames& n);
 // The key range [from, to) (`to` may be "NULL": no end).
 std::string ListSql(const SchemaNames& n, const std::string& from, const std::string& to);

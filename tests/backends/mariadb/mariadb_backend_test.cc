@@ -91,7 +91,8 @@ class MariaDbBackendTest : public ::testing::Test {
       Query(admin, "DROP TABLE IF EXISTS `" + table + t + "`");
     }
     Query(admin, "DROP SEQUENCE IF EXISTS `" + table + "_tokens`");
-    for (const char* p : {"_acquire", "_release", "_renew", "_mark_done", "_record_break", "_sweep"}) {
+    for (const char* p : {"_acquire", "_release", "_renew", "_mark_done", "_record_break", "_sweep",
+                          "_sweep_from"}) {
       Query(admin, "DROP PROCEDURE IF EXISTS `" + table + p + "`");
     }
   }
