@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -488,6 +489,80 @@ TEST_F(MariaDbBackendTest, TheSweepDeletesWhatACrashedHolderLeft) {
     return (left = b->StoredObjects(key)).ok() && *left == 0;
   }, milliseconds(30'000), milliseconds(200)))
       << (left.ok() ? std::to_string(*left) + " left" : left.status().ToString());
+}
+
+// Regression (footprint.sh at a million keys): under a stream of distinct
+// keys the sweep fell behind and the table grew without bound (each call
+// read all three tables into a UNION; every backend swept the same rows at
+// once, waiting on each other's row locks), and calls whose caller had
+// given up at its deadline ran on in the server, a new connection each,
+// until it refused logins. Now one backend sweeps a store at a time, a call
+// visits a stretch of the key range, and the server stops it at the
+// deadline.
+TEST_F(MariaDbBackendTest, ManyReleasedKeysAreSweptByOneSweeperWithinItsDeadline) {
+  constexpr int kBackends = 4;
+  constexpr int kKeysEach = 1250;
+  constexpr milliseconds kSweepEvery{5000};     // mariadb_backend.cc
+  constexpr milliseconds kCallDeadline{5000};   // OpenUri's connect timeout
+  constexpr milliseconds kKillLatency{1000};    // the server's check of max_statement_time, our poll
+  const std::string prefix = Unique("swept") + "/";
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int i = 0; i < kBackends; ++i) {
+    backends.push_back(Raw());
+    ASSERT_NE(backends.back(), nullptr);
+  }
+  // The server's sweep calls, watched while the keys are cycled and swept.
+  std::atomic<bool> watching{true};
+  std::atomic<long long> oldest_ms{0};
+  std::atomic<int> most_at_once{0};
+  std::jthread watcher([&] {
+    auto watch = AdminConnect();
+    while (watching) {
+      std::istringstream seen(Query(
+          watch.get(), "SELECT CONCAT(COUNT(*), ' ', COALESCE(MAX(TIME_MS), 0)) "
+                       "FROM information_schema.PROCESSLIST WHERE INFO LIKE '%sweep%' "
+                       "AND ID <> CONNECTION_ID()"));
+      int at_once = 0;
+      double ms = 0;
+      seen >> at_once >> ms;
+      most_at_once = std::max(most_at_once.load(), at_once);
+      oldest_ms = std::max(oldest_ms.load(), static_cast<long long>(ms));
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  const Steady::time_point start = Steady::now();
+  {
+    std::vector<std::jthread> cyclers;
+    for (int b = 0; b < kBackends; ++b) {
+      cyclers.emplace_back([&, b] {
+        for (int i = 0; i < kKeysEach; ++i) {
+          const std::string key = prefix + std::to_string(b) + "/" + std::to_string(i);
+          const OwnerId owner(11, static_cast<std::uint64_t>(b * kKeysEach + i + 1));
+          auto g = backends[b]->TryAcquire({key, owner, milliseconds(30'000)});
+          ASSERT_TRUE(g.ok() && g->granted) << key << ": " << g.status().ToString();
+          ASSERT_TRUE(backends[b]->Release(key, owner).ok()) << key;
+        }
+      });
+    }
+  }
+  const Steady::time_point released = Steady::now();
+  const auto cycling = std::chrono::ceil<milliseconds>(released - start);
+  // Gone by the next round (which may start a whole period after the last
+  // release) plus the time the rows took to make: a sweep that keeps up
+  // deletes them faster than they were made.
+  const milliseconds bound = kSweepEvery + cycling + kKillLatency;
+  Result<std::uint64_t> left = 0;
+  EXPECT_TRUE(Eventually([&] {
+    return (left = backends[0]->StoredObjects(prefix)).ok() && *left == 0;
+  }, bound, milliseconds(100)))
+      << (left.ok() ? std::to_string(*left) + " rows left" : left.status().ToString()) << " "
+      << bound.count() << " ms after the last release (the cycles took " << cycling.count()
+      << " ms)";
+  watching = false;
+  watcher.join();
+  EXPECT_LE(most_at_once.load(), 1) << "several backends swept the store at once";
+  EXPECT_LE(oldest_ms.load(), (kCallDeadline + kKillLatency).count())
+      << "a sweep call outlived its deadline";
 }
 
 // Ping is the floor `dlock bench` measures a cycle against: one durable
