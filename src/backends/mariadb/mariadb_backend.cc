@@ -506,7 +506,13 @@ void MariaDbBackend::SweepOnce(std::unique_ptr<Connection>& conn, std::stop_toke
       taken->front().front().size() != 1 || taken->front().front().front() != "1") {
     return;  // another backend sweeps this store (or the connection failed)
   }
-  while (!stop.stop_requested() && SteadyClock::now() < round_end) {
+  // A broken operations connection is replaced by this thread: a round
+  // gives way to it (and goes on from the same key next time).
+  auto reconnect_wanted = [this] {
+    std::lock_guard lock(keeper_mu_);
+    return reconnect_wanted_;
+  };
+  while (!stop.stop_requested() && SteadyClock::now() < round_end && !reconnect_wanted()) {
     const SteadyTime deadline = CallDeadline();
     // The server stops the call by itself at the deadline: one whose
     // caller gave up would otherwise run on, and the next round would
@@ -517,7 +523,7 @@ void MariaDbBackend::SweepOnce(std::unique_ptr<Connection>& conn, std::stop_toke
     std::int64_t visited = 0;
     if (!swept.ok() || swept->size() != 1 || swept->front().size() != 1 ||
         swept->front().front().size() != 2 || !CellInt(swept->front().front()[0], &visited)) {
-      break;  // the next round starts again from the same key
+      break;  // the next round tries again from the same key
     }
     const std::optional<std::string>& last = swept->front().front()[1];
     if (visited < kSweepBatch || !last) {
@@ -526,6 +532,9 @@ void MariaDbBackend::SweepOnce(std::unique_ptr<Connection>& conn, std::stop_toke
     }
     sweep_after_ = *last;
   }
+  // Stopped short of the table's end (time, a reconnect): the next round
+  // goes on from there, even if nothing uses this backend meanwhile.
+  if (!sweep_after_.empty()) used_since_sweep_.store(true, std::memory_order_relaxed);
   if (conn->Usable()) {
     (void)conn->Query(SweeperLockSql(names_, false), CallDeadline(), "let go of the sweeper's name");
   } else {
