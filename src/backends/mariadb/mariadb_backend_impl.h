@@ -123,7 +123,9 @@ class MariaDbBackend final : public Backend {
 
   Waker waker_;
   std::atomic<bool> used_since_sweep_{false};
-  std::string sweep_after_;  // the key the next sweep call starts after; keeper thread only
+  // The key the next sweep call starts after ("": the start); the keeper
+  // thread's only.
+  std::string sweep_after_;
   std::mutex keeper_mu_;  // guards reconnect_wanted_
   std::condition_variable_any keeper_cv_;
   bool reconnect_wanted_ = false;

@@ -502,9 +502,9 @@ TEST_F(MariaDbBackendTest, TheSweepDeletesWhatACrashedHolderLeft) {
 TEST_F(MariaDbBackendTest, ManyReleasedKeysAreSweptByOneSweeperWithinItsDeadline) {
   constexpr int kBackends = 4;
   constexpr int kKeysEach = 1250;
-  constexpr milliseconds kSweepEvery{5000};     // mariadb_backend.cc
-  constexpr milliseconds kCallDeadline{5000};   // OpenUri's connect timeout
-  constexpr milliseconds kKillLatency{1000};    // the server's check of max_statement_time, our poll
+  constexpr milliseconds kSweepEvery{5000};    // mariadb_backend.cc
+  constexpr milliseconds kCallDeadline{5000};  // OpenUri's connect timeout
+  constexpr milliseconds kKillLatency{1000};   // the server's timer, our poll
   const std::string prefix = Unique("swept") + "/";
   std::vector<std::unique_ptr<Backend>> backends;
   for (int i = 0; i < kBackends; ++i) {
