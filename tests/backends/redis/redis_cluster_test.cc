@@ -562,6 +562,19 @@ class RedisCluster : public ::testing::Test {
     }
     return out;
   }
+  // The last primary in Primaries() that is not `member`: where a slot
+  // of `member`'s is moved to.
+  static std::string OtherPrimary(const std::string& member) {
+    std::string other;
+    for (const std::string& p : Primaries()) {
+      if (p != member) other = p;
+    }
+    return other;
+  }
+  // The node id the cluster knows `node` by (CLUSTER SETSLOT takes it).
+  static std::string NodeId(redisContext* node) {
+    return ReplyString(Cmd(node, {"CLUSTER", "MYID"}).get());
+  }
   // A key whose slot `member` serves, not yet used.
   static std::string KeyOn(const std::string& member, const std::string& name) {
     for (int i = 0;; ++i) {
@@ -703,10 +716,7 @@ TEST_F(RedisCluster, AMovedSlotIsFollowedByItsHoldersRenewalAndRelease) {
   const std::string from = PrimaryOf(key);
   auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
-  std::string to;
-  for (const std::string& p : Primaries()) {
-    if (p != from) to = p;
-  }
+  const std::string to = OtherPrimary(from);
   Script("move-slot", "'" + key + "' " + to);
   ASSERT_FALSE(::testing::Test::HasFailure());
   ASSERT_EQ(PrimaryOf(key), to);
@@ -734,14 +744,10 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
   ASSERT_NE(backend, nullptr);
   const std::string key = UniqueKey("asked");
   const std::string from = PrimaryOf(key);
-  std::string to;
-  for (const std::string& p : Primaries()) {
-    if (p != from) to = p;
-  }
+  const std::string to = OtherPrimary(from);
   const std::string slot = std::to_string(HashSlot(LockName(key)));
   ContextPtr src = Node(from), dst = Node(to);
-  const std::string src_id = ReplyString(Cmd(src.get(), {"CLUSTER", "MYID"}).get());
-  const std::string dst_id = ReplyString(Cmd(dst.get(), {"CLUSTER", "MYID"}).get());
+  const std::string src_id = NodeId(src.get()), dst_id = NodeId(dst.get());
   // However the test ends, the migration is finished (as redis.sh
   // move-slot does it: whatever keys are left move, then SETSLOT NODE).
   Undo finish([key, to] { Script("move-slot", "'" + key + "' " + to); });
@@ -790,14 +796,10 @@ TEST_F(RedisCluster, ACallRefusedWhileItsSlotMigratesIsTriedAgainUntilTheMigrati
   ASSERT_NE(backend, nullptr);
   const std::string key = UniqueKey("tryagain");
   const std::string from = PrimaryOf(key);
-  std::string to;
-  for (const std::string& p : Primaries()) {
-    if (p != from) to = p;
-  }
+  const std::string to = OtherPrimary(from);
   const std::string slot = std::to_string(HashSlot(LockName(key)));
   ContextPtr src = Node(from), dst = Node(to);
-  const std::string src_id = ReplyString(Cmd(src.get(), {"CLUSTER", "MYID"}).get());
-  const std::string dst_id = ReplyString(Cmd(dst.get(), {"CLUSTER", "MYID"}).get());
+  const std::string src_id = NodeId(src.get()), dst_id = NodeId(dst.get());
   Undo finish([key, to] { Script("move-slot", "'" + key + "' " + to); });
   ASSERT_EQ(ReplyString(Cmd(dst.get(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id}).get()),
             "OK");
@@ -962,10 +964,7 @@ TEST_F(RedisCluster, WithWaitReplicasTheLockAndCounterSurviveAKilledPrimary) {
   const std::string key = UniqueKey("kill-wait");
   const std::string primary = PrimaryOf(key);
   // A key of another primary, served all along.
-  std::string elsewhere_node;
-  for (const std::string& p : Primaries()) {
-    if (p != primary) elsewhere_node = p;
-  }
+  const std::string elsewhere_node = OtherPrimary(primary);
   const std::string elsewhere = KeyOn(elsewhere_node, "kill-wait-elsewhere");
   auto lease = holder->TryAcquire(key, Opts(milliseconds(30'000)));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
