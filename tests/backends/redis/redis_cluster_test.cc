@@ -1014,17 +1014,20 @@ TEST_F(RedisCluster, WithWaitReplicasTheLockAndCounterSurviveAKilledPrimary) {
 // until then) and so hide the bug: the test makes sure with its own WAIT
 // that the replica has the grant before the kill.
 TEST_F(RedisCluster, RenewalsFollowTheSlotToTheReplicaPromotedForAKilledPrimary) {
+  // The grant must be on the replica before the primary dies, so it is
+  // made with wait_replicas. (A WAIT sent on a connection of the test's
+  // own would not do: it covers only that connection's writes and answers
+  // at once; the test then failed whenever the replica lagged, e.g. just
+  // after the previous test's restarted node had rejoined.) The renewals
+  // go without: the promoted primary has no replica until the test ends.
+  auto granter = OpenRaw(T().uri() + "?wait_replicas=1&wait_timeout=2s");
   auto backend = OpenRaw(T().uri());
-  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(granter && backend);
   const std::string key = UniqueKey("renew-across-failover");
   const LeaseRequest lease{key, OwnerId(9, 1), milliseconds(20'000)};
-  auto granted = backend->TryAcquire(lease);
+  auto granted = granter->TryAcquire(lease);
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   const std::string primary = PrimaryOf(key);
-  {
-    ContextPtr p = Node(primary);
-    ASSERT_EQ(Cmd(p.get(), {"WAIT", "1", "5000"})->integer, 1);
-  }
   auto restart = Kill(primary);
   // Renewals only, as a client's renewal thread sends them, until one is
   // answered (within the lease's ttl: the store keeps it that long).
