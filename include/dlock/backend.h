@@ -40,6 +40,7 @@
 #define DLOCK_BACKEND_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -155,6 +156,18 @@ class DLOCK_EXPORT Acquisition {
   // polls with capped backoff. The core calls Try again within a third of
   // the request's queue_ttl, so that the place stays fresh.
   virtual bool Wait(TimePoint until, std::stop_token stop) = 0;
+
+  // Wait without a thread, for the asynchronous API: arranges for `wake` to
+  // be called once, from a thread of the store's own (never inside this
+  // call), when another Try may succeed. The core keeps its own timer for
+  // the deadline and the place's refresh, and calls StopNotify if that
+  // fires first. False (the default) when the store can only tell a thread
+  // blocked in Wait: the core then polls with capped backoff. Between
+  // Notify and `wake` (or StopNotify) the core makes no other call here.
+  virtual bool Notify(std::function<void()> /*wake*/) { return false; }
+  // Drops the wake-up Notify arranged; `wake` may still run once if it was
+  // already on its way (the core ignores a late one). Idempotent.
+  virtual void StopNotify() {}
 
   // The caller gives up: leave the queue, and release a grant this owner
   // may have got unseen (a Try whose reply was lost). Idempotent.

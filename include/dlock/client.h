@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -40,8 +41,9 @@
 namespace dlock {
 
 namespace internal {
+class AsyncAcquire;
 class ClientCore;
-}
+}  // namespace internal
 
 struct ClientOptions {
   std::shared_ptr<Clock> clock;    // null: RealClock
@@ -65,6 +67,10 @@ struct ClientOptions {
   // own locks; still, keep it short and never block in it: the renewal
   // thread waits for it.
   std::function<void(const MetricEvent&)> on_metric;
+  // The worker threads that run asynchronous acquisitions (AcquireAsync),
+  // made at the first one: each step (one store attempt) runs on one of
+  // them, and so do the callbacks. One more thread keeps their timers.
+  unsigned async_threads = 2;
 };
 
 struct AcquireOptions {
@@ -137,6 +143,26 @@ struct BreakReport {
   Status recorded;
 };
 
+// The answer to an asynchronous acquisition: the lease, or why not (the
+// same errors as Acquire's; kCancelled after PendingAcquire::Cancel, the
+// options' cancel token, or when the Client is destroyed first).
+using AcquireCallback = std::function<void(Result<Lease>)>;
+
+// An acquisition started by Client::AcquireAsync. Dropping the handle does
+// not stop it; Cancel does.
+class DLOCK_EXPORT PendingAcquire {
+ public:
+  // Ends the acquisition with kCancelled unless its answer is already
+  // decided; it leaves the store's queue. Safe from any thread, repeatedly.
+  void Cancel();
+  // Whether its callback has run or is running.
+  bool done() const;
+
+ private:
+  friend class Client;
+  std::shared_ptr<internal::AsyncAcquire> op_;
+};
+
 // The current leader of an election key, as the store reports it.
 struct Leader {
   OwnerId owner;
@@ -167,6 +193,21 @@ class DLOCK_EXPORT Client {
   // One attempt: kLockHeld if another owner holds the key.
   Result<Lease> TryAcquire(std::string_view key,
                            const AcquireOptions& options = {});
+
+  // Asynchronous Acquire: returns at once, and `done` runs exactly once, on
+  // one of the client's async threads, with the lease or the error Acquire
+  // would have returned. Between attempts nothing blocks a thread: the
+  // store notifies (or, for a store that cannot, a timer polls), so one
+  // client carries thousands of pending acquisitions on
+  // ClientOptions::async_threads threads. `done` must not block: it holds
+  // a thread that other acquisitions need. options.reentrant is
+  // kInvalidArgument (reentrancy is per thread). Destroying the Client
+  // ends pending ones with kCancelled and waits for their callbacks.
+  PendingAcquire AcquireAsync(std::string_view key, const AcquireOptions& options,
+                              AcquireCallback done);
+  // The same, as a future. (For coroutines: dlock/async.h.)
+  std::future<Result<Lease>> AcquireFuture(std::string_view key,
+                                           const AcquireOptions& options = {});
 
   // Acquires every key, all or nothing, within one options.wait. Keys are
   // taken in one canonical order (bytewise, duplicates dropped), so two

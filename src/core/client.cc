@@ -64,7 +64,7 @@ Result<DefaultBackend> ResolveDefaultBackend() {
 }
 
 Client::Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}
-Client::~Client() = default;
+Client::~Client() { core_->StopAsync(); }
 
 Result<std::unique_ptr<Client>> Client::Connect(std::string_view uri, ClientOptions options) {
   std::string chosen(uri);

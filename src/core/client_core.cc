@@ -7,6 +7,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/acquire_step.h"
+#include "core/async_driver.h"
 #include "core/duration.h"
 
 namespace dlock::internal {
@@ -14,14 +16,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Polling backends (SQLite) wait at most this long between attempts.
-constexpr Duration kMaxPollInterval = milliseconds(50);
-constexpr Duration kFirstPollInterval = milliseconds(1);
 // With no lease to renew the loop still wakes now and then; harmless.
 constexpr Duration kIdleTick = std::chrono::hours(1);
-// How long a queueing backend keeps a waiter's place between its attempts;
-// the core attempts (or re-arms its wait) at least every third of it.
-constexpr milliseconds kQueueTtl{3000};
 
 Duration DefaultDrift(milliseconds ttl) {
   return std::min<Duration>(ttl / 100 + milliseconds(2), ttl / 4);
@@ -48,7 +44,8 @@ ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
       random_(options.random ? std::move(options.random) : DefaultRandom()),
       session_(options.session ? *options.session : random_->Next()),
       label_(options.label.empty() ? DefaultLabel() : std::move(options.label)),
-      metrics_(options.record_metrics, std::move(options.on_metric)) {}
+      metrics_(options.record_metrics, std::move(options.on_metric)),
+      async_threads_(options.async_threads) {}
 
 ClientCore::~ClientCore() { loop_.reset(); }
 
@@ -144,8 +141,8 @@ Result<Lease> ClientCore::AcquireTimed(std::string_view key, const AcquireOption
   // The acquisition owns this attempt's place in the store (if any) until
   // it is granted or abandoned.
   std::unique_ptr<Acquisition> acquisition = backend_->Begin(request);
+  AcquireProgress progress(key, options, wait, deadline);
   Duration poll_interval = kFirstPollInterval;
-  std::optional<milliseconds> last_answer;  // holder's time left, when the store last answered
   for (;;) {
     if (options.cancel.stop_requested()) {
       acquisition->Abandon();
@@ -153,57 +150,24 @@ Result<Lease> ClientCore::AcquireTimed(std::string_view key, const AcquireOption
     }
     const TimePoint sent = clock_->Now();
     Result<Attempt> attempt = acquisition->Try();
-    if (attempt.ok() && attempt->granted) return StartLease(request, options, *attempt, sent);
-    // kUnavailable: the outcome is unknown; trying again with the same
-    // owner re-grants a grant whose reply was lost.
     if (!attempt.ok()) metrics_.StoreCall(attempt.status());
-    if (!attempt.ok() && attempt.status().code() != StatusCode::kUnavailable) {
+    const NextStep next = progress.After(attempt, clock_->Now());
+    times.held_since = progress.held_since();
+    if (next.kind == NextStep::Kind::kGranted) return StartLease(request, options, *attempt, sent);
+    if (next.kind == NextStep::Kind::kFail) {
       acquisition->Abandon();
-      return attempt.status();
+      return next.failure;
     }
-    if (attempt.ok()) last_answer = attempt->holder_ttl_remaining;
-    const TimePoint now = clock_->Now();
-    if (wait && attempt.ok() && !times.held_since) times.held_since = now;
-    if (now >= deadline) {
-      acquisition->Abandon();
-      // A store that answered "held" during the wait was reachable: an
-      // attempt cut short by the deadline does not make it "unavailable".
-      if (!last_answer) return attempt.status();
-      Status gave_up = GaveUpError(key, options, wait, *last_answer);
-      if (attempt.ok()) return gave_up;
-      return Status(gave_up.code(), gave_up.message() + "; the last attempt had no answer: " +
-                                        attempt.status().message());
-    }
-    TimePoint until = std::min(deadline, now + kQueueTtl / 3);
-    const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);
-    if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
-    if (!attempt.ok() || !acquisition->Wait(until, options.cancel)) {
-      Backoff(std::min(deadline, until), poll_interval, options.cancel);
+    if (!next.store_answered || !acquisition->Wait(next.until, options.cancel)) {
+      Backoff(next.until, poll_interval, options.cancel);
     }
     times.woke = clock_->Now();
   }
 }
 
-Status ClientCore::GaveUpError(std::string_view key, const AcquireOptions& options, bool wait,
-                               milliseconds holder_left) const {
-  const std::string left = holder_left > milliseconds(0)
-                               ? " (its lease has " + FormatDuration(holder_left) + " left)"
-                               : "";
-  if (!wait) return LockHeldError("key " + Quoted(key) + " is held by another owner" + left);
-  return DeadlineExceededError("gave up waiting for key " + Quoted(key) + " after " +
-                               FormatDuration(options.wait) + ": still held by another owner" +
-                               left);
-}
-
 void ClientCore::Backoff(TimePoint until, Duration& interval, std::stop_token cancel) {
-  // Capped, jittered and exponential, so that many waiters on one host
-  // neither spin nor march in step.
-  const auto half = interval / 2;
-  const Duration jittered =
-      half + Duration(static_cast<Duration::rep>(
-                 random_->Next() % static_cast<std::uint64_t>(half.count() + 1)));
-  clock_->SleepUntil(std::min(until, clock_->Now() + jittered), std::move(cancel));
-  interval = std::min(interval * 2, kMaxPollInterval);
+  const Duration delay = PollDelay(interval, random_->Next());
+  clock_->SleepUntil(std::min(until, clock_->Now() + delay), std::move(cancel));
 }
 
 Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireOptions& options,

@@ -11,8 +11,10 @@
 #ifndef DLOCK_SRC_CORE_CLIENT_CORE_H_
 #define DLOCK_SRC_CORE_CLIENT_CORE_H_
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -29,6 +31,9 @@
 #include "core/metrics_recorder.h"
 
 namespace dlock::internal {
+
+class AsyncAcquire;
+class AsyncDriver;
 
 // What the core knows about one granted lease. Immutable fields are set
 // before the state is shared; the rest are guarded by ClientCore::mu_.
@@ -95,6 +100,16 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<bool> IsDone(std::string_view key);
   Status MarkDone(const LeaseState& state, std::chrono::milliseconds keep);
 
+  // The asynchronous API (client_async.cc): starts an acquisition that
+  // runs on the client's AsyncDriver, made at the first call.
+  std::shared_ptr<AsyncAcquire> AcquireAsync(std::string_view key, const AcquireOptions& options,
+                                             AcquireCallback done);
+  // Ends every pending asynchronous acquisition with kCancelled, waits for
+  // their callbacks, and stops the driver: the Client's destructor.
+  void StopAsync();
+  // An asynchronous acquisition ran its callback.
+  void AsyncFinished(const AsyncAcquire* op);
+
   // For Lease. Release ends the handle `hold`; the store is asked when it
   // is the holding's last.
   Status Release(LeaseState& state, std::uint64_t hold);
@@ -104,6 +119,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   TimePoint ValidUntil(const LeaseState& state) const;
 
  private:
+  friend class AsyncAcquire;  // the same steps as Acquire, without a thread
+
   // The options' own errors (kInvalidArgument), and what this store cannot do.
   Status CheckOptions(const AcquireOptions& options, bool wait) const;
   // When one acquire started, first found the key held, and last woke from
@@ -138,10 +155,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // The lease a granted attempt sent at `sent` starts; renewed from now on.
   Result<Lease> StartLease(const LeaseRequest& request, const AcquireOptions& options,
                            const Attempt& attempt, TimePoint sent);
-  Status GaveUpError(std::string_view key, const AcquireOptions& options, bool wait,
-                     std::chrono::milliseconds holder_left) const;
-  // Sleeps a jittered `interval` (at most until `until`) and doubles it, up
-  // to a cap: the wait of a store that cannot notify.
+  // Sleeps PollDelay (at most until `until`): the wait of a store that
+  // cannot notify.
   void Backoff(TimePoint until, Duration& interval, std::stop_token cancel);
   Status CheckLocked(const LeaseState& state) const;  // under mu_
   // valid_until and next_renew_at after a grant or renewal sent at `sent`,
@@ -203,6 +218,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // When the loop will run next, as its last tick decided; min() until the
   // first tick. A new lease wakes the loop only if it needs it sooner.
   TimePoint loop_next_ = TimePoint::min();
+
+  // The asynchronous acquisitions still pending (owned here while they
+  // wait: nothing else holds one), and what runs them.
+  const unsigned async_threads_;
+  std::mutex async_mu_;
+  std::condition_variable async_done_;
+  std::unordered_map<const AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
+  bool async_stopped_ = false;
+  std::unique_ptr<AsyncDriver> async_;
 
   std::unique_ptr<Loop> loop_;  // last member: stopped first
 };

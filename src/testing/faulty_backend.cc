@@ -31,6 +31,10 @@ class FaultyAcquisition final : public Acquisition {
         plan_(std::move(plan)) {}
 
   Result<Attempt> Try() override {
+    {
+      std::lock_guard lock(plan_->mu);
+      ++plan_->tries;
+    }
     AttemptFault fault = NextAttemptFault(*plan_);
     if (fault.error) return *fault.error;
     Result<Attempt> r = inner_->Try();
@@ -46,6 +50,15 @@ class FaultyAcquisition final : public Acquisition {
     if (!told) ++plan_->waits_blind;
     return told;
   }
+  bool Notify(std::function<void()> wake) override {
+    const bool told = inner_->Notify(std::move(wake));
+    std::lock_guard lock(plan_->mu);
+    ++plan_->notifies;
+    if (!told) ++plan_->notifies_blind;
+    return told;
+  }
+  void StopNotify() override { inner_->StopNotify(); }
+
   void Abandon() override {
     inner_->Abandon();
     if (lost_a_reply_) (void)store_.Release(request_.key, request_.owner);

@@ -1,6 +1,7 @@
 #include "dlock/testing/in_memory_backend.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "dlock/sharing.h"
 
@@ -59,7 +60,28 @@ Result<Attempt> InMemoryStore::TryAcquire(const LeaseRequest& request) {
 }
 
 Status InMemoryStore::Release(std::string_view key, const OwnerId& owner) {
-  std::lock_guard lock(mu_);
+  std::vector<std::function<void()>> wake;  // called outside mu_
+  Status released;
+  {
+    std::lock_guard lock(mu_);
+    released = ReleaseLocked(key, owner);
+    auto count = releases_.find(key);
+    if (count == releases_.end()) count = releases_.emplace(std::string(key), 0).first;
+    ++count->second;
+    for (auto it = watches_.begin(); it != watches_.end();) {
+      if (it->second.key != key) {
+        ++it;
+        continue;
+      }
+      wake.push_back(std::move(it->second.wake));
+      it = watches_.erase(it);
+    }
+  }
+  for (auto& w : wake) w();
+  return released;
+}
+
+Status InMemoryStore::ReleaseLocked(std::string_view key, const OwnerId& owner) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return Status::Ok();
   Entry& e = it->second;
@@ -79,6 +101,36 @@ Status InMemoryStore::Release(std::string_view key, const OwnerId& owner) {
     return NotOwnerError("key '" + std::string(key) + "' is held by another owner");
   }
   return Status::Ok();
+}
+
+std::uint64_t InMemoryStore::Releases(std::string_view key) const {
+  std::lock_guard lock(mu_);
+  auto it = releases_.find(key);
+  return it == releases_.end() ? 0 : it->second;
+}
+
+std::uint64_t InMemoryStore::Watch(std::string_view key, std::uint64_t seen,
+                                   std::function<void()> wake) {
+  std::lock_guard lock(mu_);
+  auto count = releases_.find(key);
+  if ((count == releases_.end() ? 0 : count->second) != seen) return 0;
+  const std::uint64_t id = next_watch_++;
+  watches_.emplace(id, Watcher{std::string(key), std::move(wake)});
+  return id;
+}
+
+void InMemoryStore::Unwatch(std::uint64_t id) {
+  std::function<void()> dropped;  // destroyed outside mu_
+  std::lock_guard lock(mu_);
+  auto it = watches_.find(id);
+  if (it == watches_.end()) return;
+  dropped = std::move(it->second.wake);
+  watches_.erase(it);
+}
+
+std::size_t InMemoryStore::Watches() const {
+  std::lock_guard lock(mu_);
+  return watches_.size();
 }
 
 Status InMemoryStore::Renew(const LeaseRequest& lease) {
@@ -171,6 +223,47 @@ std::vector<BreakRecord> InMemoryStore::Breaks(std::string_view prefix) {
     }
   }
   return out;
+}
+
+namespace {
+
+// As the default acquisition (each Try one TryAcquire, which keeps the
+// queue place), plus Notify by the store's release watches.
+class InMemoryAcquisition final : public Acquisition {
+ public:
+  InMemoryAcquisition(std::shared_ptr<InMemoryStore> store, LeaseRequest request)
+      : store_(std::move(store)), request_(std::move(request)) {}
+  ~InMemoryAcquisition() override { StopNotify(); }
+
+  Result<Attempt> Try() override {
+    seen_ = store_->Releases(request_.key);  // before: a release during Try counts
+    return store_->TryAcquire(request_);
+  }
+  bool Wait(TimePoint /*until*/, std::stop_token /*stop*/) override { return false; }
+  bool Notify(std::function<void()> wake) override {
+    // A release since the attempt: no wake-up to wait for; the core polls.
+    watch_ = store_->Watch(request_.key, seen_, std::move(wake));
+    return watch_ != 0;
+  }
+  void StopNotify() override {
+    if (watch_ != 0) store_->Unwatch(std::exchange(watch_, 0));
+  }
+  void Abandon() override {
+    StopNotify();
+    (void)store_->Release(request_.key, request_.owner);
+  }
+
+ private:
+  std::shared_ptr<InMemoryStore> store_;
+  const LeaseRequest request_;
+  std::uint64_t seen_ = 0;   // the key's releases before the last Try
+  std::uint64_t watch_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Acquisition> InMemoryBackend::Begin(const LeaseRequest& request) {
+  return std::make_unique<InMemoryAcquisition>(store_, request);
 }
 
 Result<Attempt> InMemoryBackend::TryAcquire(const LeaseRequest& request) {

@@ -38,6 +38,9 @@ struct FaultPlan {
   int renew_batches = 0;  // Renew calls (one per tick, however many leases)
   int waits = 0;           // Acquisition::Wait calls
   int waits_blind = 0;     // ... that returned false: the core then polled
+  int tries = 0;           // Acquisition::Try calls
+  int notifies = 0;        // Acquisition::Notify calls
+  int notifies_blind = 0;  // ... that returned false: the core then polled
 
   int RenewBatches() {
     std::lock_guard l(mu);
@@ -50,6 +53,18 @@ struct FaultPlan {
   int BlindWaits() {
     std::lock_guard l(mu);
     return waits_blind;
+  }
+  int Tries() {
+    std::lock_guard l(mu);
+    return tries;
+  }
+  int Notifies() {
+    std::lock_guard l(mu);
+    return notifies;
+  }
+  int BlindNotifies() {
+    std::lock_guard l(mu);
+    return notifies_blind;
   }
 
   void SetRenewError(std::optional<Status> s) {

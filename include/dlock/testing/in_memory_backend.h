@@ -12,6 +12,7 @@
 #ifndef DLOCK_TESTING_IN_MEMORY_BACKEND_H_
 #define DLOCK_TESTING_IN_MEMORY_BACKEND_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,18 @@ class InMemoryStore {
   void RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep);
   std::vector<BreakRecord> Breaks(std::string_view prefix);
 
+  // Calls `wake` once, on the releasing thread, when a holder or waiter of
+  // `key` leaves by Release (expiry wakes nobody: waiters time it by the
+  // holder's ttl). Returns an id for Unwatch, or 0 without watching when
+  // the key's Releases() is no longer `seen`: a release came in between.
+  // What the asynchronous API's Acquisition::Notify is tested with.
+  std::uint64_t Watch(std::string_view key, std::uint64_t seen, std::function<void()> wake);
+  // How many Release calls `key` has had.
+  std::uint64_t Releases(std::string_view key) const;
+  void Unwatch(std::uint64_t id);
+  // Watches not yet woken or dropped (tests check none leak).
+  std::size_t Watches() const;
+
  private:
   struct Holding {
     OwnerId owner;
@@ -60,6 +73,7 @@ class InMemoryStore {
     std::vector<Holding> holders;    // in grant order
     std::vector<Waiter> queue;       // in arrival order
   };
+  Status ReleaseLocked(std::string_view key, const OwnerId& owner);
   // Drops holdings past expiry + lock-delay and queue places past expiry.
   void PruneLocked(Entry& e, TimePoint now);
 
@@ -69,6 +83,13 @@ class InMemoryStore {
   std::map<std::string, TimePoint, std::less<>> done_;  // key -> end of its retention
   // Break records by key, oldest first, each with the end of its retention.
   std::map<std::string, std::vector<std::pair<BreakRecord, TimePoint>>, std::less<>> breaks_;
+  struct Watcher {
+    std::string key;
+    std::function<void()> wake;
+  };
+  std::map<std::uint64_t, Watcher> watches_;
+  std::map<std::string, std::uint64_t, std::less<>> releases_;
+  std::uint64_t next_watch_ = 1;
 };
 
 class InMemoryBackend final : public Backend {
@@ -77,6 +98,8 @@ class InMemoryBackend final : public Backend {
       : store_(std::move(store)) {}
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
+  // An acquisition that can Notify (by InMemoryStore::Watch).
+  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
