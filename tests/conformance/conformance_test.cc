@@ -22,6 +22,7 @@
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
+#include "conformance_store.h"
 #include "eventually.h"
 #include "timing.h"
 #include "sharing_cases.h"
@@ -32,29 +33,6 @@ namespace {
 using std::chrono::milliseconds;
 using testing::FaultPlan;
 using testing::FaultyBackend;
-
-std::string StoreUri() {
-  if (const char* uri = std::getenv("DLOCK_TEST_URI"); uri && *uri) return uri;
-  if (const char* file = std::getenv("DLOCK_TEST_URI_FILE"); file && *file) {
-    std::ifstream in(file);
-    std::string uri;
-    std::getline(in, uri);
-    if (!uri.empty()) return uri;
-    ADD_FAILURE() << "DLOCK_TEST_URI_FILE " << file << " is empty or missing";
-  }
-  static const std::string dir = [] {
-    char tmpl[] = "/tmp/dlock-conformance.XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
-  return "sqlite://" + dir + "/locks.db";
-}
-
-// Keys unique to one test run, so that reruns against a long-lived server do
-// not see each other's state.
-std::string UniqueKey(std::string_view name) {
-  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
-  return "conformance/" + run + "/" + std::string(name);
-}
 
 // One attempt, made again (up to five times) when the store did not answer
 // it in time: on a busy machine a server may miss an attempt's bound, and
@@ -90,19 +68,7 @@ class ConformanceTest : public ::testing::Test {
     ASSERT_TRUE(opens) << "the store " << StoreUri() << " does not open";
   }
 
-  // Null (and a failure) when the store does not open. A loaded cluster may
-  // not answer a connect in time: asked again, as the core asks again an
-  // attempt the store did not answer.
-  std::unique_ptr<Backend> RawBackend() {
-    internal::BackendParams params;
-    params.clock = DefaultClock();
-    auto b = internal::OpenBackend(StoreUri(), params);
-    for (int i = 0; i < 4 && !b.ok() && b.status().code() == StatusCode::kUnavailable; ++i) {
-      b = internal::OpenBackend(StoreUri(), params);
-    }
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
-    return b.ok() ? std::move(*b) : nullptr;
-  }
+  std::unique_ptr<Backend> RawBackend() { return OpenStore(); }
 
   std::unique_ptr<Client> NewClient(std::shared_ptr<FaultPlan> plan = nullptr) {
     auto backend = RawBackend();
