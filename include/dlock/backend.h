@@ -189,6 +189,17 @@ class DLOCK_EXPORT Backend {
   // store without per-attempt state needs.
   virtual std::unique_ptr<Acquisition> Begin(const LeaseRequest& request);
   virtual Status Release(std::string_view key, const OwnerId& owner) = 0;
+
+  // Many calls in one round trip, for the asynchronous API when many
+  // acquisitions start or end at once. TryAcquireMany makes a single
+  // attempt (queue_ttl 0) of each request, ReleaseMany releases each
+  // (key, owner); one answer per entry, in order, each as the one-at-a-time
+  // call would give. The defaults call one at a time; a store that can
+  // pipeline (Redis) overrides them and says so with BatchesCalls.
+  virtual std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests);
+  virtual std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings);
+  virtual bool BatchesCalls() const { return false; }
+
   // One Status per request, in order. All requests in one call share the
   // store round trip where the store allows it.
   virtual std::vector<Status> Renew(std::span<const LeaseRequest> leases) = 0;

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -96,6 +97,12 @@ class DLOCK_EXPORT Lease {
   // reentrant lease's handle ends only its own hold; the store is asked when
   // the last one is released.
   Status Release();
+  // Release without waiting for the store: `done` (if set) gets what
+  // Release would have returned, on one of the client's async threads, or
+  // at once when the store need not be asked. Many releases at once share
+  // round trips on a store that pipelines (Redis). Closing the Client
+  // first sends those still queued.
+  void ReleaseAsync(std::function<void(Status)> done = nullptr);
 
  private:
   friend class internal::ClientCore;

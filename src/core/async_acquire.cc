@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/async_driver.h"
+#include "core/call_batcher.h"
 
 namespace dlock::internal {
 
@@ -32,14 +33,52 @@ void AsyncAcquire::Start() {
   const bool queues = options_.wait > std::chrono::milliseconds(0);
   request_ = core_->MakeRequest(key_, options_, queues, deadline);
   progress_.emplace(key_, options_, /*wait=*/true, deadline);
-  acquisition_ = core_->backend_->Begin(*request_);
-  // Before the first step is posted (which may end it): a token already
+  // Before the first step is sent (which may end it): a token already
   // stopped runs Cancel here, and that step sees it.
   std::weak_ptr<AsyncAcquire> weak = weak_from_this();
   on_cancel_.emplace(options_.cancel, std::function<void()>([weak] {
                        if (auto self = weak.lock()) self->Cancel("its cancel token was stopped");
                      }));
+  if (core_->batcher_) {
+    // The first attempt rides in a batch, as a single attempt: the place in
+    // the queue, if it must wait, comes with its next one.
+    LeaseRequest single = *request_;
+    single.queue_ttl = std::chrono::milliseconds(0);
+    core_->batcher_->QueueAttempt(std::move(single),
+                             [self = shared_from_this()](Result<Attempt> attempt, TimePoint sent) {
+                               self->FirstAnswer(std::move(attempt), sent);
+                             });
+    return;
+  }
+  acquisition_ = core_->backend_->Begin(*request_);
   driver_.Post([self = shared_from_this()] { self->Step(); });
+}
+
+void AsyncAcquire::FirstAnswer(Result<Attempt> attempt, TimePoint sent) {
+  if (!attempt.ok()) core_->metrics_.StoreCall(attempt.status());
+  const NextStep next = progress_->After(attempt, core_->clock_->Now());
+  std::optional<std::string> cancelled;
+  {
+    std::lock_guard lock(mu_);
+    cancelled = cancelled_;
+  }
+  const bool maybe_granted = attempt.ok() ? attempt->granted
+                                          : attempt.status().code() == StatusCode::kUnavailable;
+  if (next.kind == NextStep::Kind::kGranted && !cancelled) {
+    Finish(core_->StartLease(*request_, options_, *attempt, sent));
+    return;
+  }
+  if (next.kind != NextStep::Kind::kWait || cancelled) {
+    // A grant it will not take, or one whose answer was lost: given back.
+    if (maybe_granted) (void)core_->backend_->Release(request_->key, request_->owner);
+    Finish(cancelled ? CancelledError("acquire of key '" + key_ + "' was cancelled: " + *cancelled)
+                     : next.failure);
+    return;
+  }
+  // Held (or no answer): from here on as any waiting acquisition, whose
+  // first queued attempt also re-grants a grant whose answer was lost.
+  acquisition_ = core_->backend_->Begin(*request_);
+  Step();
 }
 
 void AsyncAcquire::Cancel(const std::string& why) {

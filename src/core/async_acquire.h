@@ -42,6 +42,8 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
  private:
   enum class Phase { kQueued, kWaiting, kDone };
 
+  // The answer to the first attempt, sent in a batch (CallBatcher).
+  void FirstAnswer(Result<Attempt> attempt, TimePoint sent);
   // One Try and what follows it; on a worker.
   void Step();
   // Arms the wait `next` asks for: a notification and a timer.

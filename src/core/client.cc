@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/call_batcher.h"
 #include "core/client_core.h"
 #include "core/registry.h"
 

@@ -6,6 +6,7 @@
 
 #include "core/async_acquire.h"
 #include "core/async_driver.h"
+#include "core/call_batcher.h"
 #include "core/client_core.h"
 #include "dlock/client.h"
 
@@ -24,13 +25,47 @@ std::shared_ptr<AsyncAcquire> ClientCore::AcquireAsync(std::string_view key,
                           "is closing"));
       return nullptr;
     }
-    if (!async_) async_ = std::make_unique<AsyncDriver>(clock_, async_threads_);
-    op = std::make_shared<AsyncAcquire>(shared_from_this(), *async_, key, options,
+    op = std::make_shared<AsyncAcquire>(shared_from_this(), *DriverLocked(), key, options,
                                         std::move(done));
     pending_.emplace(op.get(), op);
   }
   op->Start();
   return op;
+}
+
+AsyncDriver* ClientCore::DriverLocked() {
+  if (async_stopped_) return nullptr;
+  if (!async_) {
+    async_ = std::make_unique<AsyncDriver>(clock_, async_threads_);
+    if (backend_->BatchesCalls()) {
+      batcher_ = std::make_unique<CallBatcher>(*backend_, *async_, *clock_, async_threads_);
+    }
+  }
+  return async_.get();
+}
+
+void ClientCore::ReleaseAsync(std::shared_ptr<LeaseState> state, std::uint64_t hold,
+                              std::function<void(Status)> done) {
+  if (!done) done = [](const Status&) {};
+  ReleasePlan plan = BeginRelease(*state, hold);
+  if (!plan.ask_store) return done(plan.answer);
+  std::unique_lock lock(async_mu_);
+  AsyncDriver* driver = DriverLocked();
+  if (driver == nullptr) {  // the client is closing: release here
+    lock.unlock();
+    Status released = backend_->Release(state->key, state->owner);
+    return done(EndRelease(*state, plan, std::move(released)));
+  }
+  auto finish = [self = shared_from_this(), state, plan, done](Status released) {
+    done(self->EndRelease(*state, plan, std::move(released)));
+  };
+  if (batcher_) {
+    batcher_->QueueRelease(LeaseRequest{state->key, state->owner, state->ttl}, std::move(finish));
+    return;
+  }
+  driver->Post([self = shared_from_this(), state, finish] {
+    finish(self->backend_->Release(state->key, state->owner));
+  });
 }
 
 void ClientCore::AsyncFinished(const AsyncAcquire* op) {
@@ -56,10 +91,13 @@ void ClientCore::StopAsync() {
   // A worker (a callback closing the client) runs queued steps itself
   // rather than wait for a queue only it might drain.
   const bool on_worker = async_->OnWorker();
+  // Releases still queued for the store go out before the workers end.
+  auto busy = [&] { return !pending_.empty() || (batcher_ && !batcher_->Idle()); };
   std::unique_lock lock(async_mu_);
-  while (!pending_.empty()) {
+  while (busy()) {
     if (!on_worker) {
-      async_done_.wait(lock);
+      // Released releases signal nobody: look again now and then.
+      async_done_.wait_for(lock, std::chrono::milliseconds(5));
       continue;
     }
     lock.unlock();
@@ -77,6 +115,18 @@ void PendingAcquire::Cancel() {
 }
 
 bool PendingAcquire::done() const { return !op_ || op_->Done(); }
+
+void Lease::ReleaseAsync(std::function<void(Status)> done) {
+  if (!state_) {
+    if (done) done(FailedPreconditionError("empty Lease"));
+    return;
+  }
+  if (std::exchange(released_, true)) {
+    if (done) done(Status::Ok());
+    return;
+  }
+  core_->ReleaseAsync(state_, hold_, std::move(done));
+}
 
 PendingAcquire Client::AcquireAsync(std::string_view key, const AcquireOptions& options,
                                     AcquireCallback done) {

@@ -9,6 +9,7 @@
 
 #include "core/acquire_step.h"
 #include "core/async_driver.h"
+#include "core/call_batcher.h"
 #include "core/duration.h"
 
 namespace dlock::internal {
@@ -466,31 +467,41 @@ TimePoint ClientCore::Tick(TimePoint now) {
 }
 
 Status ClientCore::Release(LeaseState& state, std::uint64_t hold) {
-  bool was_lost = false;
-  bool expired_now = false;  // lost, but not yet counted as lost
-  Status lost_reason;
-  const TimePoint now = clock_->Now();
-  {
-    std::lock_guard lock(mu_);
-    if (state.phase == LeaseState::Phase::kReleased) return Status::Ok();
-    if (state.holds > 1) return DropHoldLocked(state, hold);
-    if (state.phase == LeaseState::Phase::kLost) {
-      was_lost = true;
-      lost_reason = state.lost_reason;
-    } else if (now >= state.valid_until) {
-      was_lost = expired_now = true;
-      lost_reason = LeaseLostError("lease on key " + Quoted(state.key) +
-                                   " passed its valid_until before release");
-    }
-    state.phase = LeaseState::Phase::kReleased;
-    std::erase_if(held_, [&](const auto& s) { return s.get() == &state; });
-  }
+  ReleasePlan plan = BeginRelease(state, hold);
+  if (!plan.ask_store) return plan.answer;
   // Owner-checked at the store, so this never drops another owner's lock.
   Status released = backend_->Release(state.key, state.owner);
+  return EndRelease(state, plan, std::move(released));
+}
+
+ClientCore::ReleasePlan ClientCore::BeginRelease(LeaseState& state, std::uint64_t hold) {
+  ReleasePlan plan;
+  plan.now = clock_->Now();
+  std::lock_guard lock(mu_);
+  if (state.phase == LeaseState::Phase::kReleased) return plan;
+  if (state.holds > 1) {
+    plan.answer = DropHoldLocked(state, hold);
+    return plan;
+  }
+  if (state.phase == LeaseState::Phase::kLost) {
+    plan.was_lost = true;
+    plan.answer = state.lost_reason;
+  } else if (plan.now >= state.valid_until) {
+    plan.was_lost = plan.expired_now = true;
+    plan.answer = LeaseLostError("lease on key " + Quoted(state.key) +
+                                 " passed its valid_until before release");
+  }
+  state.phase = LeaseState::Phase::kReleased;
+  std::erase_if(held_, [&](const auto& s) { return s.get() == &state; });
+  plan.ask_store = true;
+  return plan;
+}
+
+Status ClientCore::EndRelease(const LeaseState& state, const ReleasePlan& plan, Status released) {
   metrics_.StoreCall(released);
-  const Duration held = now - state.granted_at;
-  if (expired_now) metrics_.Lost(state.key, LossCause::kExpired, held);
-  if (was_lost) return lost_reason;
+  const Duration held = plan.now - state.granted_at;
+  if (plan.expired_now) metrics_.Lost(state.key, LossCause::kExpired, held);
+  if (plan.was_lost) return plan.answer;
   if (released.code() == StatusCode::kNotOwner) {
     metrics_.Lost(state.key, LossCause::kNotOwner, held);
     return LeaseLostError("lease on key " + Quoted(state.key) +

@@ -34,6 +34,7 @@ namespace dlock::internal {
 
 class AsyncAcquire;
 class AsyncDriver;
+class CallBatcher;
 
 // What the core knows about one granted lease. Immutable fields are set
 // before the state is shared; the rest are guarded by ClientCore::mu_.
@@ -109,6 +110,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void StopAsync();
   // An asynchronous acquisition ran its callback.
   void AsyncFinished(const AsyncAcquire* op);
+  // Lease::ReleaseAsync: `done` gets what Release would return, on an
+  // async thread (or at once, when nothing need be asked of the store).
+  void ReleaseAsync(std::shared_ptr<LeaseState> state, std::uint64_t hold,
+                    std::function<void(Status)> done);
 
   // For Lease. Release ends the handle `hold`; the store is asked when it
   // is the holding's last.
@@ -144,6 +149,19 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // The store's records of a break's evictions, kept for `keep` (break.cc).
   Status RecordBreaks(const BreakReport& report, const std::string& by,
                       std::chrono::milliseconds keep);
+  // A release in two halves around the store's answer, so that the
+  // asynchronous one (ReleaseAsync) can batch the store calls: Begin ends
+  // the holding here (ask_store false: `answer` is the whole answer), End
+  // makes the store's answer the caller's.
+  struct ReleasePlan {
+    bool ask_store = false;
+    Status answer;
+    bool was_lost = false;
+    bool expired_now = false;  // lost, but not yet counted as lost
+    TimePoint now{};
+  };
+  ReleasePlan BeginRelease(LeaseState& state, std::uint64_t hold);
+  Status EndRelease(const LeaseState& state, const ReleasePlan& plan, Status released);
   // Ends handle `hold` of a holding that keeps others. Under mu_.
   Status DropHoldLocked(LeaseState& state, std::uint64_t hold);
   Result<Lease> AcquireTimed(std::string_view key, const AcquireOptions& options, bool wait,
@@ -227,6 +245,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::unordered_map<const AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
   bool async_stopped_ = false;
   std::unique_ptr<AsyncDriver> async_;
+  // For a store that pipelines (Backend::BatchesCalls); made with async_.
+  std::unique_ptr<CallBatcher> batcher_;
+  // The driver (and batcher), made at the first call; null once stopped.
+  AsyncDriver* DriverLocked();
 
   std::unique_ptr<Loop> loop_;  // last member: stopped first
 };

@@ -1,4 +1,5 @@
-// Backend::Begin's default: an acquisition for a store that keeps no
+// Backend::Begin's default, and the one-at-a-time defaults of the batched
+// calls. Begin's: an acquisition for a store that keeps no
 // per-attempt state of its own (SQLite, the in-memory store, Redlock). Each
 // Try is one TryAcquire (which takes or refreshes the owner's queue place
 // when queue_ttl > 0), Wait is WaitForRelease, Abandon is Release.
@@ -42,6 +43,20 @@ class DefaultAcquisition final : public Acquisition {
 
 std::unique_ptr<Acquisition> Backend::Begin(const LeaseRequest& request) {
   return std::make_unique<DefaultAcquisition>(*this, request);
+}
+
+std::vector<Result<Attempt>> Backend::TryAcquireMany(std::span<const LeaseRequest> requests) {
+  std::vector<Result<Attempt>> answers;
+  answers.reserve(requests.size());
+  for (const LeaseRequest& r : requests) answers.push_back(TryAcquire(r));
+  return answers;
+}
+
+std::vector<Status> Backend::ReleaseMany(std::span<const LeaseRequest> holdings) {
+  std::vector<Status> answers;
+  answers.reserve(holdings.size());
+  for (const LeaseRequest& h : holdings) answers.push_back(Release(h.key, h.owner));
+  return answers;
 }
 
 }  // namespace dlock

@@ -252,6 +252,84 @@ TEST_F(AsyncTest, ACallbackMayCloseItsOwnClient) {
   EXPECT_EQ(closed.get_future().wait_for(kPatience), std::future_status::ready);
 }
 
+// A store that pipelines: first attempts and releases go in batches.
+class BatchedAsyncTest : public AsyncTest {
+ protected:
+  std::unique_ptr<Client> NewBatchedClient() {
+    return Client::FromBackend(std::make_unique<InMemoryBackend>(store_, /*batches=*/true));
+  }
+};
+
+TEST_F(BatchedAsyncTest, ManyKeysAreTakenAndGivenBackInBatches) {
+  auto backend = std::make_unique<InMemoryBackend>(store_, /*batches=*/true);
+  InMemoryBackend* seen = backend.get();
+  ClientOptions options;
+  options.async_threads = 1;
+  auto client = Client::FromBackend(std::move(backend), options);
+  // The one worker is held in a first callback while the rest are asked
+  // for, so they wait for the next batch together (whatever the timing).
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  client->AcquireAsync("gate", Waiting(), [opened](Result<Lease>) { opened.wait(); });
+  constexpr int kKeys = 3000;
+  struct Answers {
+    std::atomic<int> released{0}, answered{0};
+    std::promise<void> all;
+  };
+  auto answers = std::make_shared<Answers>();
+  for (int i = 0; i < kKeys; ++i) {
+    client->AcquireAsync("d" + std::to_string(i), Waiting(), [answers](Result<Lease> lease) {
+      auto count = [answers](bool ok) {
+        if (ok) ++answers->released;
+        if (answers->answered.fetch_add(1) + 1 == kKeys) answers->all.set_value();
+      };
+      if (!lease.ok()) return count(false);
+      lease->ReleaseAsync([count](Status released) { count(released.ok()); });
+    });
+  }
+  gate.set_value();
+  ASSERT_EQ(answers->all.get_future().wait_for(kPatience), std::future_status::ready);
+  EXPECT_EQ(answers->released.load(), kKeys);
+  EXPECT_TRUE(store_->List("d").empty());
+  EXPECT_EQ(seen->LargestBatch(), 256U);  // CallBatcher::kMaxBatch
+}
+
+TEST_F(BatchedAsyncTest, AHeldKeyWaitsInTheQueueAfterItsBatchedAttempt) {
+  auto holder_client = NewClient();
+  auto waiter_client = NewBatchedClient();
+  auto held = holder_client->Acquire("k", Waiting());
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto waiting = waiter_client->AcquireFuture("k", Waiting());
+  ASSERT_TRUE(testing_support::Eventually([&] { return store_->Waiters("k").size() == 1; }));
+  const FencingToken before = held->token();
+  ASSERT_TRUE(held->Release().ok());
+  ASSERT_EQ(waiting.wait_for(kPatience), std::future_status::ready);
+  auto lease = waiting.get();
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_GT(lease->token(), before);
+}
+
+TEST_F(BatchedAsyncTest, ReleasesStillQueuedAreSentBeforeTheClientCloses) {
+  auto client = NewBatchedClient();
+  std::vector<Lease> leases;
+  for (int i = 0; i < 500; ++i) {
+    auto lease = client->Acquire("c" + std::to_string(i), Waiting());
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    leases.push_back(std::move(*lease));
+  }
+  std::atomic<int> released{0};
+  for (Lease& lease : leases) lease.ReleaseAsync([&](Status s) { released += s.ok(); });
+  client.reset();
+  EXPECT_EQ(released.load(), 500);
+  EXPECT_TRUE(store_->List("c").empty());
+  // A second release of the same handle, and one of an empty handle.
+  std::promise<Status> again, empty;
+  leases[0].ReleaseAsync([&](Status s) { again.set_value(s); });
+  Lease().ReleaseAsync([&](Status s) { empty.set_value(s); });
+  EXPECT_TRUE(again.get_future().get().ok());
+  EXPECT_EQ(empty.get_future().get().code(), StatusCode::kFailedPrecondition);
+}
+
 // The smallest coroutine type that runs its body at once: enough to show
 // co_await on an acquisition, as any framework's task type would.
 struct Eager {

@@ -12,6 +12,8 @@
 #ifndef DLOCK_TESTING_IN_MEMORY_BACKEND_H_
 #define DLOCK_TESTING_IN_MEMORY_BACKEND_H_
 
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -94,8 +96,10 @@ class InMemoryStore {
 
 class InMemoryBackend final : public Backend {
  public:
-  explicit InMemoryBackend(std::shared_ptr<InMemoryStore> store)
-      : store_(std::move(store)) {}
+  // `batches`: claim BatchesCalls, so that the asynchronous API sends its
+  // first attempts and releases in batches (answered one by one here).
+  explicit InMemoryBackend(std::shared_ptr<InMemoryStore> store, bool batches = false)
+      : store_(std::move(store)), batches_(batches) {}
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   // An acquisition that can Notify (by InMemoryStore::Watch).
@@ -106,6 +110,17 @@ class InMemoryBackend final : public Backend {
   std::string Describe() const override { return "memory://"; }
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
+  bool BatchesCalls() const override { return batches_; }
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override {
+    largest_batch_ = std::max(largest_batch_.load(), requests.size());
+    return Backend::TryAcquireMany(requests);
+  }
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override {
+    largest_batch_ = std::max(largest_batch_.load(), holdings.size());
+    return Backend::ReleaseMany(holdings);
+  }
+  // The most calls one TryAcquireMany or ReleaseMany carried.
+  std::size_t LargestBatch() const { return largest_batch_; }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override {
     return store_->Waiters(prefix);
   }
@@ -124,6 +139,8 @@ class InMemoryBackend final : public Backend {
 
  private:
   std::shared_ptr<InMemoryStore> store_;
+  const bool batches_;
+  std::atomic<std::size_t> largest_batch_{0};  // a test's high-water mark: races only lower it
 };
 
 }  // namespace dlock::testing

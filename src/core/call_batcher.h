@@ -1,0 +1,60 @@
+// CallBatcher: the asynchronous API's first attempts and releases, sent to
+// a store that pipelines (Backend::BatchesCalls) many at a time.
+//
+// When thousands of acquisitions start or end at once, each attempt or
+// release on its own would cost a round trip on one of the few workers.
+// Queued here instead, they go out in batches of up to kMaxBatch per store
+// call (Backend::TryAcquireMany, ReleaseMany), one batch per worker at a
+// time, and each answer is handed back on the worker that sent its batch.
+#ifndef DLOCK_SRC_CORE_CALL_BATCHER_H_
+#define DLOCK_SRC_CORE_CALL_BATCHER_H_
+
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "dlock/backend.h"
+#include "dlock/clock.h"
+
+namespace dlock::internal {
+
+class AsyncDriver;
+
+class CallBatcher {
+ public:
+  // `sent`: when the attempt's batch was sent, on `clock`.
+  using AttemptAnswer = std::function<void(Result<Attempt>, TimePoint sent)>;
+  using ReleaseAnswer = std::function<void(Status)>;
+  static constexpr std::size_t kMaxBatch = 256;
+
+  CallBatcher(Backend& backend, AsyncDriver& driver, Clock& clock, unsigned max_running);
+
+  void QueueAttempt(LeaseRequest request, AttemptAnswer answer);
+  void QueueRelease(LeaseRequest holding, ReleaseAnswer answer);
+  // Nothing queued and no batch out: what closing the client waits for.
+  bool Idle();
+
+ private:
+  // One job: sends what is queued, a batch of each kind, and hands the
+  // answers back; posts another job while more is queued.
+  void Drain();
+  void SendAttempts(std::vector<LeaseRequest>& requests, std::vector<AttemptAnswer>& answers);
+  void SendReleases(std::vector<LeaseRequest>& holdings, std::vector<ReleaseAnswer>& answers);
+  void PostIfNeededLocked();
+
+  Backend& backend_;
+  AsyncDriver& driver_;
+  Clock& clock_;
+  const unsigned max_running_;
+  std::mutex mu_;
+  std::vector<LeaseRequest> attempts_;
+  std::vector<AttemptAnswer> attempt_answers_;
+  std::vector<LeaseRequest> releases_;
+  std::vector<ReleaseAnswer> release_answers_;
+  unsigned running_ = 0;  // Drain jobs posted or running
+};
+
+}  // namespace dlock::internal
+
+#endif  // DLOCK_SRC_CORE_CALL_BATCHER_H_
