@@ -224,6 +224,12 @@ class RedisBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
+  // One pipeline each, on one server without wait_replicas (a cluster's
+  // keys live on many nodes, and WAIT would have to confirm each grant):
+  // elsewhere one call at a time.
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
+  bool BatchesCalls() const override { return !cluster_ && options_.wait_replicas == 0; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
@@ -321,6 +327,19 @@ class RedisBackend final : public Backend {
   // that then applies.
   std::vector<Command> ReplicaWait() const;
   std::chrono::milliseconds WriteTimeout() const;
+  // The keys and arguments of one acquire script call, and of a release.
+  struct ScriptCall {
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+  };
+  ScriptCall AcquireCall(const LeaseRequest& request, const std::string& channel,
+                         milliseconds place_ttl) const;
+  ScriptCall ReleaseCall(std::string_view key, const OwnerId& owner) const;
+  Status ReadReleaseReply(const redisReply* r, const std::string& server, const std::string& what);
+  // `script` once per call, in one pipeline on one connection of the one
+  // server (loading the script first if the server lacks it).
+  Result<ClusterRouter::Routed> EvalMany(const Script& script, std::span<const ScriptCall> calls,
+                                         const std::string& what);
   // One run of the acquire script for a checked request, taking (or
   // refreshing) a place in the queue for place_ttl when that is not zero,
   // by `deadline` (AttemptDeadline, taken once per attempt).
@@ -652,20 +671,26 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
                                               const std::string& channel, milliseconds place_ttl,
                                               ClusterRouter::SteadyTime deadline) {
   const std::string what = "acquire " + Quoted(request.key);
+  const ScriptCall call = AcquireCall(request, channel, place_ttl);
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), call.keys,
+                                               call.args, ReplicaWait(), deadline, what));
+  return ReadAcquireReply(answer.replies, answer.server, what);
+}
+
+RedisBackend::ScriptCall RedisBackend::AcquireCall(const LeaseRequest& request,
+                                                   const std::string& channel,
+                                                   milliseconds place_ttl) const {
   // As few arguments as possible (each costs the server on every call); the
   // script names the key's other Redis keys from the lock's.
-  const std::vector<std::string> keys =
-      Declared({LockName(request.key), SlotCounterName(request.key), QueueName(request.key)},
-               request.key,
-               {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
+  ScriptCall call;
+  call.keys = Declared({LockName(request.key), SlotCounterName(request.key), QueueName(request.key)},
+                       request.key,
+                       {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
   const std::string ttl = std::to_string(request.ttl.count());
-  const std::string args[] = {
-      request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
-      std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
-      std::to_string(place_ttl.count()), channel};
-  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), keys,
-                                               args, ReplicaWait(), deadline, what));
-  return ReadAcquireReply(answer.replies, answer.server, what);
+  call.args = {request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
+               std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
+               std::to_string(place_ttl.count()), channel};
+  return call;
 }
 
 ClusterRouter::SteadyTime RedisBackend::AttemptDeadline(const LeaseRequest& request) const {
@@ -936,18 +961,108 @@ Result<std::vector<BreakRecord>> RedisBackend::Breaks(std::string_view prefix) {
 Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(key));
   const std::string what = "release " + Quoted(key);
-  const std::vector<std::string> keys =
-      Declared({LockName(key), QueueName(key), SlotCounterName(key)}, key,
-               {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
-  const std::string args[] = {owner.ToString(), WakeChannel(options_.connect.db, key)};
-  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::Release(Sharded()), keys, args, {},
-                                              ClusterRouter::Within(options_.timeout), what));
-  const redisReply* r = answer.replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, answer.server, what);
+  const ScriptCall call = ReleaseCall(key, owner);
+  DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(key, scripts::Release(Sharded()), call.keys,
+                                              call.args, {}, ClusterRouter::Within(options_.timeout),
+                                              what));
+  return ReadReleaseReply(answer.replies[0].get(), answer.server, what);
+}
+
+RedisBackend::ScriptCall RedisBackend::ReleaseCall(std::string_view key,
+                                                   const OwnerId& owner) const {
+  ScriptCall call;
+  call.keys = Declared({LockName(key), QueueName(key), SlotCounterName(key)}, key,
+                       {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
+  call.args = {owner.ToString(), WakeChannel(options_.connect.db, key)};
+  return call;
+}
+
+Status RedisBackend::ReadReleaseReply(const redisReply* r, const std::string& server,
+                                      const std::string& what) {
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
   long long result = 0;
-  if (!ReplyInt(r, &result)) return OddReply("the release script's result", answer.server, what);
+  if (!ReplyInt(r, &result)) return OddReply("the release script's result", server, what);
   if (result < 0) return NotOwnerError(what + ": the lock is held by another owner");
   return Status::Ok();
+}
+
+Result<ClusterRouter::Routed> RedisBackend::EvalMany(const Script& script,
+                                                     std::span<const ScriptCall> calls,
+                                                     const std::string& what) {
+  std::vector<Command> commands;
+  commands.reserve(calls.size());
+  for (const ScriptCall& call : calls) {
+    Command c{"EVALSHA", script.sha1, std::to_string(call.keys.size())};
+    c.insert(c.end(), call.keys.begin(), call.keys.end());
+    c.insert(c.end(), call.args.begin(), call.args.end());
+    commands.push_back(std::move(c));
+  }
+  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
+  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(commands, WriteTimeout(), what));
+  // A server that lacks the script (restarted, flushed) refused every call
+  // in the batch the same way; none of them ran.
+  if (!replies.empty() && IsNoScript(replies[0].get())) {
+    DLOCK_ASSIGN_OR_RETURN(auto loaded,
+                           conn->Call({"SCRIPT", "LOAD", script.text}, WriteTimeout(), what));
+    if (loaded->type == REDIS_REPLY_ERROR) return ReplyError(loaded.get(), conn->server(), what);
+    DLOCK_ASSIGN_OR_RETURN(replies, conn->Pipeline(commands, WriteTimeout(), what));
+  }
+  if (replies.size() != calls.size()) {
+    return UnavailableError(what + ": " + conn->server() + " answered " +
+                            std::to_string(replies.size()) + " of " +
+                            std::to_string(calls.size()) + " calls");
+  }
+  return ClusterRouter::Routed{std::move(replies), conn->server()};
+}
+
+std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseRequest> requests) {
+  if (!BatchesCalls()) return Backend::TryAcquireMany(requests);
+  std::vector<Result<Attempt>> out(requests.size(), UnavailableError("not sent"));
+  std::vector<ScriptCall> calls;
+  std::vector<std::size_t> sent;  // calls[j] is requests[sent[j]]
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (Status ok = CheckAcquire(requests[i]); !ok.ok()) {
+      out[i] = ok;
+      continue;
+    }
+    const std::string channel = WakeChannel(options_.connect.db, requests[i].key);
+    calls.push_back(AcquireCall(requests[i], channel, milliseconds(0)));
+    sent.push_back(i);
+  }
+  if (calls.empty()) return out;
+  const std::string what = "acquire " + std::to_string(calls.size()) + " keys";
+  auto answer = EvalMany(scripts::Acquire(false), calls, what);
+  for (std::size_t j = 0; j < sent.size(); ++j) {
+    if (!answer.ok()) {
+      out[sent[j]] = answer.status();
+      continue;
+    }
+    auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&answer->replies[j], 1),
+                                  answer->server, "acquire " + Quoted(requests[sent[j]].key));
+    out[sent[j]] = reply.ok() ? Result<Attempt>(reply->attempt) : Result<Attempt>(reply.status());
+  }
+  return out;
+}
+
+std::vector<Status> RedisBackend::ReleaseMany(std::span<const LeaseRequest> holdings) {
+  if (!BatchesCalls()) return Backend::ReleaseMany(holdings);
+  std::vector<Status> out(holdings.size());
+  std::vector<ScriptCall> calls;
+  std::vector<std::size_t> sent;
+  for (std::size_t i = 0; i < holdings.size(); ++i) {
+    if (out[i] = ValidateKey(holdings[i].key); !out[i].ok()) continue;
+    calls.push_back(ReleaseCall(holdings[i].key, holdings[i].owner));
+    sent.push_back(i);
+  }
+  if (calls.empty()) return out;
+  auto answer = EvalMany(scripts::Release(false), calls,
+                         "release " + std::to_string(calls.size()) + " keys");
+  for (std::size_t j = 0; j < sent.size(); ++j) {
+    const std::string what = "release " + Quoted(holdings[sent[j]].key);
+    out[sent[j]] = answer.ok() ? ReadReleaseReply(answer->replies[j].get(), answer->server, what)
+                               : answer.status();
+  }
+  return out;
 }
 
 std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {

@@ -591,6 +591,43 @@ TEST_F(RedisServer, NoScriptAfterScriptFlushFallsBackToEval) {
   EXPECT_EQ(CommandCalls("eval"), after);
 }
 
+// The asynchronous API's batches: every attempt and release of a batch in
+// one pipeline, each answered as alone; after SCRIPT FLUSH the batch loads
+// the script once and is sent again.
+TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
+  auto b = OpenRaw(uri_);
+  ASSERT_TRUE(b->BatchesCalls());
+  const std::string held = UniqueKey("batch-held");
+  ASSERT_TRUE(b->TryAcquire({held, OwnerId(9, 9), milliseconds(10'000)})->granted);
+  std::vector<LeaseRequest> requests;
+  for (int i = 0; i < 50; ++i) {
+    requests.push_back({UniqueKey("batch/" + std::to_string(i)), OwnerId(1, i + 1),
+                        milliseconds(10'000)});
+  }
+  requests.push_back({held, OwnerId(1, 99), milliseconds(10'000)});
+  requests.push_back({"", OwnerId(1, 100), milliseconds(10'000)});  // refused before sending
+  ASSERT_EQ(ReplyString(Cmd(admin_.get(), {"SCRIPT", "FLUSH"}).get()), "OK");
+  const long long loads = CommandCalls("script|load");
+  auto got = b->TryAcquireMany(requests);
+  ASSERT_EQ(got.size(), requests.size());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+    EXPECT_TRUE(got[i]->granted);
+  }
+  ASSERT_TRUE(got[50].ok());
+  EXPECT_FALSE(got[50]->granted) << "a held key was granted in a batch";
+  EXPECT_EQ(got[51].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CommandCalls("script|load"), loads + 1);
+  requests[50].owner = OwnerId(7, 7);  // not the holder: kNotOwner
+  auto released = b->ReleaseMany(std::span(requests).first(51));
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(released[i].ok()) << released[i].ToString();
+  EXPECT_EQ(released[50].code(), StatusCode::kNotOwner);
+  auto left = b->List(UniqueKey("batch/"));
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  ASSERT_TRUE(b->Release(held, OwnerId(9, 9)).ok());
+}
+
 TEST_F(RedisServer, RunOnceRecordIsSetOnlyByTheHolder) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("once");
