@@ -128,6 +128,40 @@ TEST_F(AsyncConformanceTest, ACancelledWaiterLeavesAndTheNextIsGranted) {
   }
 }
 
+TEST_F(AsyncConformanceTest, ManyKeysAreTakenAndGivenBackAsynchronously) {
+  auto client = NewClient();
+  ASSERT_TRUE(client);
+  constexpr int kKeys = 300;
+  const std::string prefix = UniqueKey("async-distinct/");
+  struct Answers {
+    std::mutex mu;
+    std::vector<std::string> errors;
+    std::atomic<int> answered{0};
+    std::promise<void> all;
+    void Add(const Status& s) {
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        errors.push_back(s.ToString());
+      }
+      if (answered.fetch_add(1) + 1 == kKeys) all.set_value();
+    }
+  };
+  auto answers = std::make_shared<Answers>();
+  for (int i = 0; i < kKeys; ++i) {
+    client->AcquireAsync(prefix + std::to_string(i), Waiting(),
+                         [answers](Result<Lease> lease) {
+                           if (!lease.ok()) return answers->Add(lease.status());
+                           lease->ReleaseAsync([answers](Status s) { answers->Add(s); });
+                         });
+  }
+  ASSERT_EQ(answers->all.get_future().wait_for(kPatience), std::future_status::ready);
+  std::lock_guard lock(answers->mu);
+  for (const auto& e : answers->errors) ADD_FAILURE() << e;
+  auto left = client->List(prefix);
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  EXPECT_TRUE(left->empty()) << left->size() << " keys still held";
+}
+
 // Many acquisitions wait at once on one client; none takes a thread of its
 // own. Store threads made for waiting at all (a subscription, a watch
 // stream) exist after the first round; the second, ten times larger, adds
