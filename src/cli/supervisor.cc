@@ -1,12 +1,16 @@
 #include "cli/supervisor.h"
 
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "cli/common.h"
@@ -26,7 +30,58 @@ void WriteAll(int fd, std::string_view s) {
   }
 }
 
+// Handlers of ours must not run in the child: it shares our memory until it
+// execs (see Spawn). Caught signals go back to their default, as exec would
+// set them anyway; ignored ones stay ignored, as exec keeps them.
+void DefaultCaughtSignals() {
+  for (int signal = 1; signal < NSIG; ++signal) {
+    struct sigaction action {};
+    if (signal == SIGKILL || signal == SIGSTOP || ::sigaction(signal, nullptr, &action) != 0) {
+      continue;
+    }
+    const bool caught = (action.sa_flags & SA_SIGINFO) != 0 ||
+                        (action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN);
+    if (!caught) continue;
+    action = {};
+    action.sa_handler = SIG_DFL;
+    ::sigaction(signal, &action, nullptr);
+  }
+}
+
+// What the child needs, on the parent's stack (the parent waits until the
+// child has exec'd).
+struct ChildStart {
+  Supervisor* supervisor;
+  char** argv;
+  char** envp;
+  bool take_terminal;
+};
+
+// The child's stack: execvpe runs on it, with its PATH search (a copy of
+// $PATH and the name) and, for a script without #!, an argv for /bin/sh. Only
+// the pages touched are ever backed.
+std::size_t ChildStackBytes(char** argv) {
+  std::size_t argc = 0;
+  while (argv[argc] != nullptr) ++argc;
+  const char* path = std::getenv("PATH");
+  const std::size_t bytes = (std::size_t{1} << 20) + (argc + 2) * sizeof(char*) +
+                            (path != nullptr ? std::strlen(path) : 0);
+  const std::size_t page = 4096;
+  return (bytes + page - 1) / page * page;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kShareMemoryWithChild = false;  // the sanitizers do not follow it
+#else
+constexpr bool kShareMemoryWithChild = true;
+#endif
+
 }  // namespace
+
+int Supervisor::ChildMain(void* start) noexcept {
+  const auto* s = static_cast<const ChildStart*>(start);
+  s->supervisor->RunChild(s->argv, s->envp, s->take_terminal);
+}
 
 Supervisor::Supervisor(std::vector<Lease>& leases, SignalChannel& signals, int lost_fd,
                        SupervisorOptions options)
@@ -36,7 +91,8 @@ Supervisor::Supervisor(std::vector<Lease>& leases, SignalChannel& signals, int l
       options_(std::move(options)),
       terminal_(Terminal::OnStdin()) {}
 
-// Only async-signal-safe calls between fork and exec: the parent has threads.
+// Only async-signal-safe calls between the clone and exec: the parent has
+// threads, and the child runs in its memory. Every signal is blocked here.
 void Supervisor::RunChild(char** argv, char** envp, bool take_terminal) {
   ::setpgid(0, 0);
   // Signals are still blocked here, so taking the terminal from the
@@ -48,6 +104,7 @@ void Supervisor::RunChild(char** argv, char** envp, bool take_terminal) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent_) ::_exit(kExitSoftware);  // it died before prctl
   CloseDescriptorsNotInherited();
+  DefaultCaughtSignals();
   ::sigprocmask(SIG_SETMASK, &signals_.original_mask(), nullptr);
   ::execvpe(argv[0], argv, envp);
   const int err = errno;
@@ -65,9 +122,10 @@ Result<CommandOutcome> Supervisor::Run(char** argv, char** envp) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const bool take_terminal = terminal_.DlockInForeground();
   parent_ = ::getpid();
-  child_ = ::fork();
-  if (child_ < 0) return InternalError(std::string("fork failed: ") + std::strerror(errno));
-  if (child_ == 0) RunChild(argv, envp, take_terminal);
+  child_ = Spawn(argv, envp, take_terminal);
+  if (child_ < 0) {
+    return InternalError(std::string("cannot start the command: ") + std::strerror(errno));
+  }
   ::setpgid(child_, child_);  // also done by the child; whichever runs first wins
   if (take_terminal) terminal_.GiveTo(child_);
   while (!child_done_) {
@@ -82,6 +140,43 @@ Result<CommandOutcome> Supervisor::Run(char** argv, char** envp) {
   }
   if (::tcgetpgrp(STDIN_FILENO) == child_) terminal_.TakeBack();
   return outcome_;
+}
+
+// Like posix_spawn (which cannot set PR_SET_PDEATHSIG): the child shares
+// our memory (CLONE_VM) on a stack of its own, and this thread waits
+// (CLONE_VFORK) until it has exec'd or exited. A fork would copy the page
+// tables of a large process with threads (dlock-full's gRPC) and fault in
+// copies of every page touched after it: milliseconds, on the path from a
+// grant to the command's start.
+pid_t Supervisor::Spawn(char** argv, char** envp, bool take_terminal) {
+  // Blocked in the child too until RunChild has reset the handlers.
+  sigset_t all;
+  sigset_t before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
+  pid_t pid = -1;
+  int err = 0;
+  if (!kShareMemoryWithChild) {
+    pid = ::fork();
+    if (pid == 0) RunChild(argv, envp, take_terminal);
+    err = errno;
+  } else {
+    const std::size_t stack_bytes = ChildStackBytes(argv);
+    void* stack = ::mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (stack == MAP_FAILED) {
+      err = errno;
+    } else {
+      ChildStart start{this, argv, envp, take_terminal};
+      pid = ::clone(&Supervisor::ChildMain, static_cast<char*>(stack) + stack_bytes,
+                    CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+      err = errno;
+      ::munmap(stack, stack_bytes);
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  errno = err;
+  return pid;
 }
 
 void Supervisor::Terminate(int signal, std::string why) {

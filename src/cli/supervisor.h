@@ -51,6 +51,10 @@ class Supervisor {
   Result<CommandOutcome> Run(char** argv, char** envp);
 
  private:
+  // Starts the command (RunChild in a new process); -1 and errno if it
+  // could not be.
+  pid_t Spawn(char** argv, char** envp, bool take_terminal);
+  static int ChildMain(void* start) noexcept;
   [[noreturn]] void RunChild(char** argv, char** envp, bool take_terminal);
   void ActOnDeadlines();
   int MillisecondsToNextDeadline() const;

@@ -71,4 +71,20 @@ echo "starved exec: exit $rc after $(((end - start) / 1000000)) ms"
 expect_exit 127 "cannot run 'no-such-cmd-xyz': command not found" -- "$DLOCK" exec nf -- no-such-cmd-xyz
 expect_exit 0 "" -- "$DLOCK" exec nf --no-wait -- true
 
+# The command is started without a fork of dlock (supervisor.cc, Spawn): it
+# still gets what exec gives a command. Not executable: 126. A script
+# without #! runs under /bin/sh, with all of a long argv. No signal is
+# blocked in it, and it ignores what dlock's caller ignores.
+printf 'exit 5\n' >"$WORK/noexec"
+expect_exit 126 "cannot run '$WORK/noexec': permission denied" -- "$DLOCK" exec spawn -- "$WORK/noexec"
+echo 'echo "$#:$1"' >"$WORK/noshebang"
+chmod +x "$WORK/noshebang"
+mapfile -t many < <(seq 20000)
+out=$("$DLOCK" exec spawn -- "$WORK/noshebang" "${many[@]}")
+[ "$out" = "20000:1" ] || fail "a script without #! and 20000 arguments printed '$out'"
+signals='/^Sig(Blk|Ign):/ { print $2 }'
+want="0000000000000000 $(awk "$signals" /proc/self/status | tail -1)"
+out=$("$DLOCK" exec spawn -- awk "$signals" /proc/self/status | tr '\n' ' ')
+[ "$out" = "$want " ] || fail "the command's blocked, ignored signals: $out, want $want"
+
 finish

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sqlite3.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/sqlite/wal_watches.h"
 #include "core/duration.h"
 #include "core/fd.h"
 #include "dlock/sharing.h"
@@ -611,7 +611,7 @@ Status ValidateAcquire(const LeaseRequest& request) {
 class SqliteBackend final : public Backend {
  public:
   SqliteBackend(SqliteOptions options, DbHandle db)
-      : options_(std::move(options)), db_(std::move(db)) {}
+      : options_(std::move(options)), db_(std::move(db)), wal_watches_(options_.path + "-wal") {}
 
   // Everything Open does once the file is known to be openable.
   Status Init(std::string_view what);
@@ -715,6 +715,8 @@ class SqliteBackend final : public Backend {
   // each asked for: WaitForRelease wakes only when one of them may be
   // granted.
   std::map<std::string, std::map<std::string, std::uint32_t>, std::less<>> waiting_;
+  // What WaitForRelease watches the -wal file with.
+  WalWatches wal_watches_;
 };
 
 Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
@@ -1069,11 +1071,8 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
     std::lock_guard lock(mu_);
     if (!waiting_.count(key)) return false;
   }
-  Fd notify(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  if (notify.get() < 0 ||
-      ::inotify_add_watch(notify.get(), (options_.path + "-wal").c_str(), IN_MODIFY) < 0) {
-    return false;  // no inotify: the core polls
-  }
+  const WalWatches::Watch notify = wal_watches_.Start();
+  if (!notify.valid()) return false;  // no inotify: the core polls
   Fd stopped(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   std::stop_callback on_stop(stop, [&] {
     std::uint64_t one = 1;
@@ -1104,13 +1103,11 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
     if (recheck_us > 0) timeout_us = std::min(timeout_us, recheck_us);
     const timespec timeout{static_cast<time_t>(timeout_us / 1'000'000),
                            static_cast<long>(timeout_us % 1'000'000) * 1000};
-    pollfd fds[2] = {{notify.get(), POLLIN, 0}, {stopped.get(), POLLIN, 0}};
+    pollfd fds[2] = {{notify.fd(), POLLIN, 0}, {stopped.get(), POLLIN, 0}};
     const int ready = ::ppoll(fds, 2, &timeout, nullptr);
     if (ready > 0 && fds[1].revents) return true;
     if (ready > 0 && fds[0].revents) {
-      char buf[4096];
-      while (::read(notify.get(), buf, sizeof buf) > 0) {
-      }
+      notify.Drain();
       recheck_us = 200;
     } else if (recheck_us > 0) {
       recheck_us = recheck_us >= 12'800 ? 0 : recheck_us * 2;
