@@ -5,18 +5,16 @@
 //  (a) cycle    Client::TryAcquire(key, ttl 30s) then Lease::Release(),
 //               uncontended, one Client (its renewal thread running), timed
 //               per iteration; the acquire and release halves too.
-//  (b) floor    two single-row write round trips per iteration on the
-//               connection dlock itself uses (Client::Ping, twice: a
-//               prepared `INSERT ... ON CONFLICT DO UPDATE` of one row of the
-//               locks table, autocommit, the server's synchronous_commit,
-//               which dlock also uses). "write RT" is one of them.
-//  (b') raw     the same kind of write (a two-column row) on a plain libpq
-//               connection of its own, shown for reference. Which server
-//               process serves a connection, and on which vCPU the
-//               scheduler keeps it, moves a separate connection's round
-//               trip by +-20 % from run to run on a 2-vCPU machine (173 vs
-//               217 µs in consecutive runs against one server); the same
-//               connection pays what the cycle pays.
+//  (b) floor    two single-row write round trips per iteration: the
+//               cheapest durable write a user's own code could make for the
+//               same guarantee, on a plain libpq connection of its own: a
+//               prepared `UPDATE` of one row of a two-column table
+//               (autocommit, the server's synchronous_commit, a HOT
+//               update). "write RT" is one of them.
+//  (b') ping    Client::Ping, twice, on the connection dlock uses (a
+//               prepared upsert of one row of the locks table: `dlock
+//               bench`'s floor), shown for reference: its statement costs
+//               the server 5-15 % more than (b)'s.
 //  (c) hand-off 4 contender processes (this binary again, --contender) loop
 //               Acquire(key, wait) / Release on one key for --seconds. The
 //               hand-off latency of grant i+1 is its Acquire's return minus
@@ -29,17 +27,28 @@
 // Why (b) is the floor: a grant must be durable before TryAcquire returns (or
 // a crash could reissue its token), and a release must be a committed write
 // (or the key stays held until its TTL): two single-row write round trips
-// on the same connection is the least any lock on this server does.
+// is the least any lock on this server does.
+//
+// Placement. On a 2-vCPU machine a round trip costs ~40 µs more when the
+// server process runs on the other vCPU than the client thread (a
+// cross-CPU wake-up each way), and the scheduler keeps each connection's
+// server process where it first settled: two connections of one run
+// differed by 40 % (docs/benchmarks-postgres.md, issue 25). So, when the
+// server's processes can be reached (a local server, sched_setaffinity
+// allowed), the measuring thread runs on one CPU and the server processes of
+// both connections on another, as a client and its server on two machines;
+// otherwise the run says "not pinned" and the two floors may differ by
+// placement alone.
 //
 // (a), (b) and (b') take turns, one iteration each in a rotating order, so
 // that drift on a noisy machine hits all alike (in blocks of 100, a run of
 // one kind on one connection came out up to 25 % faster than the same
-// write interleaved, probably as the scheduler settles a ping-ponging pair
-// of processes). Targets: cycle p50 <= 1.3 x floor p50; hand-off p50 <= 3 x
-// write RT p50; every process's grant count within +-15% of the mean. Exit
-// status: 0 when everything was measured (MISS included), 64 for a bad flag,
-// 1 when something could not be measured.
+// write interleaved). Targets: cycle p50 <= 1.3 x floor p50; hand-off p50
+// <= 3 x write RT p50; every process's grant count within +-15% of the
+// mean. Exit status: 0 when everything was measured (MISS included), 64 for
+// a bad flag, 1 when something could not be measured.
 #include <libpq-fe.h>
+#include <sched.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -154,16 +163,20 @@ std::string StartServer() {
 
 // ------------------------------------------------------------ (b) floor
 
+// A user's own connection and table, and the cheapest durable single-row
+// write on them: a prepared UPDATE of an existing row by its primary key,
+// no index on the column it changes (a HOT update: one heap record and the
+// commit in the WAL; an upsert would add a tuple-lock record).
 class Floor {
  public:
   explicit Floor(const std::string& uri) : conn_(PQconnectdb(uri.c_str())) {
     if (PQstatus(conn_) != CONNECTION_OK) Die(std::string("floor: connect: ") + PQerrorMessage(conn_));
     PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
     Exec("CREATE TABLE IF NOT EXISTS dlock_bench_floor (k int PRIMARY KEY, v bigint NOT NULL)");
-    PGresult* r = PQprepare(conn_, "floor",
-                            "INSERT INTO dlock_bench_floor (k, v) VALUES (1, $1) "
-                            "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                            1, nullptr);
+    Exec("INSERT INTO dlock_bench_floor VALUES (1, 0) ON CONFLICT (k) DO NOTHING");
+    Exec("ANALYZE dlock_bench_floor");
+    PGresult* r = PQprepare(conn_, "floor", "UPDATE dlock_bench_floor SET v = $1 WHERE k = 1", 1,
+                            nullptr);
     Check(r, "prepare");
   }
   ~Floor() { PQfinish(conn_); }
@@ -183,6 +196,22 @@ class Floor {
     return v;
   }
   void Exec(const char* sql) { Check(PQexec(conn_, sql), sql); }
+  // The server process serving this connection.
+  pid_t ServerPid() const { return PQbackendPID(conn_); }
+  // The server processes of the other sessions named `application_name`.
+  std::vector<pid_t> ServerPidsOf(const std::string& application_name) {
+    const char* values[1] = {application_name.c_str()};
+    PGresult* r = PQexecParams(conn_,
+                               "SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
+                               "AND datname = current_database() AND pid <> pg_backend_pid()",
+                               1, nullptr, values, nullptr, nullptr, 0);
+    std::vector<pid_t> pids;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+      for (int i = 0; i < PQntuples(r); ++i) pids.push_back(std::atoi(PQgetvalue(r, i, 0)));
+    }
+    PQclear(r);
+    return pids;
+  }
 
  private:
   void Check(PGresult* r, const std::string& what) {
@@ -198,8 +227,56 @@ class Floor {
   std::int64_t value_ = 0;
 };
 
+// ------------------------------------------------------------ placement
+
+// The measuring thread on one CPU, the server processes of both
+// connections on another (the header comment says why); undone by Restore.
+class Placement {
+ public:
+  // `server_pids`: the processes serving the raw and dlock's connections.
+  void Pin(const std::vector<pid_t>& server_pids) {
+    if (sched_getaffinity(0, sizeof saved_, &saved_) != 0) return Fail("sched_getaffinity failed");
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+      if (CPU_ISSET(c, &saved_)) cpus.push_back(c);
+    }
+    if (cpus.size() < 2) return Fail("fewer than 2 CPUs");
+    if (server_pids.size() < 2) return Fail("dlock's server process not found");
+    for (pid_t pid : server_pids) {
+      if (!SetCpu(pid, cpus[1])) {
+        return Fail("cannot move server process " + std::to_string(pid) + ": " +
+                    std::strerror(errno));
+      }
+    }
+    if (!SetCpu(0, cpus[0])) return Fail(std::string("cannot pin this thread: ") + std::strerror(errno));
+    pinned_ = true;
+    description_ = "pinned: this thread on CPU " + std::to_string(cpus[0]) + ", the server's " +
+                   std::to_string(server_pids.size()) + " processes on CPU " +
+                   std::to_string(cpus[1]);
+  }
+  // The thread's CPUs as they were (the contenders it forks inherit them).
+  void Restore() {
+    if (pinned_) (void)sched_setaffinity(0, sizeof saved_, &saved_);
+    pinned_ = false;
+  }
+  bool pinned() const { return pinned_; }
+  const std::string& description() const { return description_; }
+
+ private:
+  static bool SetCpu(pid_t pid, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(pid, sizeof set, &set) == 0;
+  }
+  void Fail(const std::string& why) { description_ = "not pinned (" + why + ")"; }
+  cpu_set_t saved_{};
+  bool pinned_ = false;
+  std::string description_ = "not pinned";
+};
+
 struct Samples {
-  std::vector<double> cycle, acquire, release, floor, write, raw_floor, raw_write;
+  std::vector<double> cycle, acquire, release, floor, write, ping_floor, ping_write;
 };
 
 // One iteration of each of (a), (b) and (b'), in an order that rotates with
@@ -237,9 +314,9 @@ void RunCyclesAndFloor(dlock::Client& client, Floor& raw, int n, Samples* out) {
         [&] {
           if (auto s = client.Ping(); !s.ok()) Die("floor: Ping: " + s.message());
         },
-        &Samples::floor, &Samples::write);
+        &Samples::ping_floor, &Samples::ping_write);
   };
-  auto raw_pair = [&] { pair([&] { raw.Write(); }, &Samples::raw_floor, &Samples::raw_write); };
+  auto raw_pair = [&] { pair([&] { raw.Write(); }, &Samples::floor, &Samples::write); };
   for (int i = 0; i < n; ++i) {
     switch (i % 3) {
       case 0: cycle(); ping(); raw_pair(); break;
@@ -358,52 +435,93 @@ Handoff RunHandoff(const std::string& uri, const Flags& flags) {
   return result;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "--contender") return Contender(argc, argv);
-  const Flags flags = ParseFlags(argc, argv);
-  const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
-  auto parsed = dlock::internal::ParseUri(uri);
-  if (!parsed.ok()) Die(parsed.status().message(), kExitUsage);
-
-  nlohmann::json report;
-  report["command"] = std::vector<std::string>(argv, argv + argc);
-  report["server"] = parsed->Redacted();
-  report["iterations"] = flags.iterations;
-  report["handoff_seconds"] = flags.seconds;
-  report["contenders"] = flags.contenders;
-
-  Samples samples;
-  Handoff handoff;
-  {
-    Floor floor(uri);
-    utsname uts{};
-    uname(&uts);
-    report["machine"] = {{"cpus", std::thread::hardware_concurrency()}, {"kernel", uts.release}};
-    report["postgres"] = {{"version", floor.Setting("server_version")},
-                          {"fsync", floor.Setting("fsync")},
-                          {"synchronous_commit", floor.Setting("synchronous_commit")},
-                          {"wal_sync_method", floor.Setting("wal_sync_method")}};
-    std::cout << "dlock PostgreSQL benchmark\n  machine:  " << report["machine"]["cpus"]
-              << " vCPU, Linux " << uts.release << "\n  server:   " << parsed->Redacted()
-              << " (PostgreSQL " << floor.Setting("server_version")
-              << ", fsync=" << floor.Setting("fsync")
-              << ", synchronous_commit=" << floor.Setting("synchronous_commit")
-              << ")\n  runs:     " << flags.iterations << " cycles after " << kBlock
-              << " warm-up; hand-off " << flags.contenders << " processes x " << flags.seconds
-              << " s\n\n"
-              << std::flush;
-    auto client = dlock::Client::Connect(uri);
-    if (!client.ok()) Die("cannot open " + parsed->Redacted() + ": " + client.status().message());
-    RunCyclesAndFloor(**client, floor, kBlock, nullptr);
-    for (int done = 0; done < flags.iterations; done += kBlock) {
-      RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
-    }
-    floor.Exec("DROP TABLE dlock_bench_floor");
+// The targets' ratios (against the floor) and the reference ones (against
+// Ping), printed and put in `report`.
+void ReportRatios(double spread_percent, nlohmann::json& report) {
+  const auto& results = report["results"];
+  auto p50 = [&](const char* key) { return results[key]["p50_us"].get<double>(); };
+  const struct {
+    const char *key, *label;
+    double value, target;
+    const char* unit;
+  } ratios[] = {
+      {"cycle_over_floor_p50", "cycle p50 / floor p50", p50("cycle") / p50("floor"), 1.3, "x"},
+      {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50",
+       p50("handoff") / p50("write_rt"), 3.0, "x"},
+      {"grant_count_spread", "max |count - mean| / mean", spread_percent, 15.0, "%"},
+  };
+  char line[200];
+  for (const auto& r : ratios) {
+    const bool pass = r.value <= r.target;
+    report["ratios"][r.key] = {{"value", r.value}, {"target", r.target}, {"pass", pass}};
+    std::snprintf(line, sizeof line, "%-32s %6.2f%s  target <= %.1f%s  %s\n", r.label, r.value,
+                  r.unit, r.target, r.unit, pass ? "PASS" : "MISS");
+    std::cout << line;
   }
-  handoff = RunHandoff(uri, flags);
+  const double ping_cycle = p50("cycle") / p50("ping_floor");
+  const double ping_handoff = p50("handoff") / p50("ping_write_rt");
+  report["reference"] = {{"cycle_over_ping_floor_p50", ping_cycle},
+                         {"handoff_over_ping_rt_p50", ping_handoff},
+                         {"ping_over_write_rt_p50", p50("ping_write_rt") / p50("write_rt")}};
+  std::snprintf(line, sizeof line,
+                "(against Client::Ping: cycle %.2fx two Pings, hand-off %.2fx one; a Ping is "
+                "%.2fx a write RT)\n",
+                ping_cycle, ping_handoff, p50("ping_write_rt") / p50("write_rt"));
+  std::cout << line;
+}
 
+// dlock's URI with an application_name this run can find its session by.
+std::string NamedUri(const std::string& uri, const dlock::internal::Uri& parsed,
+                     std::string* name) {
+  if (const std::string* given = parsed.Param("application_name")) {
+    *name = *given;
+    return uri;
+  }
+  *name = "dlock_bench_cycle_" + std::to_string(getpid());
+  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "application_name=" + *name;
+}
+
+// (a), (b) and (b'), with the server described in `report`.
+Samples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed,
+                      const Flags& flags, nlohmann::json& report) {
+  Floor floor(uri);
+  utsname uts{};
+  uname(&uts);
+  report["machine"] = {{"cpus", std::thread::hardware_concurrency()}, {"kernel", uts.release}};
+  report["postgres"] = {{"version", floor.Setting("server_version")},
+                        {"fsync", floor.Setting("fsync")},
+                        {"synchronous_commit", floor.Setting("synchronous_commit")},
+                        {"wal_sync_method", floor.Setting("wal_sync_method")}};
+  std::cout << "dlock PostgreSQL benchmark\n  machine:  " << report["machine"]["cpus"]
+            << " vCPU, Linux " << uts.release << "\n  server:   " << parsed.Redacted()
+            << " (PostgreSQL " << floor.Setting("server_version")
+            << ", fsync=" << floor.Setting("fsync")
+            << ", synchronous_commit=" << floor.Setting("synchronous_commit")
+            << ")\n  runs:     " << flags.iterations << " cycles after " << kBlock
+            << " warm-up; hand-off " << flags.contenders << " processes x " << flags.seconds
+            << " s\n"
+            << std::flush;
+  std::string name;
+  auto client = dlock::Client::Connect(NamedUri(uri, parsed, &name));
+  if (!client.ok()) Die("cannot open " + parsed.Redacted() + ": " + client.status().message());
+  RunCyclesAndFloor(**client, floor, kBlock, nullptr);
+  Placement placement;
+  std::vector<pid_t> servers = floor.ServerPidsOf(name);
+  servers.push_back(floor.ServerPid());
+  placement.Pin(servers);
+  report["placement"] = placement.description();
+  std::cout << "  placement: " << placement.description() << "\n\n" << std::flush;
+  Samples samples;
+  for (int done = 0; done < flags.iterations; done += kBlock) {
+    RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
+  }
+  placement.Restore();
+  floor.Exec("DROP TABLE dlock_bench_floor");
+  return samples;
+}
+
+// Prints the table and the ratios, and fills `report` with them.
+void Report(const Samples& samples, const Handoff& handoff, nlohmann::json& report) {
   const struct {
     const char *key, *label;
     const std::vector<double>& us;
@@ -412,8 +530,8 @@ int main(int argc, char** argv) {
               {"cycle_release", "  release half", samples.release},
               {"floor", "floor: 2 single-row writes", samples.floor},
               {"write_rt", "  one write round trip", samples.write},
-              {"raw_floor", "raw: 2 writes, own connection", samples.raw_floor},
-              {"raw_write_rt", "  one raw write round trip", samples.raw_write},
+              {"ping_floor", "Client::Ping x 2 (reference)", samples.ping_floor},
+              {"ping_write_rt", "  one Ping", samples.ping_write},
               {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
               {"handoff_from_call", "  from the Release call", handoff.from_call_us}};
   auto& results = report["results"];
@@ -438,37 +556,27 @@ int main(int argc, char** argv) {
   }
   results["grants_per_process"] = handoff.counts;
   std::cout << "grants per process: " << counts << " (mean " << mean_count << ")\n\n";
+  ReportRatios(worst * 100, report);
+}
 
-  const double cycle_ratio =
-      results["cycle"]["p50_us"].get<double>() / results["floor"]["p50_us"].get<double>();
-  const double handoff_ratio =
-      results["handoff"]["p50_us"].get<double>() / results["write_rt"]["p50_us"].get<double>();
-  const struct {
-    const char *key, *label;
-    double value, target;
-    const char* unit;
-  } ratios[] = {
-      {"cycle_over_floor_p50", "cycle p50 / floor p50", cycle_ratio, 1.3, "x"},
-      {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50", handoff_ratio, 3.0, "x"},
-      {"grant_count_spread", "max |count - mean| / mean", worst * 100, 15.0, "%"},
-  };
-  for (const auto& r : ratios) {
-    const bool pass = r.value <= r.target;
-    report["ratios"][r.key] = {{"value", r.value}, {"target", r.target}, {"pass", pass}};
-    std::snprintf(line, sizeof line, "%-32s %6.2f%s  target <= %.1f%s  %s\n", r.label, r.value,
-                  r.unit, r.target, r.unit, pass ? "PASS" : "MISS");
-    std::cout << line;
-  }
-  const double raw_cycle_ratio =
-      results["cycle"]["p50_us"].get<double>() / results["raw_floor"]["p50_us"].get<double>();
-  const double raw_handoff_ratio =
-      results["handoff"]["p50_us"].get<double>() / results["raw_write_rt"]["p50_us"].get<double>();
-  report["reference"] = {{"cycle_over_raw_floor_p50", raw_cycle_ratio},
-                         {"handoff_over_raw_write_rt_p50", raw_handoff_ratio}};
-  std::snprintf(line, sizeof line,
-                "(against the raw connection: cycle %.2fx its floor, hand-off %.2fx its write RT)\n",
-                raw_cycle_ratio, raw_handoff_ratio);
-  std::cout << line;
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--contender") return Contender(argc, argv);
+  const Flags flags = ParseFlags(argc, argv);
+  const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
+  auto parsed = dlock::internal::ParseUri(uri);
+  if (!parsed.ok()) Die(parsed.status().message(), kExitUsage);
+
+  nlohmann::json report;
+  report["command"] = std::vector<std::string>(argv, argv + argc);
+  report["server"] = parsed->Redacted();
+  report["iterations"] = flags.iterations;
+  report["handoff_seconds"] = flags.seconds;
+  report["contenders"] = flags.contenders;
+  const Samples samples = RunCyclePhase(uri, *parsed, flags, report);
+  const Handoff handoff = RunHandoff(uri, flags);
+  Report(samples, handoff, report);
   if (!flags.json_path.empty()) {
     std::ofstream out(flags.json_path);
     out << report.dump(2) << '\n';

@@ -717,16 +717,22 @@ std::string CreateTablesSql(const TableNames& tables, std::uint64_t lock_id) {
                                  {"queue_comment_v1", kQueueCommentV1}});
 }
 
+// One round trip, and each statement's own text as its source: a PREPARE
+// in a multi-statement query keeps the whole query (35 KB) as its source
+// text, which the server copies and measures at every execution
+// (exec_bind_message, pgstat_report_activity): ~4 µs of server CPU per
+// statement, Ping's included (docs/benchmarks-postgres.md, issue 25).
+// Each PREPARE is therefore run by EXECUTE inside one DO block.
 std::string PrepareStatementsSql(const TableNames& tables) {
-  std::string prepare;
+  std::string prepare = "DO $dlock_prepare$\nBEGIN\n";
   auto add = [&](const char* name, const char* types, const std::string& sql) {
-    prepare += "PREPARE " + std::string(name) + types + " AS " +
+    prepare += "EXECUTE $dlock_statement$PREPARE " + std::string(name) + types + " AS " +
                Substitute(sql, {{"t", tables.locks},
                                 {"q", tables.queue},
                                 {"d", tables.done},
                                 {"b", tables.breaks},
                                 {"s", tables.tokens}}) +
-               ";\n";
+               "$dlock_statement$;\n";
   };
   const char* waiting_types =
       "(bytea, text, bigint, bigint, text, bigint, bigint, text, text, boolean)";
@@ -751,7 +757,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add("dlock_count", "(bytea, bytea)", kCountSql);
   add("dlock_record_break", "(bytea, text, bigint, text, text, bigint, bigint)", kRecordBreakSql);
   add("dlock_breaks", "(bytea, bytea)", kBreaksSql);
-  return prepare;
+  return prepare + "END\n$dlock_prepare$;\n";
 }
 
 std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseconds idle) {

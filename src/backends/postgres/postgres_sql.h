@@ -65,7 +65,8 @@ std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseco
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
 // dlock_release, dlock_release_lean, dlock_renew, dlock_list, dlock_ping,
 // dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count,
-// dlock_record_break, dlock_breaks.
+// dlock_record_break, dlock_breaks. One DO block, each statement
+// prepared by its own EXECUTE, so that its source text is its own.
 std::string PrepareStatementsSql(const TableNames& tables);
 
 }  // namespace dlock::postgres
