@@ -245,7 +245,9 @@ TEST_F(AsyncTest, ACallbackMayCloseItsOwnClient) {
   Client* raw = client.release();
   raw->AcquireAsync("k", Waiting(), [&, raw](Result<Lease> lease) {
     EXPECT_TRUE(lease.ok()) << lease.status().ToString();
-    if (lease.ok()) EXPECT_TRUE(lease->Release().ok());
+    if (lease.ok()) {
+      EXPECT_TRUE(lease->Release().ok());
+    }
     delete raw;
     closed.set_value();
   });
