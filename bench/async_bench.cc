@@ -76,13 +76,15 @@ struct Answers {
 
 json Pending(int n) {
   auto plan = std::make_shared<FaultPlan>();
+  // The holder is the application here: its threads (and its own async
+  // ones, which took the keys) are counted as the application's.
   auto holder = Connect();
+  std::vector<Lease> held = AcquireAll(*holder, Keys("pending", n));
   const int threads_app = ThreadsOfThisProcess();
   auto waiters = Connect(plan);
   // One acquisition first, so that what the store makes once for waiting
   // (a subscription, a watch stream) exists before the count.
   AcquireAll(*waiters, Keys("warm", 1)).clear();
-  std::vector<Lease> held = AcquireAll(*holder, Keys("pending", n));
   const int threads_before = ThreadsOfThisProcess();
   const long rss_before = RssKb();
   auto answers = std::make_shared<Answers>(n);
