@@ -962,25 +962,41 @@ NoticeCounts Connection::Notices() {
   return counts;
 }
 
-// The stream in use unless it broke; then a new one on the current member
-// (the one the last request found serving), with a new token if etcd no
-// longer took the old one.
+// The stream new watches go on: the one in use while it is sound and on the
+// current member (the one requests last found serving: a member they left,
+// paused or cut off, may keep a stream open and silent for a while); else a
+// new one there, with a new token if etcd no longer took the old one. A
+// stream left behind serves its watches until they fire or stop; it is
+// closed at the next change if it has none left, else with the connection.
 std::shared_ptr<WatchStream> Connection::CurrentWatchStream() {
+  const std::size_t index = current_.load() % addresses_.size();
+  auto usable = [&] {
+    return watch_stream_ && !watch_stream_->broken() &&
+           watch_stream_->address() == addresses_[index];
+  };
   std::shared_ptr<WatchStream> refused;
   {
     std::lock_guard l(mu_);
-    if (watch_stream_ && !watch_stream_->broken()) return watch_stream_;
+    if (usable()) return watch_stream_;
     if (watch_stream_ && watch_stream_->stale_token()) refused = watch_stream_;
   }
   if (refused) (void)Reauthenticate(refused->token(), MonotonicClock::now() + attempt_timeout_);
-  const std::size_t index = current_.load() % addresses_.size();
   Endpoint& ep = At(index);
-  std::lock_guard l(mu_);
-  if (watch_stream_ && !watch_stream_->broken()) return watch_stream_;  // another thread's
-  watch_stream_ = WatchStream::Start(*ep.watch, *ep.kv, ep.address, Token(), attempt_timeout_);
-  std::erase_if(watch_streams_, [](const auto& st) { return st->done(); });
-  watch_streams_.push_back(watch_stream_);
-  return watch_stream_;
+  std::vector<std::shared_ptr<WatchStream>> idle;
+  std::shared_ptr<WatchStream> fresh;
+  {
+    std::lock_guard l(mu_);
+    if (usable()) return watch_stream_;  // another thread's
+    watch_stream_ = fresh =
+        WatchStream::Start(*ep.watch, *ep.kv, ep.address, Token(), attempt_timeout_);
+    std::erase_if(watch_streams_, [](const auto& st) { return st->done(); });
+    for (const auto& st : watch_streams_) {
+      if (st->registered() == 0) idle.push_back(st);
+    }
+    watch_streams_.push_back(watch_stream_);
+  }
+  for (const auto& st : idle) st->Close();
+  return fresh;
 }
 
 }  // namespace dlock::etcd
