@@ -54,6 +54,8 @@ EtcdAcquisition::EtcdAcquisition(EtcdBackendImpl& backend, const LeaseRequest& r
 }
 
 EtcdAcquisition::~EtcdAcquisition() {
+  // Nothing of this acquisition may be woken once it is gone.
+  StopNotify();
   std::lock_guard l(backend_.mu_);
   for (auto [it, end] = backend_.acquisitions_.equal_range(request_.key); it != end; ++it) {
     if (it->second == this) {
@@ -453,7 +455,47 @@ bool EtcdAcquisition::Wait(TimePoint until, std::stop_token stop) {
   return true;
 }
 
+// The same watch as Wait's, with the same revisions: a deletion after the
+// Try's read is seen however late the watch starts, so none is lost
+// between Try and Notify. The watch is on the key just ahead (a limit-1
+// waiter), so a hand-off wakes one waiter.
+bool EtcdAcquisition::Notify(std::function<void()> wake) {
+  if (member_.key.empty()) return false;  // no place (a single attempt): the core polls
+  // Nothing ahead any more: the next Try may win at once. Said by polling,
+  // which tries again soon, since `wake` may not run inside this call.
+  if (watch_.key.empty()) return false;
+  Connection& conn = backend_.conn_;
+  DeleteNotice notice =
+      watch_.range_end.empty()
+          ? conn.NotifyOnDelete(watch_.key, watch_.revision, watch_.seen_at, std::move(wake))
+          : conn.NotifyOnDeleteIn(watch_.key, watch_.range_end, watch_.revision, watch_.expected,
+                                  watch_.seen_at, std::move(wake));
+  if (!notice) return false;
+  {
+    std::lock_guard l(backend_.mu_);
+    // A session known alive now is one whose death wakes this (WakeLocked).
+    if (member_.session && !member_.session->dead) {
+      notice_ = std::move(notice);
+      return true;
+    }
+  }
+  // Our key went with the session: no wake-up to wait for.
+  std::function<void()> dropped = conn.StopNotice(notice);
+  return false;
+}
+
+void EtcdAcquisition::StopNotify() {
+  DeleteNotice notice;
+  {
+    std::lock_guard l(backend_.mu_);
+    notice = std::exchange(notice_, {});
+  }
+  // Destroyed here, outside mu_: it is the core's.
+  std::function<void()> dropped = backend_.conn_.StopNotice(notice);
+}
+
 void EtcdAcquisition::Abandon() {
+  StopNotify();
   // Granted: the lease is the core's now, released through the Backend.
   if (granted_ || member_.key.empty()) return;
   const Member mine = member_;

@@ -19,10 +19,12 @@
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <utility>
 
 #include "backends/etcd/etcd_backend_impl.h"
 
@@ -39,13 +41,20 @@ class EtcdAcquisition final : public Acquisition {
 
   Result<Attempt> Try() override;
   bool Wait(TimePoint until, std::stop_token stop) override;
+  // Wait's watch, on the connection's shared watch stream: `wake` runs on
+  // the stream's gRPC thread. False (the core polls) only when there is
+  // nothing to watch: a single attempt, or a session already gone.
+  bool Notify(std::function<void()> wake) override;
+  void StopNotify() override;
   void Abandon() override;
 
   // For the backend, under its mu_: this acquisition's member, and a wake-up
-  // for its Wait (its session is gone, and its key with it).
+  // for its Wait (its session is gone, and its key with it). A Notify's
+  // watch is handed back, for the backend to fire once mu_ is released.
   const Member& member() const { return member_; }
-  void WakeLocked() {
+  DeleteNotice WakeLocked() {
     if (waking_) waking_->request_stop();
+    return std::exchange(notice_, {});
   }
 
  private:
@@ -110,6 +119,7 @@ class EtcdAcquisition final : public Acquisition {
   bool granted_ = false;  // the last Try granted: the holding is the backend's
   WatchTarget watch_;
   std::stop_source* waking_ = nullptr;  // the Wait in progress; under mu_
+  DeleteNotice notice_;                 // what Notify arranged; under mu_
 };
 
 }  // namespace dlock::etcd

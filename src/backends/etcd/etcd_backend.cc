@@ -248,15 +248,25 @@ Result<std::shared_ptr<Session>> EtcdBackendImpl::GrantLease(std::int64_t ttl_se
 }
 
 void EtcdBackendImpl::MarkSessionDead(const std::shared_ptr<Session>& session) {
-  std::lock_guard l(mu_);
-  session->dead = true;
-  std::erase_if(sessions_, [&](const auto& entry) { return entry.second == session; });
-  // Its keys are gone with it: its holdings are lost (and go, so that a
-  // lost Lease nobody released yet does not keep the name from this
-  // client), its places are gone, and its waiters queue anew.
-  std::erase_if(places_, [&](const auto& entry) { return entry.second.member.session == session; });
-  for (const auto& [name, a] : acquisitions_) {
-    if (a->member().session == session) a->WakeLocked();
+  std::vector<DeleteNotice> notices;  // fired outside mu_
+  {
+    std::lock_guard l(mu_);
+    session->dead = true;
+    std::erase_if(sessions_, [&](const auto& entry) { return entry.second == session; });
+    // Its keys are gone with it: its holdings are lost (and go, so that a
+    // lost Lease nobody released yet does not keep the name from this
+    // client), its places are gone, and its waiters queue anew.
+    std::erase_if(places_,
+                  [&](const auto& entry) { return entry.second.member.session == session; });
+    for (const auto& [name, a] : acquisitions_) {
+      if (a->member().session != session) continue;
+      if (DeleteNotice n = a->WakeLocked()) notices.push_back(std::move(n));
+    }
+  }
+  // Unless the watch fired first, or the core stopped it: then `wake` has
+  // run or is not wanted.
+  for (DeleteNotice& n : notices) {
+    if (std::function<void()> wake = conn_.StopNotice(n)) wake();
   }
 }
 

@@ -62,6 +62,9 @@ class EtcdBackend : public Backend {
 
   // The session leases this client has open (tests, `dlock status`).
   virtual std::vector<std::int64_t> SessionLeases() = 0;
+
+  // The wake-ups its acquisitions' Notify arranged (tests).
+  virtual NoticeCounts Notices() = 0;
 };
 
 // Connects (checking that some endpoint is an etcd v3 server) without

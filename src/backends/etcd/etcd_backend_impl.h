@@ -147,6 +147,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   }
   Result<std::vector<QueueMember>> DelayMarkers(std::string_view name) override;
   std::vector<std::int64_t> SessionLeases() override;
+  NoticeCounts Notices() override { return conn_.Notices(); }
 
  private:
   friend class EtcdAcquisition;

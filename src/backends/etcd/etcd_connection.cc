@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "backends/etcd/etcd_watch_stream.h"
 #include "backends/etcd/plaintext_probe.h"
 #include "core/duration.h"
 #include "core/leak_suppressions.h"
@@ -197,17 +198,6 @@ std::chrono::system_clock::time_point WallDeadline(Duration budget) {
          std::chrono::duration_cast<std::chrono::system_clock::duration>(budget);
 }
 
-// What a watch waits for the deletion of: one key (range_end empty;
-// `revision` its create_revision) or any key of a range created at or
-// before `revision`, of which there were `expected`.
-struct Deletion {
-  const std::string& key;
-  const std::string& range_end;
-  std::int64_t revision;
-  std::int64_t expected;
-  bool range() const { return !range_end.empty(); }
-};
-
 enum class WatchEnd {
   kGone,           // the key (or one of the range) was deleted
   kEnded,          // the watch ended first: `until`, a stop, a broken stream
@@ -215,46 +205,19 @@ enum class WatchEnd {
   kRefused,        // etcd refused the watch: a stale token or no permission
 };
 
-pb::WatchRequest CreateWatch(const Deletion& d) {
-  pb::WatchRequest request;
-  pb::WatchCreateRequest* create = request.mutable_create_request();
-  create->set_key(d.key);
-  create->set_start_revision(0);  // the member's next revision: a synced watcher
-  create->add_filters(pb::WatchCreateRequest::NOPUT);
-  if (d.range()) {
-    create->set_range_end(d.range_end);
-    create->set_prev_kv(true);  // to tell the keys ahead from those behind
-  }
-  return request;
-}
-
 // Whether `d` happened before the watch started; nullopt when the member
 // cannot say. Asked of the watch's member, serializably: it has applied at
 // least up to the watch's start, so this read and the watch leave no gap.
 std::optional<bool> GoneBefore(pb::KV::Stub& kv, const Deletion& d, TimePoint until,
                                Duration attempt_timeout, const std::string& token) {
-  pb::RangeRequest check;
-  check.set_key(d.key);
-  check.set_serializable(true);
-  if (d.range()) {
-    check.set_range_end(d.range_end);
-    check.set_max_create_revision(d.revision);
-    check.set_count_only(true);
-  }
+  const pb::RangeRequest check = GoneBeforeRead(d);
   grpc::ClientContext context;
   context.set_deadline(WallDeadline(
       std::clamp<Duration>(until - MonotonicClock::now(), milliseconds(1), attempt_timeout)));
   if (!token.empty()) context.AddMetadata("token", token);
   pb::RangeResponse found;
   if (!kv.Range(&context, check, &found).ok()) return std::nullopt;
-  if (d.range()) return found.count() < d.expected;
-  return found.kvs_size() == 0 || found.kvs(0).create_revision() != d.revision;
-}
-
-bool IsDeletion(const mvccpb::Event& event, const Deletion& d) {
-  if (event.type() != mvccpb::Event::DELETE) return false;
-  // In a range, only the keys created before the waiter's count.
-  return !d.range() || !event.has_prev_kv() || event.prev_kv().create_revision() <= d.revision;
+  return GoneIn(d, found);
 }
 
 // Reads a watch's answers until `d` happens or the watch ends.
@@ -264,12 +227,7 @@ WatchEnd ReadWatch(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
   pb::WatchResponse response;
   while (stream.Read(&response)) {
     if (response.canceled()) {
-      // etcd 3.4 says "permission denied" for an expired token too.
-      const std::string& why = response.cancel_reason();
-      if (why.find("permission denied") != std::string::npos ||
-          why.find("auth token") != std::string::npos) {
-        return WatchEnd::kRefused;
-      }
+      if (RefusedForAuth(response.cancel_reason())) return WatchEnd::kRefused;
       break;
     }
     if (response.created()) {
@@ -565,16 +523,22 @@ Connection::Connection(std::vector<std::string> endpoints, milliseconds request_
 }
 
 Connection::~Connection() {
-  // End every keep-alive stream and wait for gRPC to be done with it, so
-  // that nothing of this client runs on gRPC's threads after it is gone.
+  // End every keep-alive and watch stream and wait for gRPC to be done with
+  // it, so that nothing of this client runs on gRPC's threads after it is
+  // gone.
   std::vector<std::shared_ptr<KeepAliveStream>> streams;
+  std::vector<std::shared_ptr<WatchStream>> watch_streams;
   {
     std::lock_guard l(mu_);
     streams = std::move(streams_);
     stream_.reset();
+    watch_streams = std::move(watch_streams_);
+    watch_stream_.reset();
   }
   for (auto& s : streams) s->Close();
+  for (auto& s : watch_streams) s->Close();
   for (auto& s : streams) s->AwaitDone(std::chrono::seconds(10));
+  for (auto& s : watch_streams) s->AwaitDone(std::chrono::seconds(10));
 }
 
 namespace {
@@ -953,6 +917,86 @@ bool Connection::Watch(const std::string& key, const std::string& range_end,
     }
     return end == WatchEnd::kGone;
   }
+}
+
+DeleteNotice Connection::NotifyOnDelete(const std::string& key, std::int64_t revision,
+                                        std::int64_t seen_at, std::function<void()> wake) {
+  return Notice(Deletion{key, "", revision, 0}, seen_at, std::move(wake));
+}
+
+DeleteNotice Connection::NotifyOnDeleteIn(const std::string& key, const std::string& range_end,
+                                          std::int64_t max_create_revision, std::int64_t expected,
+                                          std::int64_t seen_at, std::function<void()> wake) {
+  return Notice(Deletion{key, range_end, max_create_revision, expected}, seen_at, std::move(wake));
+}
+
+DeleteNotice Connection::Notice(const Deletion& d, std::int64_t seen_at,
+                                std::function<void()> wake) {
+  // A stream that broke just now takes nothing: once more on a new one.
+  for (int tries = 0; tries < 2; ++tries) {
+    std::shared_ptr<WatchStream> stream = CurrentWatchStream();
+    if (const std::int64_t id = stream->Add(d, seen_at, wake)) return {std::move(stream), id};
+  }
+  return {};
+}
+
+std::function<void()> Connection::StopNotice(DeleteNotice& notice) {
+  const DeleteNotice n = std::exchange(notice, {});
+  if (!n) return {};
+  return n.stream->Remove(n.id);
+}
+
+NoticeCounts Connection::Notices() {
+  std::vector<std::shared_ptr<WatchStream>> streams;
+  {
+    std::lock_guard l(mu_);
+    streams = watch_streams_;
+  }
+  NoticeCounts counts;
+  for (const auto& s : streams) {
+    if (s->done()) continue;
+    ++counts.streams;
+    counts.registered += s->registered();
+    counts.open_at_store += s->open_at_store();
+  }
+  return counts;
+}
+
+// The stream new watches go on: the one in use while it is sound and on the
+// current member (the one requests last found serving: a member they left,
+// paused or cut off, may keep a stream open and silent for a while); else a
+// new one there, with a new token if etcd no longer took the old one. A
+// stream left behind serves its watches until they fire or stop; it is
+// closed at the next change if it has none left, else with the connection.
+std::shared_ptr<WatchStream> Connection::CurrentWatchStream() {
+  const std::size_t index = current_.load() % addresses_.size();
+  auto usable = [&] {
+    return watch_stream_ && !watch_stream_->broken() &&
+           watch_stream_->address() == addresses_[index];
+  };
+  std::shared_ptr<WatchStream> refused;
+  {
+    std::lock_guard l(mu_);
+    if (usable()) return watch_stream_;
+    if (watch_stream_ && watch_stream_->stale_token()) refused = watch_stream_;
+  }
+  if (refused) (void)Reauthenticate(refused->token(), MonotonicClock::now() + attempt_timeout_);
+  Endpoint& ep = At(index);
+  std::vector<std::shared_ptr<WatchStream>> idle;
+  std::shared_ptr<WatchStream> fresh;
+  {
+    std::lock_guard l(mu_);
+    if (usable()) return watch_stream_;  // another thread's
+    watch_stream_ = fresh =
+        WatchStream::Start(*ep.watch, *ep.kv, ep.address, Token(), attempt_timeout_);
+    std::erase_if(watch_streams_, [](const auto& st) { return st->done(); });
+    for (const auto& st : watch_streams_) {
+      if (st->registered() == 0) idle.push_back(st);
+    }
+    watch_streams_.push_back(watch_stream_);
+  }
+  for (const auto& st : idle) st->Close();
+  return fresh;
 }
 
 }  // namespace dlock::etcd

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -46,12 +47,21 @@ namespace dlock::etcd {
 namespace pb = ::etcdserverpb;
 
 class KeepAliveStream;
+class WatchStream;
+struct Deletion;
 
 // One keep-alive sent and not yet answered.
 struct KeepAliveCall {
   std::int64_t lease = 0;
   std::shared_ptr<KeepAliveStream> stream;
   std::shared_ptr<void> ticket;  // KeepAliveStream's, opaque here
+};
+
+// A wake-up NotifyOnDelete arranged: a watch on a shared watch stream.
+struct DeleteNotice {
+  std::shared_ptr<WatchStream> stream;
+  std::int64_t id = 0;
+  explicit operator bool() const { return id != 0; }
 };
 
 class Connection {
@@ -104,6 +114,25 @@ class Connection {
                        std::int64_t max_create_revision, std::int64_t expected,
                        std::int64_t seen_at, TimePoint until, std::stop_token stop);
 
+  // The same waits without a thread, for Acquisition::Notify: a watch on
+  // the connection's one shared watch stream (etcd_watch_stream.h), and
+  // back at once. `wake` is called once, by the gRPC thread that reads the
+  // stream, outside every lock, when the deletion happens, or when the
+  // watch ends without telling (the stream broke, etcd refused the watch,
+  // the read that closes the gap got no answer): trying again is then the
+  // safe answer. Never inside these calls. An empty notice when no stream
+  // would take the watch (`wake` is then dropped).
+  DeleteNotice NotifyOnDelete(const std::string& key, std::int64_t revision, std::int64_t seen_at,
+                              std::function<void()> wake);
+  DeleteNotice NotifyOnDeleteIn(const std::string& key, const std::string& range_end,
+                                std::int64_t max_create_revision, std::int64_t expected,
+                                std::int64_t seen_at, std::function<void()> wake);
+  // Drops `notice`'s watch (idempotent): its `wake` if it had not run, for
+  // the caller to destroy outside its own locks; else empty.
+  std::function<void()> StopNotice(DeleteNotice& notice);
+  // What the watch streams hold now (tests).
+  NoticeCounts Notices();
+
   // True after an operation gave up because no member could serve it, until
   // one succeeds: callers with nothing urgent to say may then defer it.
   bool LooksDown() const { return looks_down_.load(); }
@@ -116,6 +145,8 @@ class Connection {
   Endpoint& At(std::size_t index);
   void Rotate(std::size_t from);
   std::shared_ptr<KeepAliveStream> CurrentStream();
+  std::shared_ptr<WatchStream> CurrentWatchStream();
+  DeleteNotice Notice(const Deletion& d, std::int64_t seen_at, std::function<void()> wake);
   bool Watch(const std::string& key, const std::string& range_end, std::int64_t revision,
              std::int64_t expected, std::int64_t seen_at, TimePoint until, std::stop_token stop);
   template <typename Resp, typename Fn>
@@ -134,11 +165,13 @@ class Connection {
   std::atomic<std::size_t> current_{0};
   std::atomic<bool> looks_down_{false};
 
-  std::mutex mu_;  // guards endpoints_ (lazily filled), stream_, streams_
+  std::mutex mu_;  // guards endpoints_ (lazily filled), the streams below
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
-  std::shared_ptr<KeepAliveStream> stream_;               // the one in use
-  std::vector<std::shared_ptr<KeepAliveStream>> streams_;  // every one not done yet
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;   // set by Start
+  std::shared_ptr<KeepAliveStream> stream_;                  // the one in use
+  std::vector<std::shared_ptr<KeepAliveStream>> streams_;    // every one not done yet
+  std::shared_ptr<WatchStream> watch_stream_;                // the one new watches go on
+  std::vector<std::shared_ptr<WatchStream>> watch_streams_;  // every one not done yet
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;    // set by Start
   std::string credentials_key_;  // tells channels with other credentials apart
 
   std::mutex auth_mu_;             // one authentication at a time

@@ -53,6 +53,7 @@
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_KEYS_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -68,6 +69,15 @@
 namespace dlock::etcd {
 
 inline constexpr int kDefaultPort = 2379;
+
+// The wake-ups Acquisition::Notify arranged, as one client's watch streams
+// hold them (tests): registered and not yet fired, the watches etcd has
+// open for them, and the streams not done yet.
+struct NoticeCounts {
+  std::size_t registered = 0;
+  std::size_t open_at_store = 0;
+  std::size_t streams = 0;
+};
 
 // How the client proves itself and checks the server (etcds://).
 struct EtcdSecurity {
