@@ -40,6 +40,7 @@
 #define DLOCK_BACKEND_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -212,6 +213,20 @@ class DLOCK_EXPORT Backend {
                               std::stop_token /*stop*/) {
     return false;
   }
+  // The default Begin's Notify and StopNotify, for `request`'s owner waiting
+  // on its key (whose limit says when it may be granted): as
+  // Acquisition::Notify, `wake` runs once, on a thread of the backend's own,
+  // never inside this call. Returns a handle for StopNotifyOnRelease, or 0
+  // (the default) when the backend cannot notify: the core then polls.
+  // Optional, like WaitForRelease; a backend with its own Begin ignores it.
+  virtual std::uint64_t NotifyOnRelease(const LeaseRequest& /*request*/,
+                                        std::function<void()> /*wake*/) {
+    return 0;
+  }
+  // Drops what NotifyOnRelease arranged (a stale or 0 handle: nothing).
+  // Once it returns, that `wake` is not running (unless on the calling
+  // thread) and never will: the acquisition may then be freed.
+  virtual void StopNotifyOnRelease(std::uint64_t /*handle*/) {}
 
   // The store's address for messages, with any password removed.
   virtual std::string Describe() const = 0;

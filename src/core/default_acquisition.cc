@@ -2,8 +2,12 @@
 // calls. Begin's: an acquisition for a store that keeps no
 // per-attempt state of its own (SQLite, the in-memory store, Redlock). Each
 // Try is one TryAcquire (which takes or refreshes the owner's queue place
-// when queue_ttl > 0), Wait is WaitForRelease, Abandon is Release.
+// when queue_ttl > 0), Wait is WaitForRelease, Notify is NotifyOnRelease,
+// Abandon is Release.
 #include "dlock/backend.h"
+
+#include <cstdint>
+#include <utility>
 
 namespace dlock {
 namespace {
@@ -12,6 +16,8 @@ class DefaultAcquisition final : public Acquisition {
  public:
   DefaultAcquisition(Backend& backend, LeaseRequest request)
       : backend_(backend), request_(std::move(request)) {}
+  // The store's thread must never call a `wake` whose acquisition is gone.
+  ~DefaultAcquisition() override { StopNotify(); }
 
   Result<Attempt> Try() override {
     Result<Attempt> attempt = backend_.TryAcquire(request_);
@@ -26,7 +32,18 @@ class DefaultAcquisition final : public Acquisition {
     return backend_.WaitForRelease(request_.key, until, std::move(stop));
   }
 
+  bool Notify(std::function<void()> wake) override {
+    StopNotify();  // a handle whose wake ran: already gone, but be sure
+    notify_ = backend_.NotifyOnRelease(request_, std::move(wake));
+    return notify_ != 0;
+  }
+
+  void StopNotify() override {
+    if (notify_ != 0) backend_.StopNotifyOnRelease(std::exchange(notify_, 0));
+  }
+
   void Abandon() override {
+    StopNotify();
     // A single attempt that was answered took no place and no grant.
     if (maybe_granted_ || request_.queue_ttl > std::chrono::milliseconds(0)) {
       (void)backend_.Release(request_.key, request_.owner);
@@ -37,6 +54,7 @@ class DefaultAcquisition final : public Acquisition {
   Backend& backend_;
   const LeaseRequest request_;
   bool maybe_granted_ = false;
+  std::uint64_t notify_ = 0;  // NotifyOnRelease's handle, 0 if none
 };
 
 }  // namespace

@@ -15,9 +15,12 @@
 #ifndef DLOCK_TESTING_FAULTY_BACKEND_H_
 #define DLOCK_TESTING_FAULTY_BACKEND_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "dlock/backend.h"
 
@@ -101,6 +104,13 @@ class FaultyBackend final : public Backend {
   bool WaitForRelease(std::string_view key, TimePoint until,
                       std::stop_token stop) override {
     return inner_->WaitForRelease(key, until, stop);
+  }
+  std::uint64_t NotifyOnRelease(const LeaseRequest& request,
+                                std::function<void()> wake) override {
+    return inner_->NotifyOnRelease(request, std::move(wake));
+  }
+  void StopNotifyOnRelease(std::uint64_t handle) override {
+    inner_->StopNotifyOnRelease(handle);
   }
   std::string Describe() const override { return inner_->Describe(); }
   Status Ping() override { return inner_->Ping(); }

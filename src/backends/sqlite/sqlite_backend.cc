@@ -27,6 +27,7 @@
 
 #include "backends/sqlite/wal_watches.h"
 #include "core/duration.h"
+#include "backends/sqlite/wal_watcher.h"
 #include "core/fd.h"
 #include "dlock/sharing.h"
 
@@ -358,6 +359,22 @@ WHERE key >= :lo AND (:hi IS NULL OR key < :hi)
 ORDER BY key, seq
 )sql";
 
+// For the watcher of asynchronous waiters (wal_watcher.h), in one read
+// transaction: the holdings of `key` that count, then its live queue in
+// arrival order, read only as far as someone could be granted (the index
+// on (key, seq) serves the order: no sort, so stepping stops early). With
+// each row, how long until it stops counting.
+constexpr const char* kTurnHoldersSql = R"sql(
+SELECT owner, holder_limit, expires_at_ms + lock_delay_ms - :now_ms, expires_at_ms > :now_ms
+FROM dlock_holders
+WHERE key = :key AND boot_id = :boot AND expires_at_ms + lock_delay_ms > :now_ms
+)sql";
+constexpr const char* kTurnQueueSql = R"sql(
+SELECT owner, holder_limit, expires_at_ms - :now_ms FROM dlock_queue
+WHERE key = :key AND boot_id = :boot AND expires_at_ms > :now_ms
+ORDER BY seq
+)sql";
+
 constexpr const char* kStoredObjectsSql = R"sql(
 SELECT (SELECT count(*) FROM dlock_holders WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
      + (SELECT count(*) FROM dlock_queue WHERE key >= :lo AND (:hi IS NULL OR key < :hi))
@@ -608,10 +625,81 @@ Status ValidateAcquire(const LeaseRequest& request) {
   return Status::Ok();
 }
 
+// Judges registered waiters (TurnWaiter) as TryAcquire would, from a key's
+// counting holdings and then its live queue in order (kTurnHoldersSql,
+// kTurnQueueSql): a waiter is granted iff Admits(everyone before it). Once
+// one in the queue is not, nobody behind it is (it counts ahead of them,
+// with its limit), so the walk stops there: flat work per key however long
+// its queue, and only waiters that may be granted are woken.
+class TurnScan {
+ public:
+  explicit TurnScan(const std::vector<TurnWaiter>& waiters) : waiters_(waiters) {
+    for (std::size_t i = 0; i < waiters.size(); ++i) pending_.emplace(waiters[i].owner, i);
+  }
+
+  // A holding that counts, `lapse_ms` before it stops counting.
+  void Holding(const std::string& owner, std::uint32_t limit, std::int64_t lapse_ms, bool held) {
+    Lapses(lapse_ms);
+    auto [first, last] = pending_.equal_range(owner);
+    // An owner that holds the key is a retry whose reply was lost: granted
+    // again. One in its own lock-delay waits it out like everyone else.
+    for (auto it = first; held && it != last; ++it) verdict_.admitted.push_back(it->second);
+    pending_.erase(first, last);
+    Counts(limit);
+  }
+
+  // The next live place in the queue; false when it may not be granted.
+  bool Place(const std::string& owner, std::uint32_t limit, std::int64_t lapse_ms) {
+    Lapses(lapse_ms);
+    const bool admitted = dlock::Admits(ahead_, smallest_, limit);
+    auto [first, last] = pending_.equal_range(owner);
+    for (auto it = first; admitted && it != last; ++it) verdict_.admitted.push_back(it->second);
+    pending_.erase(first, last);
+    Counts(limit);
+    return admitted;
+  }
+
+  // `whole_queue`: every place was admitted. A waiter without a live place
+  // (it lapsed) then comes after all of them.
+  TurnVerdict End(bool whole_queue) {
+    for (const auto& [owner, i] : pending_) {
+      if (whole_queue && dlock::Admits(ahead_, smallest_, waiters_[i].limit)) {
+        verdict_.admitted.push_back(i);
+      }
+    }
+    return std::move(verdict_);
+  }
+
+ private:
+  void Counts(std::uint32_t limit) {
+    ++ahead_;
+    smallest_ = std::min(smallest_, limit);
+  }
+  // Any row read may stop counting without a write, and let a waiter in.
+  void Lapses(std::int64_t lapse_ms) {
+    const std::chrono::milliseconds lapse(std::max<std::int64_t>(0, lapse_ms));
+    if (!verdict_.lapse || lapse < *verdict_.lapse) verdict_.lapse = lapse;
+  }
+
+  const std::vector<TurnWaiter>& waiters_;
+  std::multimap<std::string, std::size_t, std::less<>> pending_;  // owner -> index, unjudged
+  std::size_t ahead_ = 0;
+  std::uint32_t smallest_ = kSharedLimit;
+  TurnVerdict verdict_;
+};
+
 class SqliteBackend final : public Backend {
  public:
   SqliteBackend(SqliteOptions options, DbHandle db)
-      : options_(std::move(options)), db_(std::move(db)), wal_watches_(options_.path + "-wal") {}
+      : options_(std::move(options)),
+        db_(std::move(db)),
+        wal_watches_(options_.path + "-wal"),
+        watcher_(
+            options_.path + "-wal",
+            [this](std::string_view key, const std::vector<TurnWaiter>& waiters) {
+              return JudgeTurns(key, waiters);
+            },
+            [this] { return CommittedSinceLastLook(); }) {}
 
   // Everything Open does once the file is known to be openable.
   Status Init(std::string_view what);
@@ -623,6 +711,10 @@ class SqliteBackend final : public Backend {
   std::string Describe() const override { return "sqlite://" + options_.path; }
   Status Ping() override;
   bool WaitForRelease(std::string_view key, TimePoint until, std::stop_token stop) override;
+  std::uint64_t NotifyOnRelease(const LeaseRequest& request,
+                                std::function<void()> wake) override;
+  void StopNotifyOnRelease(std::uint64_t handle) override { watcher_.Remove(handle); }
+  std::size_t PendingNotifications() const { return watcher_.Registered(); }
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
@@ -689,6 +781,10 @@ class SqliteBackend final : public Backend {
   // not, *expiry_ms is how long until the first holding that blocks it
   // lapses (-1: none does; only a write can change the answer).
   Result<bool> MayTakeNow(std::string_view key, std::int64_t* expiry_ms);
+  // The watcher's check (WalWatcher::Check) and its gate
+  // (WalWatcher::Committed).
+  Result<TurnVerdict> JudgeTurns(std::string_view key, const std::vector<TurnWaiter>& waiters);
+  bool CommittedSinceLastLook();
   BootTime StoreNow() const {
     return options_.store_clock ? options_.store_clock() : ReadBootTime();
   }
@@ -709,6 +805,7 @@ class SqliteBackend final : public Backend {
   StmtHandle enqueue_, purge_queue_, dequeue_;
   StmtHandle held_by_owner_, mark_done_, is_done_, expire_done_;
   StmtHandle record_break_, expire_breaks_, breaks_;
+  StmtHandle read_begin_, turn_holders_, turn_queue_, data_version_;
   StmtHandle ping_;  // prepared on first use
   std::int64_t pings_ = 0;
   // Owners of this connection waiting in each key's queue, with the limit
@@ -717,6 +814,11 @@ class SqliteBackend final : public Backend {
   std::map<std::string, std::map<std::string, std::uint32_t>, std::less<>> waiting_;
   // What WaitForRelease watches the -wal file with.
   WalWatches wal_watches_;
+  // What CommittedSinceLastLook saw: PRAGMA data_version (others' commits)
+  // and sqlite3_total_changes (this connection's).
+  std::pair<std::int64_t, std::int64_t> seen_version_{-1, -1};
+  // Last: its thread, which uses everything above, ends first.
+  WalWatcher watcher_;
 };
 
 Status SqliteBackend::Prepare(const char* sql, StmtHandle* out, std::string_view what) {
@@ -866,6 +968,10 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kRecordBreakSql, &record_break_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kExpireBreaksSql, &expire_breaks_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kBreaksSql, &breaks_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare("BEGIN", &read_begin_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kTurnHoldersSql, &turn_holders_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kTurnQueueSql, &turn_queue_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare("PRAGMA data_version", &data_version_, what));
   return Status::Ok();
 }
 
@@ -1113,6 +1219,61 @@ bool SqliteBackend::WaitForRelease(std::string_view key, TimePoint until, std::s
       recheck_us = recheck_us >= 12'800 ? 0 : recheck_us * 2;
     }
   }
+}
+
+std::uint64_t SqliteBackend::NotifyOnRelease(const LeaseRequest& request,
+                                             std::function<void()> wake) {
+  // As WaitForRelease: a test that drives the store clock also drives the
+  // core's, which a watcher waiting in real time would not follow.
+  if (options_.store_clock) return 0;
+  return watcher_.Add(request.key, TurnWaiter{request.owner.ToString(), request.limit},
+                      std::move(wake));
+}
+
+Result<TurnVerdict> SqliteBackend::JudgeTurns(std::string_view key,
+                                              const std::vector<TurnWaiter>& waiters) {
+  auto what = [&] { return "check the waiters for " + std::string(key); };
+  std::lock_guard lock(mu_);
+  // A deferred transaction that only reads: one snapshot for both queries.
+  WriteTransaction txn = WriteTransaction(db_.get(), read_begin_.get(), commit_.get(),
+                                          rollback_.get());
+  int rc = txn.Begin();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
+  const BootTime now = StoreNow();
+  auto limit = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+  TurnScan scan(waiters);
+  {
+    Query holders(turn_holders_.get());
+    holders.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    while ((rc = holders.Step()) == SQLITE_ROW) {
+      scan.Holding(holders.Text(0), limit(holders.Int(1)), holders.Int(2), holders.Int(3) != 0);
+    }
+    if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
+  }
+  bool whole_queue = true;
+  {
+    Query queue(turn_queue_.get());
+    queue.Bind(":key", key).Bind(":boot", now.boot_id).Bind(":now_ms", now.now_ms);
+    while ((rc = queue.Step()) == SQLITE_ROW) {
+      if (!scan.Place(queue.Text(0), limit(queue.Int(1)), queue.Int(2))) {
+        whole_queue = false;
+        break;
+      }
+    }
+    if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
+  }
+  rc = txn.Commit();
+  if (IsError(rc)) return FromSqlite(rc, db_.get(), what());
+  return scan.End(whole_queue);
+}
+
+bool SqliteBackend::CommittedSinceLastLook() {
+  std::lock_guard lock(mu_);
+  Query query(data_version_.get());
+  if (query.Step() != SQLITE_ROW) return true;  // cannot tell: look
+  const std::pair<std::int64_t, std::int64_t> seen{query.Int(0),
+                                                   sqlite3_total_changes(db_.get())};
+  return std::exchange(seen_version_, seen) != seen;
 }
 
 Result<bool> SqliteBackend::IsDone(std::string_view key) {
@@ -1458,6 +1619,11 @@ Result<std::uint64_t> SqliteBackend::StoredObjects(std::string_view prefix) {
 }
 
 }  // namespace
+
+std::size_t PendingNotifications(Backend& backend) {
+  auto* sqlite = dynamic_cast<SqliteBackend*>(&backend);
+  return sqlite != nullptr ? sqlite->PendingNotifications() : 0;
+}
 
 BootTime ReadBootTime() {
   // The boot id cannot change while this process lives, so read it once. If

@@ -18,11 +18,16 @@
 // URI: sqlite:///absolute/path/locks.db[?synchronous=full|normal|off]
 //                                     [&busy_timeout=5s]
 //
+// Waiting: a thread blocked in Acquire waits on an inotify watch of the
+// -wal file of its own (WaitForRelease); asynchronous waiters share one
+// thread per backend, made when first needed (wal_watcher.h).
+//
 // Thread-safety: the backend is thread-safe (one connection, one mutex).
 #ifndef DLOCK_SRC_BACKENDS_SQLITE_SQLITE_BACKEND_H_
 #define DLOCK_SRC_BACKENDS_SQLITE_SQLITE_BACKEND_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +68,11 @@ Result<SqliteOptions> OptionsFromUri(const internal::Uri& uri);
 // the directory is missing or unwritable or the file is not a SQLite
 // database, with the path and the reason in the message.
 Result<std::unique_ptr<Backend>> Open(const SqliteOptions& options);
+
+// For tests: how many asynchronous waiters `backend` (an SQLite backend;
+// 0 for any other) has asked to be woken and were neither woken nor
+// stopped.
+std::size_t PendingNotifications(Backend& backend);
 
 }  // namespace dlock::sqlite
 
