@@ -114,7 +114,12 @@ void Listener::BeforeAttempt(const Waiter& waiter) {
     channels_[channel].last_used = SteadyClock::now();
   }
   wait.seen = key->second.seq;
+  wait.attempt_listened = listening;
   wait.wake_at = SteadyTime::max();
+  // The core does not try while a wake-up is arranged; should it, the
+  // attempt supersedes it.
+  wait.wake = nullptr;
+  wait.wake_when_listening = false;
 }
 
 void Listener::AfterRefused(const Waiter& waiter) {
@@ -137,6 +142,7 @@ void Listener::Forget(const Waiter& waiter) {
     waits.erase(wait);
   }
   if (waits.empty()) keys_.erase(key);
+  DropReadyLocked(waiter.id);
 }
 
 bool Listener::Listening(std::uint64_t key_hash) {
@@ -183,6 +189,120 @@ bool Listener::Wait(const Waiter& waiter, SteadyTime until, std::stop_token stop
   }
 }
 
+bool Listener::Notify(const Waiter& waiter, std::function<void()> wake) {
+  const int channel = ChannelOf(waiter.key_hash);
+  std::lock_guard lock(mu_);
+  auto key = keys_.find(waiter.key_hash);
+  if (key == keys_.end()) return false;
+  auto found = key->second.waits.find(waiter.id);
+  if (found == key->second.waits.end()) return false;
+  WaitState& wait = found->second;
+  // Armed, on a channel LISTENed since the attempt began: whatever named
+  // this owner since then moved the key's seq. Otherwise a release may have
+  // gone unheard: arm, and have the core try again once the channel is
+  // LISTENed.
+  const bool covered = wait.armed && wait.attempt_listened;
+  if (!wait.armed) {
+    ArmLocked(key->second, wait, channel);
+    channels_[channel].last_used = SteadyClock::now();
+    StartThreadLocked();
+  }
+  if (outage_) {
+    WakeThread();  // reconnect soon; meanwhile the core polls
+    return false;
+  }
+  wait.wake = std::move(wake);
+  if (!healthy_ || !channels_[channel].listening) {
+    wait.wake_when_listening = true;  // the thread connects or LISTENs first
+    WakeThread();
+    return true;
+  }
+  if (!covered || key->second.seq != wait.seen || wait.wake_at <= SteadyClock::now()) {
+    ReadyLocked(waiter.id, wait);
+  } else if (wait.wake_at != SteadyTime::max()) {
+    timed_.emplace(wait.wake_at, std::pair(waiter.key_hash, waiter.id));
+    WakeThread();  // to wake at it
+  }
+  return true;
+}
+
+void Listener::StopNotify(const Waiter& waiter) {
+  std::lock_guard lock(mu_);
+  if (WaitState* wait = FindLocked(waiter.key_hash, waiter.id)) {
+    wait->wake = nullptr;
+    wait->wake_when_listening = false;
+  }
+  DropReadyLocked(waiter.id);
+}
+
+std::size_t Listener::PendingWakes() {
+  std::lock_guard lock(mu_);
+  std::size_t n = ready_.size();
+  for (const auto& [hash, key] : keys_) {
+    for (const auto& [id, wait] : key.waits) n += wait.wake ? 1 : 0;
+  }
+  return n;
+}
+
+Listener::WaitState* Listener::FindLocked(std::uint64_t key_hash, std::uint64_t id) {
+  auto key = keys_.find(key_hash);
+  if (key == keys_.end()) return nullptr;
+  auto wait = key->second.waits.find(id);
+  return wait == key->second.waits.end() ? nullptr : &wait->second;
+}
+
+void Listener::ReadyLocked(std::uint64_t id, WaitState& wait) {
+  if (!wait.wake) return;
+  ready_.push_back({id, std::move(wait.wake)});
+  wait.wake = nullptr;
+  wait.wake_when_listening = false;
+  // The thread runs what it readied before it next sleeps.
+  if (std::this_thread::get_id() != thread_.get_id()) WakeThread();
+}
+
+void Listener::ReadyAllLocked() {
+  for (auto& [hash, key] : keys_) {
+    for (auto& [id, wait] : key.waits) ReadyLocked(id, wait);
+  }
+}
+
+void Listener::ReadyListeningLocked() {
+  if (!healthy_) return;
+  for (auto& [hash, key] : keys_) {
+    if (!channels_[ChannelOf(hash)].listening) continue;
+    for (auto& [id, wait] : key.waits) {
+      if (wait.wake_when_listening) ReadyLocked(id, wait);
+    }
+  }
+}
+
+SteadyTime Listener::ReadyDueLocked(SteadyTime now) {
+  while (!timed_.empty() && timed_.begin()->first <= now) {
+    const auto [hash, id] = timed_.begin()->second;
+    timed_.erase(timed_.begin());
+    WaitState* wait = FindLocked(hash, id);
+    if (wait != nullptr && wait->wake_at <= now) ReadyLocked(id, *wait);
+  }
+  return timed_.empty() ? SteadyTime::max() : timed_.begin()->first;
+}
+
+void Listener::DropReadyLocked(std::uint64_t id) {
+  std::erase_if(ready_, [id](const Ready& r) { return r.id == id; });
+}
+
+void Listener::RunReady() {
+  for (;;) {
+    std::function<void()> wake;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || ready_.empty()) return;
+      wake = std::move(ready_.front().wake);
+      ready_.pop_front();
+    }
+    wake();
+  }
+}
+
 bool Listener::Arm(const Waiter& waiter) {
   const int channel = ChannelOf(waiter.key_hash);
   {
@@ -193,13 +313,16 @@ bool Listener::Arm(const Waiter& waiter) {
     if (wait == key->second.waits.end()) return false;
     ArmLocked(key->second, wait->second, channel);
     channels_[channel].last_used = SteadyClock::now();
-    if (!thread_started_) {
-      thread_started_ = true;
-      thread_ = std::thread([this] { Run(); });
-    }
+    StartThreadLocked();
     if (healthy_ && channels_[channel].listening) return true;
   }
   return ListenOn(waiter.key_hash);
+}
+
+void Listener::StartThreadLocked() {
+  if (thread_started_) return;
+  thread_started_ = true;
+  thread_ = std::thread([this] { Run(); });
 }
 
 bool Listener::ListenOn(std::uint64_t key_hash) {
@@ -228,10 +351,22 @@ bool Listener::ListenOn(std::uint64_t key_hash) {
   DispatchLocked();
   std::lock_guard lock(mu_);
   channels_[channel].listening = healthy_;
+  ReadyListeningLocked();
   return healthy_;
 }
 
 bool Listener::ConnectLocked(SteadyTime deadline) {
+  if (TryConnectLocked(deadline)) return true;
+  {
+    std::lock_guard lock(mu_);
+    outage_ = true;
+    // Those told to wait for this connection poll instead.
+    ReadyAllLocked();
+  }
+  return false;
+}
+
+bool Listener::TryConnectLocked(SteadyTime deadline) {
   auto conn = Connect(info_, deadline, where_);
   if (!conn.ok()) return false;
   std::string sql;
@@ -253,10 +388,12 @@ bool Listener::ConnectLocked(SteadyTime deadline) {
   {
     std::lock_guard lock(mu_);
     healthy_ = true;
+    outage_ = false;
     for (int c : armed) channels_[c].listening = true;
     // Whatever was sent while there was no connection is lost: everybody
     // looks again.
     for (auto& [hash, key] : keys_) key.seq++;
+    ReadyAllLocked();
   }
   cv_.notify_all();
   DispatchLocked();
@@ -268,8 +405,10 @@ void Listener::DropConnectionLocked() {
   {
     std::lock_guard lock(mu_);
     healthy_ = false;
+    outage_ = true;
     for (Channel& c : channels_) c.listening = false;
     for (auto& [hash, key] : keys_) key.seq++;
+    ReadyAllLocked();
   }
   cv_.notify_all();
   WakeThread();
@@ -314,14 +453,48 @@ void Listener::DispatchLocked() {
         if (wait.owner == owner) {
           wait.wake_at = expiry;
           woke = true;
+          if (wait.wake) {
+            timed_.emplace(expiry, std::pair(hash, id));
+            WakeThread();  // to sleep no later than it
+          }
         }
       }
     } else if (owner.empty() || key->second.owners.count(owner) > 0) {
       key->second.seq++;
       woke = true;
+      // Only the owner named (or, naming nobody, all): the others' turn has
+      // not come.
+      for (auto& [id, wait] : key->second.waits) {
+        if (owner.empty() || wait.owner == owner) ReadyLocked(id, wait);
+      }
     }
   }
   if (woke) cv_.notify_all();
+}
+
+void Listener::ListenArmedLocked() {
+  std::string sql;
+  std::vector<int> pending;
+  {
+    std::lock_guard lock(mu_);
+    if (!healthy_) return;
+    for (int c = 0; c < kChannels; ++c) {
+      if (channels_[c].armed > 0 && !channels_[c].listening) {
+        pending.push_back(c);
+        sql += "LISTEN \"" + ChannelName(table_, static_cast<std::uint64_t>(c)) + "\";";
+      }
+    }
+  }
+  if (sql.empty()) return;
+  if (PQsendQuery(conn_.get(), sql.c_str()) == 0 ||
+      !Await(conn_.get(), SteadyClock::now() + connect_timeout_, "listen", where_).ok()) {
+    DropConnectionLocked();
+    return;
+  }
+  DispatchLocked();
+  std::lock_guard lock(mu_);
+  for (int c : pending) channels_[c].listening = healthy_;
+  ReadyListeningLocked();
 }
 
 void Listener::UnlistenIdleLocked() {
@@ -383,6 +556,7 @@ void Listener::Run() {
           backoff = std::min(backoff * 2, kMaxBackoff);
         }
       }
+      if (conn_) ListenArmedLocked();  // first Notify() waits on a channel
       if (conn_) UnlistenIdleLocked();
       now = SteadyClock::now();
       if (conn_) {
@@ -392,6 +566,11 @@ void Listener::Run() {
         wake_at = want ? std::max(next_connect, now) : now + kIdleTick;
       }
     }
+    {
+      std::lock_guard lock(mu_);
+      wake_at = std::min(wake_at, ReadyDueLocked(SteadyClock::now()));
+    }
+    RunReady();  // outside every lock: a callback may call the listener
     if (fd >= 0) {
       PollFd(fd, POLLIN, wake_at, wake_fd_);
     } else {

@@ -25,6 +25,15 @@
 // polls instead; when it comes back every waiter is woken to check again,
 // since notifications sent meanwhile are lost.
 //
+// Notify() is Wait() without a thread (Acquisition::Notify): the same
+// checks, but instead of blocking it leaves a callback on the waiter's
+// state, which that thread runs, outside the listener's locks, when Wait()
+// would have returned. It is targeted: a notification naming an owner runs
+// only that owner's callbacks (Wait() wakes every waiter of the key in this
+// process and lets them check), so a thousand pending acquisitions of one
+// key cost one attempt per hand-off. A waiter's first wait on a channel
+// needs no synchronous LISTEN either: the thread LISTENs, then runs it.
+//
 // Each waiting acquisition is one Waiter, named by an id from NewWaiterId():
 // its calls may come from any thread, one after the other.
 //
@@ -36,12 +45,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backends/postgres/pg_util.h"
 
@@ -81,9 +94,18 @@ class Listener {
   void Forget(const Waiter& waiter);
   // Acquisition::Wait: see the comment at the top.
   bool Wait(const Waiter& waiter, SteadyTime until, std::stop_token stop);
+  // Acquisition::Notify: `wake` runs once, on the listener's thread, when
+  // Wait() would have returned (never inside this call). False, with
+  // nothing registered, while the connection is down (the core polls) or
+  // for a waiter forgotten or never refused.
+  bool Notify(const Waiter& waiter, std::function<void()> wake);
+  // Drops what Notify() arranged, unless its callback already runs.
+  void StopNotify(const Waiter& waiter);
 
   // For tests: the channel is LISTENed on a live connection.
   bool Listening(std::uint64_t key_hash);
+  // For tests: callbacks registered or due to run.
+  std::size_t PendingWakes();
 
  private:
   struct WaitState {
@@ -93,6 +115,11 @@ class Listener {
     // When the lease granted to somebody else since the last attempt is due
     // to expire (a grant's notification to the next in line).
     SteadyTime wake_at = SteadyTime::max();
+    // The channel was LISTENed when the last attempt began: only then is
+    // the attempt covered from its start.
+    bool attempt_listened = false;
+    std::function<void()> wake;        // Notify()'s, until run or dropped
+    bool wake_when_listening = false;  // ... once the channel is LISTENed
   };
   struct KeyState {
     std::uint64_t seq = 0;  // relevant notifications so far
@@ -105,15 +132,38 @@ class Listener {
     std::chrono::steady_clock::time_point last_used{};
   };
 
+  // A callback due to run on the thread, by Waiter::id.
+  struct Ready {
+    std::uint64_t id = 0;
+    std::function<void()> wake;
+  };
+
   // Makes the waiter's wait armed and its channel LISTENed.
   bool Arm(const Waiter& waiter);
   // With mu_ held: counts the wait as armed on its channel.
   void ArmLocked(KeyState& state, WaitState& wait, int channel);
+  void StartThreadLocked();
+  // With mu_ held: the waiter's state, or null.
+  WaitState* FindLocked(std::uint64_t key_hash, std::uint64_t id);
+  // With mu_ held: hands the wait's callback, if any, to the thread.
+  void ReadyLocked(std::uint64_t id, WaitState& wait);
+  // ... every callback (the connection was lost or is back).
+  void ReadyAllLocked();
+  // ... the callbacks whose channel's LISTEN is now in place.
+  void ReadyListeningLocked();
+  // ... those whose wake_at has come; returns the next wake_at.
+  SteadyTime ReadyDueLocked(SteadyTime now);
+  void DropReadyLocked(std::uint64_t id);
+  // On the thread, outside every lock.
+  void RunReady();
+  // With conn_mu_ held: LISTENs armed channels not yet LISTENed.
+  void ListenArmedLocked();
   // LISTENs on the key's channel, connecting first if needed.
   bool ListenOn(std::uint64_t key_hash);
   void Run();
   // With conn_mu_ held.
   bool ConnectLocked(SteadyTime deadline);
+  bool TryConnectLocked(SteadyTime deadline);  // ConnectLocked but for a failure
   void DropConnectionLocked();
   void DispatchLocked();
   void UnlistenIdleLocked();
@@ -134,10 +184,17 @@ class Listener {
   std::condition_variable_any cv_;
   bool stopping_ = false;
   bool healthy_ = false;  // conn_ is up and its LISTENs are in place
+  // The last connection attempt failed or the connection was lost, and no
+  // new one is up: Notify() says so rather than promise a wake-up.
+  bool outage_ = false;
   bool thread_started_ = false;
   std::uint64_t next_waiter_id_ = 1;
   std::unordered_map<std::uint64_t, KeyState> keys_;
   std::array<Channel, kChannels> channels_{};
+  std::deque<Ready> ready_;
+  // Notify()'s waits told of a lease's expiry: (wake_at, key hash, id).
+  // Entries go stale (the wait moved on) and are checked when due.
+  std::multimap<SteadyTime, std::pair<std::uint64_t, std::uint64_t>> timed_;
   std::thread thread_;
 };
 

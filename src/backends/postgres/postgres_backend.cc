@@ -263,6 +263,9 @@ class PostgresAcquisition final : public Acquisition {
 
   Result<Attempt> Try() override;
   bool Wait(TimePoint until, std::stop_token stop) override;
+  // Wait's callback form, over the same listener (Listener::Notify).
+  bool Notify(std::function<void()> wake) override;
+  void StopNotify() override;
   void Abandon() override;
 
  private:
@@ -574,6 +577,15 @@ Result<Attempt> PostgresAcquisition::Try() {
 bool PostgresAcquisition::Wait(TimePoint until, std::stop_token stop) {
   if (!waiting() || granted_) return false;
   return backend_.WaitFor(waiter_, until, std::move(stop));
+}
+
+bool PostgresAcquisition::Notify(std::function<void()> wake) {
+  if (!waiting() || granted_) return false;
+  return backend_.listener_.Notify(waiter_, std::move(wake));
+}
+
+void PostgresAcquisition::StopNotify() {
+  if (waiting()) backend_.listener_.StopNotify(waiter_);
 }
 
 void PostgresAcquisition::Abandon() {
