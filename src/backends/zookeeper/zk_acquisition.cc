@@ -66,6 +66,8 @@ class ZkAcquisition final : public Acquisition {
 
   Result<Attempt> Try() override;
   bool Wait(TimePoint until, std::stop_token stop) override;
+  bool Notify(std::function<void()> wake) override;
+  void StopNotify() override;
   void Abandon() override;
 
  private:
@@ -84,6 +86,9 @@ class ZkAcquisition final : public Acquisition {
   void Withdraw(const Live& live);
   void Leave(const Live& live, const Contender::Standing& was);
   void ForgetNode();
+  // Sets the watches of a queued contender not yet watching (mu held by
+  // `lock`, released while the requests go out).
+  void ArmLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Session>& s);
 
   const std::shared_ptr<ZooKeeperBackendImpl> m_;
   const std::shared_ptr<Contender> c_;
@@ -116,7 +121,10 @@ ZkAcquisition::ZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m, const Leas
 
 ZkAcquisition::~ZkAcquisition() {
   if (!invalid_.ok()) return;
+  std::function<void()> wake;  // dropped outside mu
   std::lock_guard lock(m_->mu);
+  // A watch's answer may still hold the contender: it must find no wake-up.
+  wake = std::exchange(c_->wake, nullptr);
   m_->contenders.erase(c_);
   // Dropped without Abandon: a waiter that died. Its node lapses with its
   // place, queue_ttl after its last attempt.
@@ -408,24 +416,58 @@ bool ZkAcquisition::Wait(TimePoint until, std::stop_token stop) {
   if (q == nullptr) return false;  // not queued: the core polls
   if (q->armed && ReadyToTry(*c_)) return true;  // what it watched went: look again
   std::shared_ptr<Session> s = m_->session;
-  if (!q->armed) {
-    q->armed = true;
-    const Watch watch = q->watch;
-    lock.unlock();
-    m_->ArmWatches(s, c_, watch);
-    lock.lock();
-  }
+  ArmLocked(lock, s);
   auto ready = [&] { return m_->session != s || s->dead() || ReadyToTry(*c_); };
   m_->cv.wait_for(lock, stop, m_->Left(until), ready);
   return true;
+}
+
+void ZkAcquisition::ArmLocked(std::unique_lock<std::mutex>& lock,
+                              const std::shared_ptr<Session>& s) {
+  auto* q = std::get_if<Contender::Queued>(&c_->standing);
+  if (q == nullptr || q->armed) return;
+  q->armed = true;
+  const Watch watch = q->watch;
+  lock.unlock();
+  m_->ArmWatches(s, c_, watch);
+  lock.lock();
+}
+
+// Wait's callback twin: the same watches, and `wake` registered where the
+// events that would end a Wait find it. What a Wait would have returned at
+// once for (its watch already fired, the place lapsed, a new session, the
+// head) is still a wake-up, but the keeper's: never on this thread.
+bool ZkAcquisition::Notify(std::function<void()> wake) {
+  if (!invalid_.ok()) return false;
+  std::unique_lock lock(m_->mu);
+  std::shared_ptr<Session> s = m_->session;
+  if (c_->gen == m_->gen && s && !s->dead()) ArmLocked(lock, s);
+  // Registered after the watches are set: an answer that came meanwhile
+  // changed the standing, which WakeDueLocked reads below, so it is not lost.
+  c_->wake = std::move(wake);
+  if (!std::holds_alternative<Contender::Queued>(c_->standing) ||
+      m_->WakeDueLocked(*c_, m_->Now())) {
+    m_->wake_soon = true;  // now, or at a lock-delay's end (the keeper's sleep)
+    m_->keeper_cv.notify_all();
+  }
+  return true;
+}
+
+void ZkAcquisition::StopNotify() {
+  if (!invalid_.ok()) return;
+  std::function<void()> wake;  // dropped outside mu
+  std::lock_guard lock(m_->mu);
+  wake = std::exchange(c_->wake, nullptr);
 }
 
 void ZkAcquisition::Abandon() {
   if (!invalid_.ok()) return;
   Contender::Standing was;
   std::uint64_t gen;
+  std::function<void()> wake;  // dropped outside mu
   {
     std::lock_guard lock(m_->mu);
+    wake = std::exchange(c_->wake, nullptr);
     was = std::exchange(c_->standing, Contender::Abandoned{});
     c_->expires_at = TimePoint{};
     gen = c_->gen;
@@ -469,7 +511,8 @@ std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendIm
 }
 
 // ---------------------------------------------------------------------------
-// Watches of queued contenders, on the completion thread
+// Watches of queued contenders, and the Notify wake-ups they call, on the
+// completion thread
 
 bool ZooKeeperBackendImpl::ContenderEventLocked(Contender& c, int type, const std::string& path,
                                                 bool* look) {
@@ -499,11 +542,34 @@ void ZooKeeperBackendImpl::LookOnEvent(const std::shared_ptr<Session>& s,
     auto c = weak.lock();
     if (!c || r.rc != ZOK) return;
     const std::vector<LockNode> sorted = SortedContenders(r.children);
-    std::lock_guard lock(mu);
-    if (!std::holds_alternative<Contender::Queued>(c->standing)) return;
-    (void)ApplyLook(*c, sorted, r.stat);  // our node gone: the waiter's next look sees it
-    cv.notify_all();
+    Wakes wakes;
+    {
+      std::lock_guard lock(mu);
+      if (!std::holds_alternative<Contender::Queued>(c->standing)) return;
+      (void)ApplyLook(*c, sorted, r.stat);  // our node gone: the waiter's next look sees it
+      cv.notify_all();
+      TakeWakeLocked(*c, Now(), wakes);
+    }
+    RunWakes(wakes);
   });
+}
+
+bool ZooKeeperBackendImpl::WakeDueLocked(const Contender& c, TimePoint now) const {
+  if (!c.wake) return false;
+  if (c.gen != gen || !session || session->dead()) return true;  // it starts over
+  if (const auto* head = std::get_if<Contender::AtHead>(&c.standing)) {
+    return head->delay_until <= now;
+  }
+  return ReadyToTry(c);
+}
+
+void ZooKeeperBackendImpl::TakeWakeLocked(Contender& c, TimePoint now, Wakes& out) {
+  if (WakeDueLocked(c, now)) out.push_back(std::exchange(c.wake, nullptr));
+}
+
+void ZooKeeperBackendImpl::RunWakes(Wakes& wakes) {
+  for (auto& wake : wakes) wake();
+  wakes.clear();
 }
 
 void ZooKeeperBackendImpl::ArmWatches(const std::shared_ptr<Session>& s,
@@ -514,12 +580,17 @@ void ZooKeeperBackendImpl::ArmWatches(const std::shared_ptr<Session>& s,
       auto c = weak.lock();
       if (!c) return;
       const std::vector<LockNode> sorted = SortedContenders(r.children);
-      std::lock_guard lock(mu);
-      auto* q = std::get_if<Contender::Queued>(&c->standing);
-      if (q == nullptr || !std::holds_alternative<WatchChildren>(q->watch)) return;
-      // Not set, or our node is gone: the waiter's next attempt looks.
-      if (r.rc != ZOK || ApplyLook(*c, sorted, r.stat) == LookResult::kNodeGone) q->armed = false;
-      cv.notify_all();
+      Wakes wakes;
+      {
+        std::lock_guard lock(mu);
+        auto* q = std::get_if<Contender::Queued>(&c->standing);
+        if (q == nullptr || !std::holds_alternative<WatchChildren>(q->watch)) return;
+        // Not set, or our node is gone: the waiter's next attempt looks.
+        if (r.rc != ZOK || ApplyLook(*c, sorted, r.stat) == LookResult::kNodeGone) q->armed = false;
+        cv.notify_all();
+        TakeWakeLocked(*c, Now(), wakes);
+      }
+      RunWakes(wakes);
     });
     return;
   }
@@ -530,15 +601,20 @@ void ZooKeeperBackendImpl::ArmWatches(const std::shared_ptr<Session>& s,
     (void)s->Exists(path, true, [this, weak, path](const Reply& r) {
       auto c = weak.lock();
       if (!c) return;
-      std::lock_guard lock(mu);
-      auto* q = std::get_if<Contender::Queued>(&c->standing);
-      if (q == nullptr || !Watches(*q, path)) return;  // no longer ahead of us
-      if (r.rc == ZNONODE) {
-        (void)AheadGone(*c, path);  // gone before the watch was set
-      } else if (r.rc != ZOK) {
-        q->armed = false;  // not set: the next wait tries again
+      Wakes wakes;
+      {
+        std::lock_guard lock(mu);
+        auto* q = std::get_if<Contender::Queued>(&c->standing);
+        if (q == nullptr || !Watches(*q, path)) return;  // no longer ahead of us
+        if (r.rc == ZNONODE) {
+          (void)AheadGone(*c, path);  // gone before the watch was set
+        } else if (r.rc != ZOK) {
+          q->armed = false;  // not set: the next wait tries again
+        }
+        cv.notify_all();
+        TakeWakeLocked(*c, Now(), wakes);
       }
-      cv.notify_all();
+      RunWakes(wakes);
     });
   }
 }

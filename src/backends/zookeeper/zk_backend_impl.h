@@ -148,6 +148,17 @@ struct ZooKeeperBackendImpl {
   // Sets the watches of queued `c` on the store (armed beforehand).
   void ArmWatches(const std::shared_ptr<Session>& s, const std::shared_ptr<Contender>& c,
                   const Watch& watch);
+  // Notify's wake-ups, taken under mu and called after it is released (a
+  // wake-up may call back into the acquisition's owner, which may call
+  // StopNotify).
+  using Wakes = std::vector<std::function<void()>>;
+  // Whether `c` has a wake-up registered and another Try may succeed now:
+  // what it watched went (ReadyToTry), its place lapsed, its session is
+  // gone, or it is at the head with no lock-delay left at `now`.
+  bool WakeDueLocked(const Contender& c, TimePoint now) const;
+  // Moves `c`'s wake-up into `out` when it is due.
+  void TakeWakeLocked(Contender& c, TimePoint now, Wakes& out);
+  static void RunWakes(Wakes& wakes);
   // For a contender AtHead: how long lock-delays left by lost holdings
   // still keep the key (zero: none; then our own marker, if we carry a
   // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
@@ -223,6 +234,9 @@ struct ZooKeeperBackendImpl {
   std::map<std::string, TimePoint> emptied_paths;
   std::deque<std::pair<TimePoint, std::string>> emptied_order;
   bool heartbeat_now = false;
+  // A Notify the watches will not answer (something to try already, or a
+  // lock-delay to wait out): the keeper looks at the wake-ups at once.
+  bool wake_soon = false;
   TimePoint last_heartbeat{};
   TimePoint keeper_next{};  // when the keeper, asleep, plans to wake
   std::jthread keeper;      // last: started in the constructor body
@@ -237,6 +251,7 @@ struct ZooKeeperBackendImpl {
   // zk_keeper.cc
   void CollectFinishedDeletesLocked(TimePoint now);
   void CollectExpiredLocked(TimePoint now);
+  Wakes TakeDueWakesLocked(TimePoint now);
   std::vector<Reap> TakeDueReapsLocked(TimePoint now);
   bool OwnerStillThereLocked(const Reap& r) const;
   void RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g, bool connected,

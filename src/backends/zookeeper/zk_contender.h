@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -138,6 +139,10 @@ struct Contender {
   std::uint64_t gen = 0;   // the session `standing` refers to
   TimePoint expires_at{};  // the keeper deletes our node after this
   Standing standing = NoNode{};
+  // Acquisition::Notify's wake-up, until it is called (by a watch's event,
+  // a session's end or the keeper), dropped by StopNotify, or the
+  // acquisition ends.
+  std::function<void()> wake;
 
   std::string PathOf(std::string_view node) const { return lock_path + "/" + std::string(node); }
   const OwnNode* Node() const;

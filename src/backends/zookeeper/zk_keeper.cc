@@ -1,6 +1,7 @@
-// The keeper thread: the session's heartbeat, and the deletion ("reaping")
-// of nodes whose lease or queue place ran out while the session lives on,
-// or whose delete could not be confirmed.
+// The keeper thread: the session's heartbeat, the deletion ("reaping") of
+// nodes whose lease or queue place ran out while the session lives on, or
+// whose delete could not be confirmed, and the wake-ups (Notify) no watch
+// will give: a lapsed place, a head, the end of a lock-delay.
 #include <utility>
 
 #include "backends/zookeeper/zk_backend_impl.h"
@@ -63,6 +64,7 @@ void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
     const TimePoint now = Now();
     CollectFinishedDeletesLocked(now);
     CollectExpiredLocked(now);
+    Wakes wakes = TakeDueWakesLocked(now);
     std::vector<Reap> due = TakeDueReapsLocked(now);
     std::shared_ptr<Session> s = session;
     const std::uint64_t g = gen;
@@ -77,6 +79,7 @@ void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
     }
     lock.unlock();
 
+    RunWakes(wakes);
     if (beat) (void)s->Multi({Heartbeat()});  // its answer moves heard_at
     RunReaps(s, g, connected, std::move(due));
     s.reset();
@@ -126,6 +129,13 @@ void ZooKeeperBackendImpl::CollectExpiredLocked(TimePoint now) {
       cv.notify_all();  // a Wait on it returns: there is nothing left to watch
     }
   }
+}
+
+ZooKeeperBackendImpl::Wakes ZooKeeperBackendImpl::TakeDueWakesLocked(TimePoint now) {
+  wake_soon = false;
+  Wakes wakes;
+  for (const auto& c : contenders) TakeWakeLocked(*c, now, wakes);
+  return wakes;
 }
 
 std::vector<Reap> ZooKeeperBackendImpl::TakeDueReapsLocked(TimePoint now) {
@@ -190,14 +200,17 @@ void ZooKeeperBackendImpl::SleepLocked(std::unique_lock<std::mutex>& lock, std::
   for (const auto& [k, h] : holdings) next = std::min(next, h->expires_at);
   for (const auto& c : contenders) {
     if (c->expires_at != TimePoint{}) next = std::min(next, c->expires_at);
+    const auto* head = std::get_if<Contender::AtHead>(&c->standing);
+    if (c->wake && head != nullptr) next = std::min(next, head->delay_until);
   }
   for (const Reap& r : to_reap) next = std::min(next, r.due);
-  auto beat_due = [&] {
+  auto due_now = [&] {  // a heartbeat, or wake-ups to look at
+    if (wake_soon) return true;
     return heartbeat_now && (!holdings.empty() || !contenders.empty()) && session &&
            session->state() == Session::State::kConnected;
   };
   keeper_next = next;
-  keeper_cv.wait_for(lock, stop, Left(next), beat_due);
+  keeper_cv.wait_for(lock, stop, Left(next), due_now);
   keeper_next = TimePoint{};
 }
 

@@ -157,17 +157,25 @@ std::optional<Live> ZooKeeperBackendImpl::Current() {
 }
 
 void ZooKeeperBackendImpl::OnSessionState(std::uint64_t g, Session::State st) {
-  std::lock_guard lock(mu);
-  if (g != gen) return;
-  if (st == Session::State::kExpired || st == Session::State::kAuthFailed) {
-    // Every node of the session is gone: Renew reports each lease lost, a
-    // waiter starts over on a new session (its next attempt sees the gen).
-    std::erase_if(holdings, [&](const auto& kv) { return kv.second->gen == g; });
-  } else if (st == Session::State::kConnected) {
-    heartbeat_now = true;  // (re)connected: prove the session alive at once
+  Wakes wakes;
+  {
+    std::lock_guard lock(mu);
+    if (g != gen) return;
+    if (st == Session::State::kExpired || st == Session::State::kAuthFailed) {
+      // Every node of the session is gone: Renew reports each lease lost, a
+      // waiter starts over on a new session (its next attempt sees the gen).
+      std::erase_if(holdings, [&](const auto& kv) { return kv.second->gen == g; });
+    } else if (st == Session::State::kConnected) {
+      heartbeat_now = true;  // (re)connected: prove the session alive at once
+    }
+    cv.notify_all();
+    keeper_cv.notify_all();
+    // A session's end wakes every asynchronous waiter on it, as it ends
+    // every Wait (rare: a scan is fine); a new one wakes those on an old one.
+    const TimePoint now = Now();
+    for (const auto& c : contenders) TakeWakeLocked(*c, now, wakes);
   }
-  cv.notify_all();
-  keeper_cv.notify_all();
+  RunWakes(wakes);
 }
 
 void ZooKeeperBackendImpl::OnNodeEvent(std::uint64_t g, int type, const std::string& path) {
@@ -177,9 +185,14 @@ void ZooKeeperBackendImpl::OnNodeEvent(std::uint64_t g, int type, const std::str
   if (g != gen) return;
   s = session;
   bool woke = false;
+  Wakes wakes;  // only the waiters this event lets try: a hand-off wakes one
+  const TimePoint now = Now();
   for (const auto& c : contenders) {
     bool must_look = false;
-    if (c->gen == g && ContenderEventLocked(*c, type, path, &must_look)) woke = true;
+    if (c->gen == g && ContenderEventLocked(*c, type, path, &must_look)) {
+      woke = true;
+      TakeWakeLocked(*c, now, wakes);
+    }
     if (must_look) look.push_back(c);
   }
   for (auto& [k, h] : holdings) {
@@ -192,6 +205,7 @@ void ZooKeeperBackendImpl::OnNodeEvent(std::uint64_t g, int type, const std::str
   }
   if (woke) cv.notify_all();
   lock.unlock();
+  RunWakes(wakes);
   for (auto& c : look) LookOnEvent(s, c);
 }
 
