@@ -418,6 +418,8 @@ class RedisBackend final : public Backend {
 // attempt records what the wait after it needs (its subscription ticket,
 // its send time and the server's time of the refusal); that wait may bring
 // a grant on release, which the next Try hands out without a round trip.
+// Notify is the same wait as a Subscriber watch: the subscriber's reader
+// notes the grant and calls `wake`.
 class RedisAcquisition final : public Acquisition {
  public:
   RedisAcquisition(RedisBackend& backend, LeaseRequest request)
@@ -425,9 +427,12 @@ class RedisAcquisition final : public Acquisition {
         request_(std::move(request)),
         channel_(WakeChannel(backend.options_.connect.db, request_.key)),
         owner_(request_.owner.ToString()) {}
+  ~RedisAcquisition() override { StopNotify(); }
 
   Result<Attempt> Try() override;
   bool Wait(TimePoint until, std::stop_token stop) override;
+  bool Notify(std::function<void()> wake) override;
+  void StopNotify() override;
   void Abandon() override;
 
  private:
@@ -443,6 +448,11 @@ class RedisAcquisition final : public Acquisition {
     TimePoint sent{};
   };
   bool Waiting() const { return request_.queue_ttl > milliseconds(0); }
+  // The subscriber a wait after `refusal` listens to (the ticket's own, if
+  // it has one), and the ticket; no subscriber when none serves the
+  // channel by `deadline`.
+  std::pair<std::shared_ptr<Subscriber>, std::optional<Subscriber::Ticket>> WaitOn(
+      const std::optional<Refusal>& refusal, ClusterRouter::SteadyTime deadline);
   // The grant on release, if one came and most of the ttl is left.
   std::optional<Attempt> TakeHandedOver();
   // Believes a grant message `text` that followed `refusal`.
@@ -456,6 +466,10 @@ class RedisAcquisition final : public Acquisition {
   std::optional<HandedOver> handed_over_;  // from the last Wait, for the next Try
   bool maybe_granted_ = false;             // a reply was lost: Abandon must release
   bool abandoned_ = false;
+  bool notifies_ = false;  // waits by Notify (asynchronous), not Wait
+  // Notify's watch, until StopNotify.
+  std::shared_ptr<Subscriber> watched_by_;
+  std::uint64_t watch_ = 0;
 };
 
 // A sentinel's refusal, with where its password comes from when that is
@@ -756,8 +770,12 @@ Result<Attempt> RedisAcquisition::Try() {
   const ClusterRouter::SteadyTime deadline = backend_.AttemptDeadline(request_);
   std::optional<RedisBackend::Subscription> ticket;
   if (Waiting()) ticket = backend_.CurrentTicket(channel_, deadline);
+  // A waiter woken by Notify is back when the core's timer says, within a
+  // third of queue_ttl (backend.h), not by kPlaceRefresh: its place lasts
+  // queue_ttl.
   const milliseconds place_ttl =
-      Waiting() ? std::min(request_.queue_ttl, kPlaceTtl) : milliseconds(0);
+      !Waiting() ? milliseconds(0)
+                 : (notifies_ ? request_.queue_ttl : std::min(request_.queue_ttl, kPlaceTtl));
   Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl, deadline);
   if (!reply.ok()) {
     // A lost reply may hide a grant.
@@ -785,20 +803,51 @@ bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
       std::clamp<Duration>(until - backend_.clock_->Now(), Duration::zero(), kPlaceRefresh);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(left);
-  // The ticket's own subscriber: on a cluster the channel's slot may have
-  // moved since, and then that subscriber wakes this wait. Finding the
-  // subscriber (a reload of the slot map) keeps to the wait's deadline too.
-  std::shared_ptr<Subscriber> subscriber = refusal && refusal->ticket
-                                               ? refusal->ticket->subscriber
-                                               : backend_.SubscriberFor(channel_, deadline);
+  // Finding the subscriber (a reload of the slot map) keeps to the wait's
+  // deadline too.
+  auto [subscriber, ticket] = WaitOn(refusal, deadline);
   if (!subscriber) return false;
   std::string message;
-  std::optional<Subscriber::Ticket> ticket;
-  if (refusal && refusal->ticket) ticket = refusal->ticket->ticket;
   const Subscriber::Outcome outcome =
       subscriber->Wait(channel_, ticket, owner_, deadline, std::move(stop), &message);
   if (refusal) NoteGrant(*refusal, message);
   return outcome != Subscriber::Outcome::kDown;
+}
+
+std::pair<std::shared_ptr<Subscriber>, std::optional<Subscriber::Ticket>> RedisAcquisition::WaitOn(
+    const std::optional<Refusal>& refusal, ClusterRouter::SteadyTime deadline) {
+  // The ticket's own subscriber: on a cluster the channel's slot may have
+  // moved since, and then that subscriber wakes this wait.
+  if (refusal && refusal->ticket) return {refusal->ticket->subscriber, refusal->ticket->ticket};
+  return {backend_.SubscriberFor(channel_, deadline), std::nullopt};
+}
+
+bool RedisAcquisition::Notify(std::function<void()> wake) {
+  StopNotify();
+  notifies_ = true;
+  std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
+  auto [subscriber, ticket] = WaitOn(refusal, backend_.AttemptDeadline(request_));
+  if (!subscriber) return false;
+  // The grant a release hands over is noted before `wake`: the core's Try
+  // after the wake takes it. Between Notify and the wake (or StopNotify,
+  // which waits for a call in progress) nothing else touches this object.
+  // The watch keeps no ticket: it would hold its own subscriber.
+  if (refusal) refusal->ticket.reset();
+  watch_ = subscriber->Watch(
+      channel_, ticket, owner_,
+      [this, refusal = std::move(refusal), wake = std::move(wake)](std::string_view grant) {
+        if (refusal) NoteGrant(*refusal, grant);
+        wake();
+      });
+  if (watch_ == 0) return false;
+  watched_by_ = std::move(subscriber);
+  return true;
+}
+
+void RedisAcquisition::StopNotify() {
+  if (watch_ == 0) return;
+  watched_by_->Unwatch(std::exchange(watch_, 0));
+  watched_by_.reset();
 }
 
 void RedisAcquisition::NoteGrant(const Refusal& refusal, std::string_view text) {
@@ -818,6 +867,7 @@ void RedisAcquisition::NoteGrant(const Refusal& refusal, std::string_view text) 
 
 void RedisAcquisition::Abandon() {
   if (std::exchange(abandoned_, true)) return;
+  StopNotify();
   refusal_.reset();
   handed_over_.reset();
   // Release drops this owner's place, and ends a holding it got unseen (a

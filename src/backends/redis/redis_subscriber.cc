@@ -61,6 +61,8 @@ void Subscriber::Changed() {
 
 bool Subscriber::BackgroundMustAct() const {
   if (stopping_) return true;
+  // Watches to call, and nobody at it (a reader in poll() is woken too).
+  if (!fired_.empty() && dispatcher_ == std::thread::id{}) return true;
   if (reading_) return false;
   // Without a connection: only while some channel is wanted.
   if (!conn_) {
@@ -101,25 +103,7 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
   // A channel found gone since the ticket was taken wakes the waiter (the
   // epoch no longer matches); without a ticket, it is asked for again.
   if (!ticket || !ch.gone) WantLocked(ch);
-  auto ready = [&] {
-    if (ch.gone) return true;
-    if (!ticket) return ch.state == State::kSubscribed;
-    if (ch.epoch != ticket->epoch) return true;
-    if (ch.messages - ticket->messages > kRecent) return true;  // some forgotten
-    bool found = false;
-    for (std::uint64_t m = ticket->messages + 1; m <= ch.messages; ++m) {
-      const std::string& payload = ch.recent[m % kRecent];
-      if (target.empty() || payload == target) {
-        found = true;
-      } else if (payload.size() > target.size() && payload.starts_with(target) &&
-                 payload[target.size()] == ':') {
-        // A grant for this waiter: the last one counts.
-        if (message) *message = payload.substr(target.size() + 1);
-        found = true;
-      }
-    }
-    return found;
-  };
+  auto ready = [&] { return ReadyLocked(ch, ticket, target, message); };
   // A stop request must interrupt a poll() this thread may be in.
   std::stop_callback on_stop(stop, [this] { WakeReader(); });
   Outcome outcome;
@@ -156,13 +140,142 @@ Subscriber::Outcome Subscriber::Wait(const std::string& channel, std::optional<T
   return outcome;
 }
 
+bool Subscriber::ReadyLocked(const Channel& ch, const std::optional<Ticket>& ticket,
+                             const std::string& target, std::string* message) const {
+  if (ch.gone) return true;
+  if (!ticket) return ch.state == State::kSubscribed;
+  if (ch.epoch != ticket->epoch) return true;
+  if (ch.messages - ticket->messages > kRecent) return true;  // some forgotten
+  bool found = false;
+  for (std::uint64_t m = ticket->messages + 1; m <= ch.messages; ++m) {
+    const std::string& payload = ch.recent[m % kRecent];
+    if (target.empty() || payload == target) {
+      found = true;
+    } else if (payload.size() > target.size() && payload.starts_with(target) &&
+               payload[target.size()] == ':') {
+      // A grant for this waiter: the last one counts.
+      if (message) *message = payload.substr(target.size() + 1);
+      found = true;
+    }
+  }
+  return found;
+}
+
+std::uint64_t Subscriber::Watch(const std::string& channel, std::optional<Ticket> ticket,
+                                const std::string& target, Wake wake) {
+  std::lock_guard lock(mu_);
+  if (down_ || stopping_ || RefusedLocked(std::chrono::steady_clock::now())) return 0;
+  Channel& ch = channels_[channel];
+  if (!ticket || !ch.gone) WantLocked(ch);
+  const std::uint64_t id = next_watch_++;
+  std::string grant;
+  if (ReadyLocked(ch, ticket, target, &grant)) {
+    // Over already (a release between the attempt and now): called by the
+    // reader, for the caller must not be called back from inside Watch.
+    fired_.push_back({id, std::move(wake), std::move(grant)});
+    WakeReader();
+    bg_cv_.notify_one();
+    return id;
+  }
+  ch.watchers.emplace(target, id);
+  watches_.emplace(id, Watcher{channel, target, std::move(wake)});
+  return id;
+}
+
+Subscriber::Wake Subscriber::TakeWatchLocked(std::uint64_t id) {
+  auto it = watches_.find(id);
+  if (it == watches_.end()) return {};
+  Watcher& w = it->second;
+  if (auto c = channels_.find(w.channel); c != channels_.end()) {
+    auto [from, to] = c->second.watchers.equal_range(w.target);
+    for (auto at = from; at != to; ++at) {
+      if (at->second == id) {
+        c->second.watchers.erase(at);
+        break;
+      }
+    }
+    c->second.last_used = std::chrono::steady_clock::now();
+  }
+  Wake wake = std::move(w.wake);
+  watches_.erase(it);
+  return wake;
+}
+
+void Subscriber::Unwatch(std::uint64_t id) {
+  std::unique_lock lock(mu_);
+  if (TakeWatchLocked(id)) return;
+  if (std::erase_if(fired_, [id](const Fired& f) { return f.id == id; }) > 0) return;
+  // Perhaps being called on another thread right now: the caller may free
+  // what the callback uses once this returns.
+  const std::thread::id me = std::this_thread::get_id();
+  cv_.wait(lock, [&] {
+    return dispatcher_ == me ||
+           std::find(in_flight_.begin(), in_flight_.end(), id) == in_flight_.end();
+  });
+}
+
+std::size_t Subscriber::Watches() {
+  std::lock_guard lock(mu_);
+  return watches_.size() + fired_.size();
+}
+
+void Subscriber::FireLocked(std::uint64_t id, std::string grant) {
+  if (Wake wake = TakeWatchLocked(id)) fired_.push_back({id, std::move(wake), std::move(grant)});
+}
+
+void Subscriber::FireMessageLocked(Channel& ch, const std::string& payload) {
+  if (ch.watchers.empty()) return;
+  // As ReadyLocked: a watch for any message, for this exact payload, and
+  // for a target the payload begins with, followed by ':' and a grant.
+  std::vector<std::pair<std::uint64_t, std::string>> ids;
+  auto add = [&](const std::string& target, const std::string& grant) {
+    auto [from, to] = ch.watchers.equal_range(target);
+    for (auto at = from; at != to; ++at) ids.emplace_back(at->second, grant);
+  };
+  add("", "");
+  add(payload, "");
+  for (std::size_t colon = payload.find(':'); colon != std::string::npos;
+       colon = payload.find(':', colon + 1)) {
+    if (colon > 0) add(payload.substr(0, colon), payload.substr(colon + 1));
+  }
+  for (auto& [id, grant] : ids) FireLocked(id, std::move(grant));
+}
+
+void Subscriber::FireChannelLocked(Channel& ch) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [target, id] : ch.watchers) ids.push_back(id);
+  for (std::uint64_t id : ids) FireLocked(id);
+}
+
+void Subscriber::FireAllLocked() {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, w] : watches_) ids.push_back(id);
+  for (std::uint64_t id : ids) FireLocked(id);
+}
+
+void Subscriber::DispatchLocked(std::unique_lock<std::mutex>& lock) {
+  if (dispatcher_ != std::thread::id{}) return;
+  dispatcher_ = std::this_thread::get_id();
+  while (!fired_.empty()) {
+    std::vector<Fired> batch = std::exchange(fired_, {});
+    for (const Fired& f : batch) in_flight_.push_back(f.id);
+    lock.unlock();
+    for (Fired& f : batch) f.wake(f.grant);
+    batch.clear();  // what the callbacks hold goes outside the lock too
+    lock.lock();
+    in_flight_.clear();
+    cv_.notify_all();  // an Unwatch may be waiting for these
+  }
+  dispatcher_ = std::thread::id{};
+}
+
 void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
   const bool sharded = mode_ == Mode::kSharded;
   const bool refused = RefusedLocked(now);
   Command subscribe{sharded ? "SSUBSCRIBE" : "SUBSCRIBE"};
   Command unsubscribe{sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"};
   for (auto& [name, ch] : channels_) {
-    if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
+    if (ch.wanted && Unused(ch) && now - ch.last_used > kLinger) ch.wanted = false;
     // Sharded: one command per channel, for the channels' slots differ (a
     // command naming several must keep to one slot).
     if (ch.wanted && ch.state == State::kNone && !refused) {
@@ -183,7 +296,7 @@ void Subscriber::PlanCommands(std::vector<Command>* out, SteadyTime now) {
   }
   std::erase_if(channels_, [](const auto& item) {
     const Channel& ch = item.second;
-    return !ch.wanted && ch.waiters == 0 && ch.state == State::kNone;
+    return !ch.wanted && Unused(ch) && ch.state == State::kNone;
   });
   if (subscribe.size() > 1) out->push_back(std::move(subscribe));
   if (unsubscribe.size() > 1) out->push_back(std::move(unsubscribe));
@@ -196,6 +309,7 @@ void Subscriber::GoneLocked(Channel& ch) {
   ch.epoch = 0;
   ch.messages++;
   ch.recent[ch.messages % kRecent].clear();
+  FireChannelLocked(ch);
 }
 
 void Subscriber::HandleError(std::string_view error) {
@@ -218,7 +332,9 @@ void Subscriber::HandleError(std::string_view error) {
   // marking the channels gone would wake their waiters at once, again and
   // again. Waiters poll instead (Wait: kDown) until a later try succeeds.
   for (auto& [name, ch] : channels_) {
-    if (ch.state == State::kSubscribing) ch.state = State::kNone;
+    if (ch.state != State::kSubscribing) continue;
+    ch.state = State::kNone;
+    FireChannelLocked(ch);  // as Wait's kDown: they poll for now
   }
   refused_until_ = std::chrono::steady_clock::now() + refused_pause_;
   refused_pause_ = std::min(refused_pause_ * 2, kMaxRefusedPause);
@@ -239,10 +355,14 @@ void Subscriber::HandleReply(const redisReply* r) {
   if (kind == "message") {
     ch.messages++;
     ch.recent[ch.messages % kRecent] = ReplyString(r->element[2]);
+    FireMessageLocked(ch, ch.recent[ch.messages % kRecent]);
   } else if (kind == "subscribe") {
     ch.state = State::kSubscribed;
     ch.epoch = next_epoch_++;
     refused_pause_ = kFirstRefusedPause;
+    // Those without a ticket: their next attempt is covered. (One with a
+    // ticket has an older epoch.)
+    FireChannelLocked(ch);
   } else if (kind == "unsubscribe" && sharded && ch.state == State::kSubscribed) {
     // Unasked: the channel's slot left this node (a migration, a failover).
     GoneLocked(ch);
@@ -250,6 +370,7 @@ void Subscriber::HandleReply(const redisReply* r) {
   } else if (kind == "unsubscribe") {
     ch.state = State::kNone;  // PlanCommands subscribes again if wanted
     ch.epoch = 0;
+    FireChannelLocked(ch);
   }
 }
 
@@ -262,11 +383,13 @@ void Subscriber::ConnectionLostLocked() {
     ch.messages++;
     ch.recent[ch.messages % kRecent].clear();
   }
+  FireAllLocked();
 }
 
 void Subscriber::ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, bool background) {
   reading_ = true;
   bg_reading_ = background;
+  DispatchLocked(lock);  // watches over when they were made
   std::vector<Command> commands;
   const auto now = std::chrono::steady_clock::now();
   PlanCommands(&commands, now);
@@ -300,6 +423,7 @@ void Subscriber::ReadTurn(std::unique_lock<std::mutex>& lock, SteadyTime until, 
   lock.lock();
   for (const ReplyPtr& r : replies) HandleReply(r.get());
   if (lost) ConnectionLostLocked();
+  DispatchLocked(lock);
   reading_ = false;
   bg_reading_ = false;
   Changed();
@@ -311,6 +435,10 @@ void Subscriber::Run() {
   while (!stopping_) {
     if (!BackgroundMustAct()) {  // a waiter leads, or will
       bg_cv_.wait(lock, [&] { return BackgroundMustAct(); });
+      continue;
+    }
+    if (!fired_.empty() && dispatcher_ == std::thread::id{}) {
+      DispatchLocked(lock);
       continue;
     }
     if (!conn_) {
@@ -327,8 +455,10 @@ void Subscriber::Run() {
         // node that is gone is not dialled again and again.
         const auto now = std::chrono::steady_clock::now();
         for (auto& [name, ch] : channels_) {
-          if (ch.wanted && ch.waiters == 0 && now - ch.last_used > kLinger) ch.wanted = false;
+          if (ch.wanted && Unused(ch) && now - ch.last_used > kLinger) ch.wanted = false;
         }
+        FireAllLocked();  // as Wait's kDown: they poll meanwhile
+        DispatchLocked(lock);
         Changed();
         // Waiters poll meanwhile; try again with backoff.
         bg_cv_.wait_for(lock, retry, [&] { return stopping_; });

@@ -29,6 +29,13 @@
 // that died does not try it forever). When the connection cannot be made,
 // Wait reports kDown and the caller polls.
 //
+// A waiter without a thread (the asynchronous API) registers a callback
+// with Watch, with the same ticket and target: the thread that holds the
+// reader role calls it, outside mu_, once Wait would have returned. Such
+// watches count as no waiter for the role: while only they exist, the
+// background thread reads and dispatches. They are kept by channel and
+// target, so that a message costs a look-up, not a pass over the watches.
+//
 // A subscription the server refuses (NOPERM: an ACL without the channel or
 // the command; CLUSTERDOWN) is not a wake-up: Wait reports kDown, so that
 // the caller polls with backoff rather than retrying at once, and the
@@ -57,6 +64,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -96,6 +104,20 @@ class Subscriber {
                const std::string& target, SteadyTime deadline, std::stop_token stop,
                std::string* message = nullptr);
 
+  // Wait without a thread: `wake` runs once, on the thread that holds the
+  // reader role (never inside Watch), when Wait with these arguments would
+  // return kWoken, or kDown after the subscription was lost; its argument
+  // is what a grant message for the target said ("" if none). 0 (and no
+  // call) when Wait would report kDown now: the caller polls.
+  using Wake = std::function<void(std::string_view grant)>;
+  std::uint64_t Watch(const std::string& channel, std::optional<Ticket> ticket,
+                      const std::string& target, Wake wake);
+  // Drops watch `id`: once it returns, its `wake` is not running on
+  // another thread and never will. Idempotent.
+  void Unwatch(std::uint64_t id);
+  // Watches registered or about to be called (for tests).
+  std::size_t Watches();
+
   // How long an unused channel stays subscribed.
   static constexpr std::chrono::seconds kLinger{10};
 
@@ -112,8 +134,22 @@ class Subscriber {
     SteadyTime last_used;
     // The payloads of the last kRecent messages, by message number.
     std::array<std::string, 32> recent;
+    // Watch ids by target.
+    std::multimap<std::string, std::uint64_t> watchers;
   };
   static constexpr std::uint64_t kRecent = 32;
+  struct Watcher {
+    std::string channel;
+    std::string target;
+    Wake wake;
+  };
+  // A watch whose time came: called by DispatchLocked.
+  struct Fired {
+    std::uint64_t id = 0;
+    Wake wake;
+    std::string grant;
+  };
+  static bool Unused(const Channel& ch) { return ch.waiters == 0 && ch.watchers.empty(); }
 
   void Run();
   void WakeReader();
@@ -136,6 +172,21 @@ class Subscriber {
   // Under mu_: a waiter or an attempt wants `ch` (again).
   void WantLocked(Channel& ch);
   void ConnectionLostLocked();
+  // Under mu_: whether a wait on `ch` with `ticket` for `target` is over;
+  // a grant message's text goes to `*message` when that is given.
+  bool ReadyLocked(const Channel& ch, const std::optional<Ticket>& ticket,
+                   const std::string& target, std::string* message) const;
+  // Under mu_: the watch leaves the registry; its callback (empty if it
+  // was not registered) is returned.
+  Wake TakeWatchLocked(std::uint64_t id);
+  // Under mu_: moves watches whose wait is over to fired_.
+  void FireLocked(std::uint64_t id, std::string grant = {});
+  void FireMessageLocked(Channel& ch, const std::string& payload);
+  void FireChannelLocked(Channel& ch);
+  void FireAllLocked();
+  // Calls what fired_ holds, outside mu_, unless another thread is at it
+  // (which comes back for them). Called and returns with `lock` held.
+  void DispatchLocked(std::unique_lock<std::mutex>& lock);
 
   const Connect connect_;
   const Mode mode_;
@@ -162,6 +213,13 @@ class Subscriber {
   SteadyTime refused_until_{};
   std::chrono::milliseconds refused_pause_{1000};
   bool refusal_reported_ = false;
+  // Watches: registered ones by id, those whose time came, and the ids
+  // the dispatcher (a thread, while it calls them) has in hand.
+  std::map<std::uint64_t, Watcher> watches_;
+  std::uint64_t next_watch_ = 1;
+  std::vector<Fired> fired_;
+  std::vector<std::uint64_t> in_flight_;
+  std::thread::id dispatcher_;
 
   // Replaced or reset only by the holder of the reader role (or the
   // background thread while it connects, holding the role); read by it

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <semaphore>
@@ -27,6 +28,7 @@
 #include "backends/redis/redis_subscriber.h"
 #include "dlock/fence.h"
 #include "dlock/fence_redis.h"
+#include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
 #include "redis_test_util.h"
 #include "timing.h"
@@ -706,6 +708,47 @@ TEST_F(RedisCluster, AWaiterIsWokenBySharedPubSubOnItsSlotsNodeOnly) {
   for (const char* m : {"c1", "c2", "c3", "c4", "c5", "c6"}) {
     EXPECT_EQ(Stat(m, "publish"), publish_before[m]) << m;
   }
+}
+
+// Asynchronous acquires of keys on every primary wait on each node's
+// sharded subscriber (Notify), are not polled, and are woken by the
+// releases.
+TEST_F(RedisCluster, AsynchronousWaitersAreWokenBySharedPubSubNotPolled) {
+  auto holder = NewClient(T().uri());
+  auto plan = std::make_shared<dlock::testing::FaultPlan>();
+  auto inner = OpenRaw(T().uri());
+  ASSERT_TRUE(holder && inner);
+  auto waiter =
+      Client::FromBackend(std::make_unique<dlock::testing::FaultyBackend>(std::move(inner), plan));
+  std::vector<Lease> held;
+  for (const std::string& primary : Primaries()) {
+    auto lease = holder->Acquire(KeyOn(primary, "async-wake"), Opts(milliseconds(30'000)));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    held.push_back(std::move(*lease));
+  }
+  ASSERT_EQ(held.size(), 3u);
+  std::vector<std::future<Result<Lease>>> pending;
+  for (const Lease& l : held) {
+    pending.push_back(
+        waiter->AcquireFuture(l.key(), Opts(milliseconds(30'000), milliseconds(20'000))));
+  }
+  // Each: a Notify until its channel is subscribed, then one for the release.
+  ASSERT_TRUE(
+      testing_support::Eventually([&] { return plan->Notifies() >= 6; }, milliseconds(10'000)));
+  // The core's own timer brings an attempt 1 s after the last; polling
+  // would bring one every 50 ms at most.
+  const int tries = plan->Tries();
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(plan->Tries(), tries) << "pending acquires were polled";
+  for (Lease& l : held) EXPECT_TRUE(l.Release().ok());
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    ASSERT_EQ(pending[i].wait_for(milliseconds(10'000)), std::future_status::ready);
+    auto lease = pending[i].get();
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_GT(lease->token(), held[i].token());
+    EXPECT_TRUE(lease->Release().ok());
+  }
+  EXPECT_EQ(plan->BlindNotifies(), 0);
 }
 
 TEST_F(RedisCluster, AMovedSlotIsFollowedByItsHoldersRenewalAndRelease) {
