@@ -67,6 +67,11 @@ case $store in
   *) echo "async_bench.sh: unknown store '$store'" >&2; exit 64 ;;
 esac
 export DLOCK_BACKEND=$uri
+# The bench runs it with sh; the commands above need bash.
+if [ -n "$work" ]; then
+  printf '%s\n' "$work" >"$dir/work.sh"
+  work="bash $dir/work.sh"
+fi
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$bench" - pending "$pending"
 "$bench" - cycle 2000
