@@ -12,7 +12,7 @@ using std::chrono::milliseconds;
 // Polling stores (SQLite) are asked again at most this long apart.
 constexpr Duration kMaxPollInterval = milliseconds(50);
 
-std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
+std::string KeyInQuotes(std::string_view key) { return "'" + std::string(key) + "'"; }
 
 }  // namespace
 
@@ -46,10 +46,10 @@ Status AcquireProgress::GaveUp(const Result<Attempt>& attempt) const {
                                ? " (its lease has " + FormatDuration(*last_answer_) + " left)"
                                : "";
   Status gave_up =
-      wait_ ? DeadlineExceededError("gave up waiting for key " + Quoted(key_) + " after " +
+      wait_ ? DeadlineExceededError("gave up waiting for key " + KeyInQuotes(key_) + " after " +
                                     FormatDuration(wait_for_) + ": still held by another owner" +
                                     left)
-            : LockHeldError("key " + Quoted(key_) + " is held by another owner" + left);
+            : LockHeldError("key " + KeyInQuotes(key_) + " is held by another owner" + left);
   if (attempt.ok()) return gave_up;
   return Status(gave_up.code(),
                 gave_up.message() + "; the last attempt had no answer: " + attempt.status().message());
