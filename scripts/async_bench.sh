@@ -21,7 +21,10 @@ seconds=${4:-10}
 bench=${ASYNC_BENCH:-$PWD/build/dlock_bench_async}
 [ -x "$bench" ] || { echo "async_bench.sh: $bench is missing; build first" >&2; exit 69; }
 dir=$(mktemp -d /tmp/dlock-async-bench.XXXXXX)
-stop() { [ "$store" = sqlite ] || bash "scripts/servers/$store.sh" stop "$dir/server" >/dev/null 2>&1 || true; }
+stop() {
+  [ "$store" = sqlite ] || bash "scripts/servers/$store.sh" stop "$dir/server" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
 trap stop EXIT
 
 # work: the store's own count of what it was asked (one number), for
