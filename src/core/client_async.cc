@@ -56,8 +56,17 @@ void ClientCore::ReleaseAsync(std::shared_ptr<LeaseState> state, std::uint64_t h
     Status released = backend_->Release(state->key, state->owner);
     return done(EndRelease(*state, plan, std::move(released)));
   }
+  ++releasing_;  // under async_mu_: closing the client waits for it
+  lock.unlock();
   auto finish = [self = shared_from_this(), state, plan, done](Status released) {
-    done(self->EndRelease(*state, plan, std::move(released)));
+    Status answer = self->EndRelease(*state, plan, std::move(released));
+    {
+      // Counted out before `done` runs: a `done` that closes the client
+      // must not wait for itself.
+      std::lock_guard count(self->async_mu_);
+      if (--self->releasing_ == 0) self->async_done_.notify_all();
+    }
+    done(std::move(answer));
   };
   if (batcher_) {
     batcher_->QueueRelease(LeaseRequest{state->key, state->owner, state->ttl}, std::move(finish));
@@ -92,12 +101,11 @@ void ClientCore::StopAsync() {
   // rather than wait for a queue only it might drain.
   const bool on_worker = async_->OnWorker();
   // Releases still queued for the store go out before the workers end.
-  auto busy = [&] { return !pending_.empty() || (batcher_ && !batcher_->Idle()); };
+  auto busy = [&] { return !pending_.empty() || releasing_ > 0; };
   std::unique_lock lock(async_mu_);
   while (busy()) {
     if (!on_worker) {
-      // Released releases signal nobody: look again now and then.
-      async_done_.wait_for(lock, std::chrono::milliseconds(5));
+      async_done_.wait(lock);
       continue;
     }
     lock.unlock();

@@ -244,6 +244,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::condition_variable async_done_;
   std::unordered_map<const AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
   bool async_stopped_ = false;
+  int releasing_ = 0;  // ReleaseAsync calls not yet answered
   std::unique_ptr<AsyncDriver> async_;
   // For a store that pipelines (Backend::BatchesCalls); made with async_.
   std::unique_ptr<CallBatcher> batcher_;

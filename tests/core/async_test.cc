@@ -332,6 +332,35 @@ TEST_F(BatchedAsyncTest, ReleasesStillQueuedAreSentBeforeTheClientCloses) {
   EXPECT_EQ(empty.get_future().get().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST_F(AsyncTest, AnAsynchronousReleaseIsSentBeforeTheClientCloses) {
+  ClientOptions options;
+  options.async_threads = 1;  // a store that does not batch: each release a job
+  auto client = Client::FromBackend(std::make_unique<InMemoryBackend>(store_), options);
+  std::vector<Lease> leases;
+  for (int i = 0; i < 200; ++i) {
+    auto lease = client->Acquire("r" + std::to_string(i), Waiting());
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    leases.push_back(std::move(*lease));
+  }
+  // The one worker is held until the client is closing, so every release
+  // is still queued then, however fast the machine.
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  auto gated = client->AcquireFuture("gate", Waiting());  // taken first: the worker is free
+  ASSERT_TRUE(gated.get().ok());
+  client->AcquireAsync("gate2", Waiting(), [opened](Result<Lease>) { opened.wait(); });
+  std::atomic<int> released{0};
+  for (Lease& lease : leases) lease.ReleaseAsync([&](Status s) { released += s.ok(); });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(milliseconds(50));  // any delay: only order matters
+    gate.set_value();
+  });
+  client.reset();
+  opener.join();
+  EXPECT_EQ(released.load(), 200);
+  EXPECT_TRUE(store_->List("r").empty());
+}
+
 // The smallest coroutine type that runs its body at once: enough to show
 // co_await on an acquisition, as any framework's task type would.
 struct Eager {
