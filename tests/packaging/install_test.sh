@@ -67,6 +67,17 @@ check_run() {
     { fail "$name: unexpected output: $(cat "$out")"; return; }
   ok "$name: $(tr '\n' ';' <"$out")"
 }
+# The asynchronous example: both waiters granted after the holder, in turn.
+check_async() {
+  local name="$1 async" out="$WORK/$1-async.out"
+  if ! timeout 60 "$2" >"$out" 2>&1; then
+    fail "$name: the example failed: $(cat "$out")"
+    return
+  fi
+  grep -qE '^callback: granted token [0-9]+$' "$out" && grep -qE '^coroutine: granted token [0-9]+$' "$out" ||
+    { fail "$name: unexpected output: $(cat "$out")"; return; }
+  ok "$name: $(tr '\n' ';' <"$out")"
+}
 needs_shared() {
   readelf -d "$2" | grep -q "NEEDED.*\[$soname\]" || fail "$1 does not load $soname"
 }
@@ -79,6 +90,7 @@ for kind in shared static; do
        -DCMAKE_PREFIX_PATH="$PREFIX" -DDLOCK_USE_STATIC=$use_static >"$WORK/cmake-$kind.log" 2>&1 &&
      cmake --build "$WORK/cmake-$kind" >>"$WORK/cmake-$kind.log" 2>&1; then
     check_run "find_package ($kind)" "$WORK/cmake-$kind/fenced_write"
+    check_async "find_package ($kind)" "$WORK/cmake-$kind/async_acquire"
     if [ $kind = shared ]; then
       needs_shared "find_package (shared)" "$WORK/cmake-$kind/fenced_write"
     elif readelf -d "$WORK/cmake-$kind/fenced_write" | grep -q 'NEEDED.*libdlock'; then
