@@ -1,8 +1,6 @@
 // The asynchronous API on every store: hand-offs in turn, cancels that leave
 // the queue, and many pending acquisitions on a client's few threads. Real
 // time; nothing asserts on how long anything took.
-#include <dirent.h>
-
 #include <atomic>
 #include <iostream>
 #include <future>
@@ -15,6 +13,7 @@
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
+#include "threads.h"
 
 namespace dlock {
 namespace {
@@ -29,14 +28,7 @@ using testing_support::Eventually;
 // does not come fails the test rather than hanging it.
 constexpr auto kPatience = seconds(120);
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 AcquireOptions Waiting(milliseconds ttl = milliseconds(20000)) {
   AcquireOptions o;

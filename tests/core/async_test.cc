@@ -3,8 +3,6 @@
 // hand-offs, cancels, deadlines, closing the client, coroutines, and the
 // threads it takes. Real clock: the driver's threads are real; no test
 // depends on how fast they run.
-#include <dirent.h>
-
 #include <atomic>
 #include <coroutine>
 #include <future>
@@ -19,6 +17,7 @@
 #include "dlock/testing/faulty_backend.h"
 #include "dlock/testing/in_memory_backend.h"
 #include "eventually.h"
+#include "threads.h"
 
 namespace dlock {
 namespace {
@@ -34,14 +33,7 @@ using testing::InMemoryStore;
 // hangs, and no answer below depends on it.
 constexpr auto kPatience = seconds(60);
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 class AsyncTest : public ::testing::Test {
  protected:

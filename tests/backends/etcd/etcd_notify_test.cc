@@ -4,8 +4,6 @@
 // destruction leave no watch behind, at the client or at etcd; and many
 // pending asynchronous acquisitions take no thread and no stream of their
 // own, and are not tried again until woken.
-#include <dirent.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -17,6 +15,7 @@
 #include "dlock/testing/faulty_backend.h"
 #include "etcd_test_util.h"
 #include "eventually.h"
+#include "threads.h"
 
 namespace dlock::etcd::testing {
 namespace {
@@ -52,14 +51,7 @@ OwnerId NewOwner() {
   return OwnerId(DefaultRandom()->Next() | 1, n++);
 }
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 // One acquisition's wake-ups. Shared with the callback, so that a late one
 // finds it alive.

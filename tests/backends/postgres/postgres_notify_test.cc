@@ -7,8 +7,6 @@
 //   listener level: a Listener of its own, fed NOTIFYs by hand
 //   backend level:  Begin / Try / Notify on the backend
 //   client level:   AcquireAsync over a backend that counts what it is asked
-#include <dirent.h>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -30,6 +28,7 @@
 #include "dlock/client.h"
 #include "eventually.h"
 #include "postgres_test_util.h"
+#include "threads.h"
 
 namespace dlock::postgres {
 namespace {
@@ -45,14 +44,7 @@ using Steady = std::chrono::steady_clock;
 // Longer than any wake-up may take on a loaded machine.
 constexpr milliseconds kPatience{20'000};
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 // Counts one waiter's wake-ups and where they ran.
 struct Wakes {

@@ -3,8 +3,6 @@
 // release wakes it, a release before Notify is not lost, a dropped watch
 // leaves nothing behind, and many pending acquisitions share the
 // subscriber's one thread.
-#include <dirent.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -17,6 +15,7 @@
 #include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
 #include "redis_test_util.h"
+#include "threads.h"
 
 namespace dlock::redis {
 namespace {
@@ -26,14 +25,7 @@ using namespace dlock::redis::testing;
 
 constexpr milliseconds kPatience{10'000};
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 // What one or more wake callbacks saw.
 struct Wakes {

@@ -2,8 +2,6 @@
 // backend's one WalWatcher thread), in real time: a waiter is woken by the
 // write that lets it in, and only then; nothing is lost between its Try and
 // its Notify; nothing stays registered; hundreds of them add no thread.
-#include <dirent.h>
-
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -19,6 +17,7 @@
 #include "dlock/client.h"
 #include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
+#include "threads.h"
 
 namespace dlock::sqlite {
 namespace {
@@ -37,14 +36,7 @@ constexpr milliseconds kQuiet{150};
 // refreshes it (one Try) every third of it.
 constexpr milliseconds kQueueTtl{3000};
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 // What one registration's wake saw; shared with the wake, which may
 // outlive a failed assertion.

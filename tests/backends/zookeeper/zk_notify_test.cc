@@ -5,8 +5,6 @@
 // registered, and 500 waiters on one key take no thread each and are woken
 // one at a time, in their turn. Without Notify the client polls instead:
 // the last test counts its attempts.
-#include <dirent.h>
-
 #include <atomic>
 #include <future>
 #include <memory>
@@ -21,6 +19,7 @@
 #include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
 #include "zk_fixture.h"
+#include "threads.h"
 
 namespace dlock::zookeeper {
 namespace {
@@ -63,14 +62,7 @@ Result<Attempt> Answered(Tried try_once) {
   return a;
 }
 
-int ThreadsOfThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using dlock::testing_support::ThreadsOfThisProcess;
 
 // A wake-up that counts its calls and the threads they came from; `token`
 // is held by the callback only while the store keeps it registered.
