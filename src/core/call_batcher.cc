@@ -36,11 +36,6 @@ void CallBatcher::QueueRelease(LeaseRequest holding, ReleaseAnswer answer) {
   PostIfNeededLocked();
 }
 
-bool CallBatcher::Idle() {
-  std::lock_guard lock(mu_);
-  return running_ == 0 && attempts_.empty() && releases_.empty();
-}
-
 void CallBatcher::PostIfNeededLocked() {
   // A new job only while fewer run than the workers: the calls queued
   // meanwhile wait for the next batch rather than take a round trip each.

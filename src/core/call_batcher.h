@@ -32,8 +32,6 @@ class CallBatcher {
 
   void QueueAttempt(LeaseRequest request, AttemptAnswer answer);
   void QueueRelease(LeaseRequest holding, ReleaseAnswer answer);
-  // Nothing queued and no batch out: what closing the client waits for.
-  bool Idle();
 
  private:
   // One job: sends what is queued, a batch of each kind, and hands the
