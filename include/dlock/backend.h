@@ -201,6 +201,20 @@ class DLOCK_EXPORT Backend {
   virtual std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings);
   virtual bool BatchesCalls() const { return false; }
 
+  // Keeps each waiter's place in its key's queue for another queue_ttl, by
+  // the store's clock, without an attempt: the core calls it for all of a
+  // client's waiting asynchronous acquisitions at once, every third of
+  // queue_ttl, instead of one Try per waiter (a store call per waiter per
+  // second, which grows with the waiters). Only queue places: a holding
+  // (`owner` granted meanwhile) is never touched, its lease neither extended
+  // nor cut. One answer per entry, in order: OK when the place was kept;
+  // kNotFound when `owner` has no place for `key` (it lapsed, or `owner` now
+  // holds the key), and the core then makes an attempt at once;
+  // kUnavailable when the outcome is unknown. Called only when KeepsPlaces()
+  // is true; the default answers kFailedPrecondition to each.
+  virtual std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
+  virtual bool KeepsPlaces() const { return false; }
+
   // One Status per request, in order. All requests in one call share the
   // store round trip where the store allows it.
   virtual std::vector<Status> Renew(std::span<const LeaseRequest> leases) = 0;

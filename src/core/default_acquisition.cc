@@ -77,4 +77,9 @@ std::vector<Status> Backend::ReleaseMany(std::span<const LeaseRequest> holdings)
   return answers;
 }
 
+std::vector<Status> Backend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  return std::vector<Status>(waiters.size(),
+                             FailedPreconditionError(Describe() + " keeps no places in batches"));
+}
+
 }  // namespace dlock
