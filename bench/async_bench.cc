@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "async_bench.h"
+#include "async_floor.h"
 
 namespace dlock::bench {
 namespace {
@@ -172,12 +173,20 @@ json Distinct(int n) {
   }
   answers->all.get_future().wait();
   const double rate = n / (MicrosBetween(start, Clock::now()) / 1e6);
-  // A cycle is two writes (grant, release); the floor is one per Ping.
-  return {{"keys", n},
-          {"cycles_per_s", rate},
-          {"ok", answers->granted.load()},
-          {"ping_per_s_2_threads", floor},
-          {"writes_over_floor", 2 * rate / floor}};
+  client.reset();
+  // A cycle is two writes (grant, release); each floor counts one a write.
+  json out = {{"keys", n},
+              {"cycles_per_s", rate},
+              {"ok", answers->granted.load()},
+              {"ping_per_s_2_threads", floor},
+              {"writes_over_floor", 2 * rate / floor}};
+  const std::optional<WriteFloor> pipelined = PipelinedWriteFloor(g_uri, 2 * n);
+  out["pipelined_floor"] = pipelined ? json(pipelined->what) : json("not measured for this store");
+  if (pipelined) {
+    out["pipelined_writes_per_s"] = pipelined->writes_per_s;
+    out["writes_over_pipelined_floor"] = 2 * rate / pipelined->writes_per_s;
+  }
+  return out;
 }
 
 }  // namespace
