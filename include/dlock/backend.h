@@ -155,16 +155,20 @@ class DLOCK_EXPORT Acquisition {
   // released, or this waiter reached the head), `until` passes, or `stop`
   // is requested. False at once if the store cannot tell: the core then
   // polls with capped backoff. The core calls Try again within a third of
-  // the request's queue_ttl, so that the place stays fresh.
+  // the request's queue_ttl, so that the place stays fresh (the blocking
+  // Acquire always; an asynchronous waiter only on a store that does not
+  // KeepsPlaces, see Backend::KeepPlaces).
   virtual bool Wait(TimePoint until, std::stop_token stop) = 0;
 
   // Wait without a thread, for the asynchronous API: arranges for `wake` to
   // be called once, from a thread of the store's own (never inside this
   // call), when another Try may succeed. The core keeps its own timer for
-  // the deadline and the place's refresh, and calls StopNotify if that
-  // fires first. False (the default) when the store can only tell a thread
-  // blocked in Wait: the core then polls with capped backoff. Between
-  // Notify and `wake` (or StopNotify) the core makes no other call here.
+  // the deadline, the holder's lease end (Attempt::holder_ttl_remaining)
+  // and, unless the backend KeepsPlaces, the place's refresh, and calls
+  // StopNotify if that fires first. False (the default) when the store can
+  // only tell a thread blocked in Wait: the core then polls with capped
+  // backoff. Between Notify and `wake` (or StopNotify) the core makes no
+  // other call here.
   virtual bool Notify(std::function<void()> /*wake*/) { return false; }
   // Drops the wake-up Notify arranged; `wake` may still run once if it was
   // already on its way (the core ignores a late one). Idempotent.
@@ -212,6 +216,15 @@ class DLOCK_EXPORT Backend {
   // holds the key), and the core then makes an attempt at once;
   // kUnavailable when the outcome is unknown. Called only when KeepsPlaces()
   // is true; the default answers kFailedPrecondition to each.
+  //
+  // Each entry is the request the waiter's acquisition began with (key,
+  // owner, queue_ttl, limit, label); a call may carry a few hundred. A
+  // kNotFound place is not re-created: the waiter's next Try takes a new
+  // one, at the back. When KeepsPlaces() is true an asynchronous waiter
+  // makes no attempt to refresh its place, only when notified, at the
+  // holder's lease end or at its deadline: so the store's Notify must also
+  // say when a waiter reaches the head because a place ahead of it lapsed
+  // (its waiter died), as it does for a release.
   virtual std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
   virtual bool KeepsPlaces() const { return false; }
 

@@ -17,8 +17,12 @@ std::string KeyInQuotes(std::string_view key) { return "'" + std::string(key) + 
 }  // namespace
 
 AcquireProgress::AcquireProgress(std::string_view key, const AcquireOptions& options, bool wait,
-                                 TimePoint deadline)
-    : key_(key), wait_for_(options.wait), wait_(wait), deadline_(deadline) {}
+                                 TimePoint deadline, bool places_kept)
+    : key_(key),
+      wait_for_(options.wait),
+      wait_(wait),
+      deadline_(deadline),
+      places_kept_(places_kept) {}
 
 NextStep AcquireProgress::After(const Result<Attempt>& attempt, TimePoint now) {
   if (attempt.ok() && attempt->granted) return {NextStep::Kind::kGranted};
@@ -32,7 +36,7 @@ NextStep AcquireProgress::After(const Result<Attempt>& attempt, TimePoint now) {
     if (wait_ && !held_since_) held_since_ = now;
   }
   if (now >= deadline_) return {NextStep::Kind::kFail, GaveUp(attempt)};
-  TimePoint until = std::min(deadline_, now + kQueueTtl / 3);
+  TimePoint until = places_kept_ ? deadline_ : std::min(deadline_, now + kQueueTtl / 3);
   const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);
   if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
   return {NextStep::Kind::kWait, Status::Ok(), until, attempt.ok()};

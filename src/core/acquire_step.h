@@ -6,7 +6,11 @@
 // error that retrying cannot mend, or a deadline that passed, ends it with
 // that error (after Abandon); otherwise it waits until `until` at the
 // latest — on the store's notification when the store answered, else by
-// polling with the backoff PollDelay gives.
+// polling with the backoff PollDelay gives. `until` is the earliest of the
+// deadline, the end of the holder's lease as the store reported it (an
+// expiry writes nothing, so no notification says it), and — unless the
+// client keeps the place by other means (PlaceKeeper) — a third of
+// kQueueTtl, by when an attempt must refresh the waiter's queue place.
 #ifndef DLOCK_SRC_CORE_ACQUIRE_STEP_H_
 #define DLOCK_SRC_CORE_ACQUIRE_STEP_H_
 
@@ -22,8 +26,9 @@
 
 namespace dlock::internal {
 
-// How long a queueing backend keeps a waiter's place between its attempts;
-// an acquisition attempts (or re-arms its wait) at least every third of it.
+// How long a queueing backend keeps a waiter's place between its attempts
+// (or Backend::KeepPlaces calls); whichever keeps it does so at least every
+// third of it.
 inline constexpr std::chrono::milliseconds kQueueTtl{3000};
 
 struct NextStep {
@@ -39,8 +44,10 @@ struct NextStep {
 class AcquireProgress {
  public:
   // `wait`: Acquire (true) or TryAcquire (false); `deadline` ends waiting.
+  // `places_kept`: the waiter's queue place is kept without its attempts
+  // (the client's PlaceKeeper), so no attempt is due to refresh it.
   AcquireProgress(std::string_view key, const AcquireOptions& options, bool wait,
-                  TimePoint deadline);
+                  TimePoint deadline, bool places_kept = false);
 
   // What `attempt`, answered at `now`, means.
   NextStep After(const Result<Attempt>& attempt, TimePoint now);
@@ -55,6 +62,7 @@ class AcquireProgress {
   std::chrono::milliseconds wait_for_;
   bool wait_;
   TimePoint deadline_;
+  bool places_kept_;
   std::optional<TimePoint> held_since_;
   // The holder's time left when the store last answered: set once the store
   // was reachable at all during this acquisition.

@@ -4,6 +4,7 @@
 
 #include "core/async_driver.h"
 #include "core/call_batcher.h"
+#include "core/place_keeper.h"
 
 namespace dlock::internal {
 
@@ -32,7 +33,9 @@ void AsyncAcquire::Start() {
   const TimePoint deadline = times_.start + options_.wait;
   const bool queues = options_.wait > std::chrono::milliseconds(0);
   request_ = core_->MakeRequest(key_, options_, queues, deadline);
-  progress_.emplace(key_, options_, /*wait=*/true, deadline);
+  // With a PlaceKeeper, the keeper keeps the place while it waits (KeepPlace).
+  progress_.emplace(key_, options_, /*wait=*/true, deadline,
+                    /*places_kept=*/queues && core_->keeper_ != nullptr);
   // Before the first step is sent (which may end it): a token already
   // stopped runs Cancel here, and that step sees it.
   std::weak_ptr<AsyncAcquire> weak = weak_from_this();
@@ -134,6 +137,7 @@ void AsyncAcquire::Step() {
 }
 
 void AsyncAcquire::WaitFor(const NextStep& next) {
+  KeepPlace();
   std::uint64_t round = 0;
   {
     std::lock_guard lock(mu_);
@@ -194,12 +198,45 @@ void AsyncAcquire::TimerFired(std::uint64_t round) {
   Step();
 }
 
+void AsyncAcquire::KeepPlace() {
+  if (kept_ != 0 || !core_->keeper_ || request_->queue_ttl <= std::chrono::milliseconds(0)) {
+    return;
+  }
+  std::weak_ptr<AsyncAcquire> weak = weak_from_this();
+  kept_ = core_->keeper_->Keep(*request_, [weak] {
+    if (auto self = weak.lock()) self->PlaceLost();
+  });
+}
+
+void AsyncAcquire::PlaceLost() {
+  // Whichever wait it is in: a place found gone is gone for this one too
+  // (one from before its last attempt costs an attempt, nothing more).
+  std::uint64_t round = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (phase_ != Phase::kWaiting) return;  // attempting already, or done
+    round = round_;
+  }
+  std::uint64_t timer = 0;
+  bool notifying = false;
+  if (!LeaveWait(round, timer, notifying)) return;
+  driver_.CancelTimer(timer);
+  if (notifying) acquisition_->StopNotify();
+  times_.woke = core_->clock_->Now();
+  // Posted: the keeper's worker has the other lost places to hand on.
+  driver_.Post([self = shared_from_this()] { self->Step(); });
+}
+
 void AsyncAcquire::Finish(Result<Lease> result) {
   {
     std::lock_guard lock(mu_);
     if (phase_ == Phase::kDone) return;
     phase_ = Phase::kDone;
   }
+  // Kept no more: granted, given up or cancelled. A tick already at the
+  // store for it gets kNotFound (it never re-creates a place), which finds
+  // this acquisition done.
+  if (kept_ != 0) core_->keeper_->Forget(std::exchange(kept_, 0));
   on_cancel_.reset();
   acquisition_.reset();
   core_->RecordAcquire(key_, result, times_);

@@ -3,9 +3,13 @@
 // The same steps as the blocking Acquire (AcquireProgress decides after each
 // Try), but between attempts it holds no thread: it asks the store's
 // Acquisition to Notify it, arms a timer on the client's AsyncDriver for the
-// deadline or the queue place's refresh, and whichever comes first posts
-// the next step to a worker. A store that cannot notify is polled by
-// timers with the same capped backoff as the blocking path.
+// deadline, the holder's lease end or the queue place's refresh, and
+// whichever comes first posts the next step to a worker. A store that
+// cannot notify is polled by timers with the same capped backoff as the
+// blocking path. On a store that keeps places in batches
+// (Backend::KeepsPlaces) the client's PlaceKeeper keeps the place instead,
+// from the first wait until the end: no attempt is then due for the
+// refresh, and a place the keeper finds gone makes an attempt at once.
 //
 // Phases: kQueued (a step is posted or running), kWaiting (a notification
 // and/or a timer armed; `round_` numbers each wait, so that a late wake-up
@@ -50,6 +54,9 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   void WaitFor(const NextStep& next);
   void Woken(std::uint64_t round);       // the store's notification
   void TimerFired(std::uint64_t round);  // on a worker
+  void PlaceLost();                      // the PlaceKeeper's kNotFound
+  // Hands the place to the client's PlaceKeeper, at the first wait.
+  void KeepPlace();
   // Takes the acquisition out of kWaiting (round `round`) to run a step;
   // false if that wait already ended.
   bool LeaveWait(std::uint64_t round, std::uint64_t& timer, bool& notifying);
@@ -65,6 +72,9 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   std::unique_ptr<Acquisition> acquisition_;  // from Start until Finish
   std::optional<AcquireProgress> progress_;
   Duration poll_interval_ = kFirstPollInterval;
+  // The PlaceKeeper's id for this acquisition's place, 0 if none. Only the
+  // step that runs (one at a time) reads or writes it.
+  std::uint64_t kept_ = 0;
   std::optional<std::stop_callback<std::function<void()>>> on_cancel_;
 
   mutable std::mutex mu_;

@@ -8,6 +8,7 @@
 #include "core/async_driver.h"
 #include "core/call_batcher.h"
 #include "core/client_core.h"
+#include "core/place_keeper.h"
 #include "dlock/client.h"
 
 namespace dlock {
@@ -39,6 +40,9 @@ AsyncDriver* ClientCore::DriverLocked() {
     async_ = std::make_unique<AsyncDriver>(clock_, async_threads_);
     if (backend_->BatchesCalls()) {
       batcher_ = std::make_unique<CallBatcher>(*backend_, *async_, *clock_, async_threads_);
+    }
+    if (backend_->KeepsPlaces()) {
+      keeper_ = std::make_unique<PlaceKeeper>(*backend_, *async_, *clock_, metrics_);
     }
   }
   return async_.get();

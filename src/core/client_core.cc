@@ -11,6 +11,7 @@
 #include "core/async_driver.h"
 #include "core/call_batcher.h"
 #include "core/duration.h"
+#include "core/place_keeper.h"
 
 namespace dlock::internal {
 namespace {

@@ -35,6 +35,7 @@ namespace dlock::internal {
 class AsyncAcquire;
 class AsyncDriver;
 class CallBatcher;
+class PlaceKeeper;
 
 // What the core knows about one granted lease. Immutable fields are set
 // before the state is shared; the rest are guarded by ClientCore::mu_.
@@ -245,10 +246,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::unordered_map<const AsyncAcquire*, std::shared_ptr<AsyncAcquire>> pending_;
   bool async_stopped_ = false;
   int releasing_ = 0;  // ReleaseAsync calls not yet answered
+  // For a store that keeps places in batches (Backend::KeepsPlaces); made
+  // with async_, and declared before it so that its ticks (jobs of async_)
+  // have ended before it goes.
+  std::unique_ptr<PlaceKeeper> keeper_;
   std::unique_ptr<AsyncDriver> async_;
   // For a store that pipelines (Backend::BatchesCalls); made with async_.
   std::unique_ptr<CallBatcher> batcher_;
-  // The driver (and batcher), made at the first call; null once stopped.
+  // The driver (and batcher and keeper), made at the first call; null once
+  // stopped.
   AsyncDriver* DriverLocked();
 
   std::unique_ptr<Loop> loop_;  // last member: stopped first

@@ -1,5 +1,6 @@
 #include "dlock/testing/faulty_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace dlock::testing {
@@ -101,6 +102,19 @@ std::vector<Status> FaultyBackend::Renew(std::span<const LeaseRequest> leases) {
     if (plan_->renew_error) return std::vector<Status>(leases.size(), *plan_->renew_error);
   }
   return inner_->Renew(leases);
+}
+
+std::vector<Status> FaultyBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  {
+    std::lock_guard lock(plan_->mu);
+    ++plan_->keep_places;
+    plan_->places_asked += static_cast<int>(waiters.size());
+    plan_->largest_keep = std::max(plan_->largest_keep, static_cast<int>(waiters.size()));
+    if (plan_->keep_places_error) {
+      return std::vector<Status>(waiters.size(), *plan_->keep_places_error);
+    }
+  }
+  return inner_->KeepPlaces(waiters);
 }
 
 }  // namespace dlock::testing

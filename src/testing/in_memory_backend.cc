@@ -14,16 +14,67 @@ std::chrono::milliseconds Ms(Duration d) {
 
 InMemoryStore::InMemoryStore(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
 
-void InMemoryStore::PruneLocked(Entry& e, TimePoint now) {
+bool InMemoryStore::PruneLocked(Entry& e, TimePoint now) {
+  const std::size_t before = e.holders.size() + e.queue.size();
   std::erase_if(e.holders, [&](const Holding& h) { return now >= h.expires_at + h.lock_delay; });
   std::erase_if(e.queue, [&](const Waiter& w) { return now >= w.expires_at; });
+  return e.holders.size() + e.queue.size() != before;
+}
+
+std::vector<std::function<void()>> InMemoryStore::ChangedLocked(std::string_view key) {
+  auto count = changes_.find(key);
+  if (count == changes_.end()) count = changes_.emplace(std::string(key), 0).first;
+  ++count->second;
+  std::vector<std::function<void()>> wake;
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    if (it->second.key != key) {
+      ++it;
+      continue;
+    }
+    wake.push_back(std::move(it->second.wake));
+    it = watches_.erase(it);
+  }
+  return wake;
 }
 
 Result<Attempt> InMemoryStore::TryAcquire(const LeaseRequest& request) {
-  std::lock_guard lock(mu_);
+  std::vector<std::function<void()>> wake;  // called outside mu_
+  Result<Attempt> attempt = Attempt{};
+  {
+    std::lock_guard lock(mu_);
+    attempt = TryAcquireLocked(request, wake);
+  }
+  for (auto& w : wake) w();
+  return attempt;
+}
+
+Status InMemoryStore::KeepPlace(const LeaseRequest& waiter) {
+  std::vector<std::function<void()>> wake;  // called outside mu_
+  Status kept = NotFoundError("'" + waiter.owner.ToString() + "' has no place in the queue of '" +
+                              waiter.key + "'");
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(waiter.key);
+    const TimePoint now = clock_->Now();
+    if (it != entries_.end()) {
+      if (PruneLocked(it->second, now)) wake = ChangedLocked(waiter.key);
+      for (Waiter& w : it->second.queue) {
+        if (w.owner != waiter.owner) continue;
+        w.expires_at = now + waiter.queue_ttl;
+        kept = Status::Ok();
+      }
+    }
+  }
+  for (auto& w : wake) w();
+  return kept;
+}
+
+Result<Attempt> InMemoryStore::TryAcquireLocked(const LeaseRequest& request,
+                                                std::vector<std::function<void()>>& wake) {
   Entry& e = entries_[request.key];
   const TimePoint now = clock_->Now();
-  PruneLocked(e, now);
+  // What lapsed may let a waiter in: as a release would.
+  if (PruneLocked(e, now)) wake = ChangedLocked(request.key);
   for (Holding& h : e.holders) {
     if (h.owner == request.owner && now < h.expires_at) {  // a retry: same grant
       h.expires_at = now + request.ttl;
@@ -65,17 +116,7 @@ Status InMemoryStore::Release(std::string_view key, const OwnerId& owner) {
   {
     std::lock_guard lock(mu_);
     released = ReleaseLocked(key, owner);
-    auto count = releases_.find(key);
-    if (count == releases_.end()) count = releases_.emplace(std::string(key), 0).first;
-    ++count->second;
-    for (auto it = watches_.begin(); it != watches_.end();) {
-      if (it->second.key != key) {
-        ++it;
-        continue;
-      }
-      wake.push_back(std::move(it->second.wake));
-      it = watches_.erase(it);
-    }
+    wake = ChangedLocked(key);
   }
   for (auto& w : wake) w();
   return released;
@@ -103,17 +144,17 @@ Status InMemoryStore::ReleaseLocked(std::string_view key, const OwnerId& owner) 
   return Status::Ok();
 }
 
-std::uint64_t InMemoryStore::Releases(std::string_view key) const {
+std::uint64_t InMemoryStore::Changes(std::string_view key) const {
   std::lock_guard lock(mu_);
-  auto it = releases_.find(key);
-  return it == releases_.end() ? 0 : it->second;
+  auto it = changes_.find(key);
+  return it == changes_.end() ? 0 : it->second;
 }
 
 std::uint64_t InMemoryStore::Watch(std::string_view key, std::uint64_t seen,
                                    std::function<void()> wake) {
   std::lock_guard lock(mu_);
-  auto count = releases_.find(key);
-  if ((count == releases_.end() ? 0 : count->second) != seen) return 0;
+  auto count = changes_.find(key);
+  if ((count == changes_.end() ? 0 : count->second) != seen) return 0;
   const std::uint64_t id = next_watch_++;
   watches_.emplace(id, Watcher{std::string(key), std::move(wake)});
   return id;
@@ -236,12 +277,12 @@ class InMemoryAcquisition final : public Acquisition {
   ~InMemoryAcquisition() override { StopNotify(); }
 
   Result<Attempt> Try() override {
-    seen_ = store_->Releases(request_.key);  // before: a release during Try counts
+    seen_ = store_->Changes(request_.key);  // before: a release during Try counts
     return store_->TryAcquire(request_);
   }
   bool Wait(TimePoint /*until*/, std::stop_token /*stop*/) override { return false; }
   bool Notify(std::function<void()> wake) override {
-    // A release since the attempt: no wake-up to wait for; the core polls.
+    // A change since the attempt: no wake-up to wait for; the core polls.
     watch_ = store_->Watch(request_.key, seen_, std::move(wake));
     return watch_ != 0;
   }
@@ -256,7 +297,7 @@ class InMemoryAcquisition final : public Acquisition {
  private:
   std::shared_ptr<InMemoryStore> store_;
   const LeaseRequest request_;
-  std::uint64_t seen_ = 0;   // the key's releases before the last Try
+  std::uint64_t seen_ = 0;  // the key's changes before the last Try
   std::uint64_t watch_ = 0;
 };
 
@@ -283,6 +324,14 @@ std::vector<Status> InMemoryBackend::Renew(std::span<const LeaseRequest> leases)
 
 Result<std::vector<HolderInfo>> InMemoryBackend::List(std::string_view prefix) {
   return store_->List(prefix);
+}
+
+std::vector<Status> InMemoryBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  if (!options_.keeps_places) return Backend::KeepPlaces(waiters);
+  std::vector<Status> out;
+  out.reserve(waiters.size());
+  for (const LeaseRequest& w : waiters) out.push_back(store_->KeepPlace(w));
+  return out;
 }
 
 }  // namespace dlock::testing

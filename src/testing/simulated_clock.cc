@@ -1,6 +1,7 @@
 #include "dlock/testing/simulated_clock.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dlock::testing {
 
@@ -8,6 +9,9 @@ struct SimulatedClock::LoopEntry {
   std::function<TimePoint(TimePoint)> run;
   TimePoint next;
   bool running = false;
+  // Woken while it ran: the time its run returns may predate the wake
+  // (another thread asked for a sooner run meanwhile), so it runs again now.
+  bool woken_while_running = false;
   std::thread::id runner;
 };
 
@@ -29,6 +33,7 @@ class SimulatedClock::SimLoop final : public Loop {
   void Wake() override {
     std::lock_guard lock(clock_->mu_);
     entry_->next = std::min(entry_->next, clock_->now_);
+    if (entry_->running) entry_->woken_while_running = true;
   }
 
  private:
@@ -89,7 +94,7 @@ void SimulatedClock::AdvanceTo(TimePoint target) {
       TimePoint next = due->run(at);
       lock.lock();
       due->running = false;
-      due->next = next;
+      due->next = std::exchange(due->woken_while_running, false) ? std::min(next, now_) : next;
       count_cv_.notify_all();
       continue;
     }

@@ -27,6 +27,7 @@ using std::chrono::seconds;
 using testing::FaultPlan;
 using testing::FaultyBackend;
 using testing::InMemoryBackend;
+using testing::InMemoryOptions;
 using testing::InMemoryStore;
 
 // Longer than any of these tests may take: a hung test fails rather than
@@ -250,12 +251,13 @@ TEST_F(AsyncTest, ACallbackMayCloseItsOwnClient) {
 class BatchedAsyncTest : public AsyncTest {
  protected:
   std::unique_ptr<Client> NewBatchedClient() {
-    return Client::FromBackend(std::make_unique<InMemoryBackend>(store_, /*batches=*/true));
+    return Client::FromBackend(
+        std::make_unique<InMemoryBackend>(store_, InMemoryOptions{.batches = true}));
   }
 };
 
 TEST_F(BatchedAsyncTest, ManyKeysAreTakenAndGivenBackInBatches) {
-  auto backend = std::make_unique<InMemoryBackend>(store_, /*batches=*/true);
+  auto backend = std::make_unique<InMemoryBackend>(store_, InMemoryOptions{.batches = true});
   InMemoryBackend* seen = backend.get();
   ClientOptions options;
   options.async_threads = 1;

@@ -47,6 +47,21 @@ TEST(SimulatedClockTest, WakeRunsALoopAtTheCurrentTime) {
   EXPECT_EQ(runs, 2);
 }
 
+// A Wake that comes while the loop runs (another thread asks for a sooner
+// run, as a driver's worker arms a timer while the timer loop posts jobs)
+// is not lost to the time that run returns, as RealClock's loop keeps it.
+TEST(SimulatedClockTest, AWakeWhileTheLoopRunsRunsItAgain) {
+  SimulatedClock clock;
+  int runs = 0;
+  std::unique_ptr<Loop> loop;
+  loop = clock.StartLoop([&](TimePoint now) {
+    if (++runs == 1) std::thread([&] { loop->Wake(); }).join();
+    return now + std::chrono::hours(1);  // computed before the wake
+  });
+  clock.Advance(milliseconds(0));
+  EXPECT_EQ(runs, 2);
+}
+
 TEST(SimulatedClockTest, SleepersWakeAtTheirDeadlineNotBefore) {
   SimulatedClock clock;
   const TimePoint deadline = clock.Now() + milliseconds(100);

@@ -8,7 +8,8 @@
 //   plan->renew_error = UnavailableError("partitioned");   // renewals fail
 //   plan->lose_acquire_replies = 1;  // next grant happens, reply is lost
 //
-// Faults apply to TryAcquire and to the Try of every Acquisition it begins.
+// Faults apply to TryAcquire and to the Try of every Acquisition it begins,
+// and keep_places_error to KeepPlaces.
 //
 // Thread-safety: FaultPlan fields are read under its mutex by the wrapper;
 // set them through the setters or while no call is in flight.
@@ -34,6 +35,7 @@ struct FaultPlan {
   std::optional<Status> release_error;
   std::optional<Status> renew_error;
   std::optional<Status> record_error;  // RecordBreak
+  std::optional<Status> keep_places_error;  // every KeepPlaces entry answers it
   // The next N TryAcquire calls reach the store (and may grant) but report
   // kUnavailable: a reply lost on the way back.
   int lose_acquire_replies = 0;
@@ -44,6 +46,9 @@ struct FaultPlan {
   int tries = 0;           // Acquisition::Try calls
   int notifies = 0;        // Acquisition::Notify calls
   int notifies_blind = 0;  // ... that returned false: the core then polled
+  int keep_places = 0;     // KeepPlaces calls (one per tick of up to a batch of places)
+  int places_asked = 0;    // ... and the places they asked to keep, in all
+  int largest_keep = 0;    // ... and in the largest call
 
   int RenewBatches() {
     std::lock_guard l(mu);
@@ -69,6 +74,18 @@ struct FaultPlan {
     std::lock_guard l(mu);
     return notifies_blind;
   }
+  int KeepPlacesCalls() {
+    std::lock_guard l(mu);
+    return keep_places;
+  }
+  int PlacesAsked() {
+    std::lock_guard l(mu);
+    return places_asked;
+  }
+  int LargestKeep() {
+    std::lock_guard l(mu);
+    return largest_keep;
+  }
 
   void SetRenewError(std::optional<Status> s) {
     std::lock_guard l(mu);
@@ -81,6 +98,10 @@ struct FaultPlan {
   void SetReleaseError(std::optional<Status> s) {
     std::lock_guard l(mu);
     release_error = std::move(s);
+  }
+  void SetKeepPlacesError(std::optional<Status> s) {
+    std::lock_guard l(mu);
+    keep_places_error = std::move(s);
   }
   void LoseAcquireReplies(int n) {
     std::lock_guard l(mu);
@@ -98,6 +119,8 @@ class FaultyBackend final : public Backend {
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return inner_->KeepsPlaces(); }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
     return inner_->List(prefix);
   }

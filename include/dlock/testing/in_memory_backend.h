@@ -32,6 +32,10 @@ class InMemoryStore {
 
   Result<Attempt> TryAcquire(const LeaseRequest& request);
   Status Release(std::string_view key, const OwnerId& owner);
+  // Backend::KeepPlaces for one waiter: its live place lives another
+  // queue_ttl; kNotFound when it has none (never queued, lapsed, left, or
+  // granted). Holdings are not touched.
+  Status KeepPlace(const LeaseRequest& waiter);
   Status Renew(const LeaseRequest& lease);
   std::vector<HolderInfo> List(std::string_view prefix);
   std::vector<WaiterInfo> Waiters(std::string_view prefix);
@@ -41,13 +45,17 @@ class InMemoryStore {
   std::vector<BreakRecord> Breaks(std::string_view prefix);
 
   // Calls `wake` once, on the releasing thread, when a holder or waiter of
-  // `key` leaves by Release (expiry wakes nobody: waiters time it by the
-  // holder's ttl). Returns an id for Unwatch, or 0 without watching when
-  // the key's Releases() is no longer `seen`: a release came in between.
+  // `key` leaves by Release, or when a call on `key` finds a holding or a
+  // place of it lapsed (a waiter that died: its place lapses unseen until
+  // then, a KeepPlaces tick at the latest; a holder's expiry is timed by
+  // the waiters from the holder's ttl). Returns an id for Unwatch, or 0
+  // without watching when
+  // the key's Changes() is no longer `seen`: one came in between.
   // What the asynchronous API's Acquisition::Notify is tested with.
   std::uint64_t Watch(std::string_view key, std::uint64_t seen, std::function<void()> wake);
-  // How many Release calls `key` has had.
-  std::uint64_t Releases(std::string_view key) const;
+  // How many times `key` changed as Watch sees it (a Release, or a lapse
+  // found), which woke its watches.
+  std::uint64_t Changes(std::string_view key) const;
   void Unwatch(std::uint64_t id);
   // Watches not yet woken or dropped (tests check none leak).
   std::size_t Watches() const;
@@ -76,8 +84,15 @@ class InMemoryStore {
     std::vector<Waiter> queue;       // in arrival order
   };
   Status ReleaseLocked(std::string_view key, const OwnerId& owner);
-  // Drops holdings past expiry + lock-delay and queue places past expiry.
-  void PruneLocked(Entry& e, TimePoint now);
+  // TryAcquire under mu_, collecting the wakes of watches its pruning ends.
+  Result<Attempt> TryAcquireLocked(const LeaseRequest& request,
+                                   std::vector<std::function<void()>>& wake);
+  // Drops holdings past expiry + lock-delay and queue places past expiry;
+  // true if it dropped any.
+  bool PruneLocked(Entry& e, TimePoint now);
+  // `key` changed (Changes): its watches end, and their wakes are returned,
+  // to be called outside mu_.
+  std::vector<std::function<void()>> ChangedLocked(std::string_view key);
 
   std::shared_ptr<Clock> clock_;
   mutable std::mutex mu_;
@@ -90,16 +105,24 @@ class InMemoryStore {
     std::function<void()> wake;
   };
   std::map<std::uint64_t, Watcher> watches_;
-  std::map<std::string, std::uint64_t, std::less<>> releases_;
+  std::map<std::string, std::uint64_t, std::less<>> changes_;
   std::uint64_t next_watch_ = 1;
+};
+
+// What an InMemoryBackend claims to do, as a real store would.
+struct InMemoryOptions {
+  // BatchesCalls: the asynchronous API sends its first attempts and
+  // releases in batches (answered one by one here).
+  bool batches = false;
+  // KeepsPlaces: the asynchronous API keeps its waiters' places with
+  // KeepPlaces instead of an attempt each. False plays a store without it.
+  bool keeps_places = true;
 };
 
 class InMemoryBackend final : public Backend {
  public:
-  // `batches`: claim BatchesCalls, so that the asynchronous API sends its
-  // first attempts and releases in batches (answered one by one here).
-  explicit InMemoryBackend(std::shared_ptr<InMemoryStore> store, bool batches = false)
-      : store_(std::move(store)), batches_(batches) {}
+  explicit InMemoryBackend(std::shared_ptr<InMemoryStore> store, InMemoryOptions options = {})
+      : store_(std::move(store)), options_(options) {}
 
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   // An acquisition that can Notify (by InMemoryStore::Watch).
@@ -110,7 +133,9 @@ class InMemoryBackend final : public Backend {
   std::string Describe() const override { return "memory://"; }
   bool SupportsLockDelay() const override { return true; }
   bool SupportsSharing() const override { return true; }
-  bool BatchesCalls() const override { return batches_; }
+  bool BatchesCalls() const override { return options_.batches; }
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return options_.keeps_places; }
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override {
     largest_batch_ = std::max(largest_batch_.load(), requests.size());
     return Backend::TryAcquireMany(requests);
@@ -139,7 +164,7 @@ class InMemoryBackend final : public Backend {
 
  private:
   std::shared_ptr<InMemoryStore> store_;
-  const bool batches_;
+  const InMemoryOptions options_;
   std::atomic<std::size_t> largest_batch_{0};  // a test's high-water mark: races only lower it
 };
 

@@ -271,6 +271,14 @@ WHERE key = :key AND (boot_id IS NOT :boot OR expires_at_ms <= :now_ms)
 
 constexpr const char* kDequeueSql = "DELETE FROM dlock_queue WHERE key = :key AND owner = :owner";
 
+// KeepPlaces: a live place lives another queue_ttl. A lapsed one is left as
+// it is (the waiter's next attempt re-takes it, at the back), and holdings
+// are another table.
+constexpr const char* kKeepPlaceSql = R"sql(
+UPDATE dlock_queue SET expires_at_ms = :now_ms + :queue_ttl_ms
+WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
+)sql";
+
 constexpr const char* kHeldByOwnerSql = R"sql(
 SELECT token FROM dlock_holders
 WHERE key = :key AND owner = :owner AND boot_id = :boot AND expires_at_ms > :now_ms
@@ -496,6 +504,24 @@ class Query {
 // (or a held write lock) behind. IMMEDIATE takes the write lock up front: a
 // deferred transaction that reads first and writes later can fail with
 // SQLITE_BUSY_SNAPSHOT without waiting, where this one waits busy_timeout.
+// For the scope of a write that is repeated on a schedule anyway (Renew,
+// KeepPlaces): waiting for another writer longer than `wait` would only
+// delay the next round (and hold the connection's mutex meanwhile).
+class ShorterBusyTimeout {
+ public:
+  ShorterBusyTimeout(sqlite3* db, std::chrono::milliseconds usual, std::chrono::milliseconds wait)
+      : db_(db), usual_ms_(static_cast<int>(usual.count())) {
+    sqlite3_busy_timeout(db_, static_cast<int>(std::min(usual, wait).count()));
+  }
+  ~ShorterBusyTimeout() { sqlite3_busy_timeout(db_, usual_ms_); }
+  ShorterBusyTimeout(const ShorterBusyTimeout&) = delete;
+  ShorterBusyTimeout& operator=(const ShorterBusyTimeout&) = delete;
+
+ private:
+  sqlite3* db_;
+  int usual_ms_;
+};
+
 class WriteTransaction {
  public:
   WriteTransaction(sqlite3* db, sqlite3_stmt* begin, sqlite3_stmt* commit,
@@ -707,6 +733,9 @@ class SqliteBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  // One write transaction for the batch, touching queue rows only.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   std::string Describe() const override { return "sqlite://" + options_.path; }
   Status Ping() override;
@@ -802,7 +831,7 @@ class SqliteBackend final : public Backend {
   StmtHandle begin_, commit_, rollback_;
   StmtHandle state_, next_token_, insert_holder_, regrant_, purge_holders_;
   StmtHandle release_, held_by_anyone_, renew_, list_, waiters_;
-  StmtHandle enqueue_, purge_queue_, dequeue_;
+  StmtHandle enqueue_, purge_queue_, dequeue_, keep_place_;
   StmtHandle held_by_owner_, mark_done_, is_done_, expire_done_;
   StmtHandle record_break_, expire_breaks_, breaks_;
   StmtHandle read_begin_, turn_holders_, turn_queue_, data_version_;
@@ -961,6 +990,7 @@ Status SqliteBackend::Init(std::string_view what) {
   DLOCK_RETURN_IF_ERROR(Prepare(kEnqueueSql, &enqueue_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kPurgeQueueSql, &purge_queue_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kDequeueSql, &dequeue_, what));
+  DLOCK_RETURN_IF_ERROR(Prepare(kKeepPlaceSql, &keep_place_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kHeldByOwnerSql, &held_by_owner_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kMarkDoneSql, &mark_done_, what));
   DLOCK_RETURN_IF_ERROR(Prepare(kIsDoneSql, &is_done_, what));
@@ -1503,12 +1533,7 @@ std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {
   for (std::size_t i = 0; i < leases.size(); ++i) {
     if (result[i].ok()) shortest = std::min(shortest, leases[i].ttl);
   }
-  sqlite3_busy_timeout(db, static_cast<int>(std::min(options_.busy_timeout, shortest / 3).count()));
-  struct RestoreBusyTimeout {
-    sqlite3* db;
-    int ms;
-    ~RestoreBusyTimeout() { sqlite3_busy_timeout(db, ms); }
-  } restore{db, static_cast<int>(options_.busy_timeout.count())};
+  const ShorterBusyTimeout busy(db, options_.busy_timeout, shortest / 3);
   WriteTransaction txn = Transaction();
   int rc = txn.Begin();
   if (IsError(rc)) return fail_all(FromSqlite(rc, db, "renew"));
@@ -1537,6 +1562,60 @@ std::vector<Status> SqliteBackend::Renew(std::span<const LeaseRequest> leases) {
   // A NotOwner verdict stands even if the commit failed: a lease that was
   // not held cannot have become held again.
   if (IsError(rc)) return fail_all(FromSqlite(rc, db, "renew"));
+  return result;
+}
+
+std::vector<Status> SqliteBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  std::vector<Status> result(waiters.size());
+  bool any_valid = false;
+  std::chrono::milliseconds shortest = options_.busy_timeout * 3;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    result[i] = ValidateKey(waiters[i].key);
+    if (result[i].ok() && waiters[i].queue_ttl <= std::chrono::milliseconds(0)) {
+      result[i] = InvalidArgumentError("keep a place in the queue of " + waiters[i].key +
+                                       ": queue_ttl is not positive");
+    }
+    if (result[i].ok()) shortest = std::min(shortest, waiters[i].queue_ttl);
+    any_valid = any_valid || result[i].ok();
+  }
+  if (!any_valid) return result;
+  // One transaction: when it fails, no place was kept.
+  auto fail_all = [&](const Status& error) {
+    for (Status& s : result) {
+      if (s.ok()) s = error;
+    }
+    return result;
+  };
+  std::lock_guard lock(mu_);
+  sqlite3* db = db_.get();
+  // The core keeps places every third of queue_ttl: a keep that waits
+  // longer for the write lock is better left to the next one.
+  const ShorterBusyTimeout busy(db, options_.busy_timeout, shortest / 3);
+  WriteTransaction txn = Transaction();
+  int rc = txn.Begin();
+  if (IsError(rc)) return fail_all(FromSqlite(rc, db, "keep places in the queue"));
+  const BootTime now = StoreNow();
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    if (!result[i].ok()) continue;
+    const LeaseRequest& waiter = waiters[i];
+    Query query(keep_place_.get());
+    query.Bind(":key", waiter.key)
+        .Bind(":owner", waiter.owner.ToString())
+        .Bind(":boot", now.boot_id)
+        .Bind(":now_ms", now.now_ms)
+        .Bind(":queue_ttl_ms", static_cast<std::int64_t>(waiter.queue_ttl.count()));
+    rc = query.Step();
+    if (IsError(rc)) {
+      return fail_all(FromSqlite(rc, db, "keep a place in the queue of " + waiter.key));
+    }
+    if (sqlite3_changes(db) != 1) {
+      result[i] = NotFoundError("no place in the queue of " + waiter.key + " for this owner");
+    }
+  }
+  rc = txn.Commit();
+  // A kNotFound stands even if the commit failed: a place that was gone
+  // cannot have come back.
+  if (IsError(rc)) return fail_all(FromSqlite(rc, db, "keep places in the queue"));
   return result;
 }
 
