@@ -224,12 +224,12 @@ class RedisBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
-  // One pipeline each, on one server without wait_replicas (a cluster's
-  // keys live on many nodes, and WAIT would have to confirm each grant):
-  // elsewhere one call at a time.
+  // One pipeline each (on a cluster one per node, every node at once),
+  // without wait_replicas (WAIT would have to confirm each grant): with it,
+  // one call at a time.
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
   std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
-  bool BatchesCalls() const override { return !cluster_ && options_.wait_replicas == 0; }
+  bool BatchesCalls() const override { return options_.wait_replicas == 0; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
@@ -336,10 +336,9 @@ class RedisBackend final : public Backend {
                          milliseconds place_ttl) const;
   ScriptCall ReleaseCall(std::string_view key, const OwnerId& owner) const;
   Status ReadReleaseReply(const redisReply* r, const std::string& server, const std::string& what);
-  // `script` once per call, in one pipeline on one connection of the one
-  // server (loading the script first if the server lacks it).
-  Result<ClusterRouter::Routed> EvalMany(const Script& script, std::span<const ScriptCall> calls,
-                                         const std::string& what);
+  // A script call for dlock key `key`, for RunEach: on its slot on a
+  // cluster.
+  ClusterRouter::SlotCall SlotCallFor(std::string_view key, ScriptCall call) const;
   // One run of the acquire script for a checked request, taking (or
   // refreshing) a place in the queue for place_ttl when that is not zero,
   // by `deadline` (AttemptDeadline, taken once per attempt).
@@ -377,9 +376,14 @@ class RedisBackend final : public Backend {
     std::string rows_noun, name_noun, what;
   };
   Status ForEachRow(const RowQuery& q, const RowFn& row);
-  // The calls of `script`, on a cluster each on its slot's primary.
+  // The calls of `script` in one pipeline on one connection of the one
+  // server (loading the script first if the server lacks it); on a cluster
+  // each on its slot's primary, a node's calls in one pipeline, every node
+  // at once. Each within `timeout`.
   void RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
-               const std::string& what);
+               milliseconds timeout, const std::string& what);
+  void RunOnServer(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+                   milliseconds timeout, const std::string& what);
   Status ParseRows(const RowQuery& q, const ClusterRouter::SlotCall& call,
                    const std::vector<std::string>& keys, const RowFn& row);
   // Where to look for everything: the one server (nullopt), or every
@@ -1036,39 +1040,18 @@ Status RedisBackend::ReadReleaseReply(const redisReply* r, const std::string& se
   return Status::Ok();
 }
 
-Result<ClusterRouter::Routed> RedisBackend::EvalMany(const Script& script,
-                                                     std::span<const ScriptCall> calls,
-                                                     const std::string& what) {
-  std::vector<Command> commands;
-  commands.reserve(calls.size());
-  for (const ScriptCall& call : calls) {
-    Command c{"EVALSHA", script.sha1, std::to_string(call.keys.size())};
-    c.insert(c.end(), call.keys.begin(), call.keys.end());
-    c.insert(c.end(), call.args.begin(), call.args.end());
-    commands.push_back(std::move(c));
-  }
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(commands, WriteTimeout(), what));
-  // A server that lacks the script (restarted, flushed) refused every call
-  // in the batch the same way; none of them ran.
-  if (!replies.empty() && IsNoScript(replies[0].get())) {
-    DLOCK_ASSIGN_OR_RETURN(auto loaded,
-                           conn->Call({"SCRIPT", "LOAD", script.text}, WriteTimeout(), what));
-    if (loaded->type == REDIS_REPLY_ERROR) return ReplyError(loaded.get(), conn->server(), what);
-    DLOCK_ASSIGN_OR_RETURN(replies, conn->Pipeline(commands, WriteTimeout(), what));
-  }
-  if (replies.size() != calls.size()) {
-    return UnavailableError(what + ": " + conn->server() + " answered " +
-                            std::to_string(replies.size()) + " of " +
-                            std::to_string(calls.size()) + " calls");
-  }
-  return ClusterRouter::Routed{std::move(replies), conn->server()};
+ClusterRouter::SlotCall RedisBackend::SlotCallFor(std::string_view key, ScriptCall call) const {
+  ClusterRouter::SlotCall out;
+  out.slot = cluster_ ? KeySlot(key) : 0;
+  out.keys = std::move(call.keys);
+  out.args = std::move(call.args);
+  return out;
 }
 
 std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseRequest> requests) {
   if (!BatchesCalls()) return Backend::TryAcquireMany(requests);
   std::vector<Result<Attempt>> out(requests.size(), UnavailableError("not sent"));
-  std::vector<ScriptCall> calls;
+  std::vector<ClusterRouter::SlotCall> calls;
   std::vector<std::size_t> sent;  // calls[j] is requests[sent[j]]
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (Status ok = CheckAcquire(requests[i]); !ok.ok()) {
@@ -1076,19 +1059,20 @@ std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseR
       continue;
     }
     const std::string channel = WakeChannel(options_.connect.db, requests[i].key);
-    calls.push_back(AcquireCall(requests[i], channel, milliseconds(0)));
+    calls.push_back(
+        SlotCallFor(requests[i].key, AcquireCall(requests[i], channel, milliseconds(0))));
     sent.push_back(i);
   }
-  if (calls.empty()) return out;
-  const std::string what = "acquire " + std::to_string(calls.size()) + " keys";
-  auto answer = EvalMany(scripts::Acquire(false), calls, what);
+  RunEach(scripts::Acquire(Sharded()), calls, WriteTimeout(),
+          "acquire " + std::to_string(calls.size()) + " keys");
   for (std::size_t j = 0; j < sent.size(); ++j) {
-    if (!answer.ok()) {
-      out[sent[j]] = answer.status();
+    ClusterRouter::SlotCall& call = calls[j];
+    if (!call.reply.ok()) {
+      out[sent[j]] = call.reply.status();
       continue;
     }
-    auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&answer->replies[j], 1),
-                                  answer->server, "acquire " + Quoted(requests[sent[j]].key));
+    auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&*call.reply, 1), call.server,
+                                  "acquire " + Quoted(requests[sent[j]].key));
     out[sent[j]] = reply.ok() ? Result<Attempt>(reply->attempt) : Result<Attempt>(reply.status());
   }
   return out;
@@ -1097,20 +1081,20 @@ std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseR
 std::vector<Status> RedisBackend::ReleaseMany(std::span<const LeaseRequest> holdings) {
   if (!BatchesCalls()) return Backend::ReleaseMany(holdings);
   std::vector<Status> out(holdings.size());
-  std::vector<ScriptCall> calls;
+  std::vector<ClusterRouter::SlotCall> calls;
   std::vector<std::size_t> sent;
   for (std::size_t i = 0; i < holdings.size(); ++i) {
     if (out[i] = ValidateKey(holdings[i].key); !out[i].ok()) continue;
-    calls.push_back(ReleaseCall(holdings[i].key, holdings[i].owner));
+    calls.push_back(SlotCallFor(holdings[i].key, ReleaseCall(holdings[i].key, holdings[i].owner)));
     sent.push_back(i);
   }
-  if (calls.empty()) return out;
-  auto answer = EvalMany(scripts::Release(false), calls,
-                         "release " + std::to_string(calls.size()) + " keys");
+  RunEach(scripts::Release(Sharded()), calls, options_.timeout,
+          "release " + std::to_string(calls.size()) + " keys");
   for (std::size_t j = 0; j < sent.size(); ++j) {
+    const ClusterRouter::SlotCall& call = calls[j];
     const std::string what = "release " + Quoted(holdings[sent[j]].key);
-    out[sent[j]] = answer.ok() ? ReadReleaseReply(answer->replies[j].get(), answer->server, what)
-                               : answer.status();
+    out[sent[j]] = call.reply.ok() ? ReadReleaseReply(call.reply->get(), call.server, what)
+                                   : call.reply.status();
   }
   return out;
 }
@@ -1315,7 +1299,7 @@ Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
         call_keys.push_back(batch);
       }
     }
-    RunEach(*q.script, calls, q.what);
+    RunEach(*q.script, calls, options_.timeout, q.what);
     for (std::size_t c = 0; c < calls.size(); ++c) {
       DLOCK_RETURN_IF_ERROR(ParseRows(q, calls[c], call_keys[c], row));
     }
@@ -1324,21 +1308,50 @@ Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
 }
 
 void RedisBackend::RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
-                           const std::string& what) {
-  if (cluster_) return cluster_->EvalEach(script, calls, {}, {}, ClusterRouter::Within(options_.timeout), what);
+                           milliseconds timeout, const std::string& what) {
+  if (calls.empty()) return;
+  if (cluster_) {
+    return cluster_->EvalEach(script, calls, {}, {}, ClusterRouter::Within(timeout), what);
+  }
+  RunOnServer(script, calls, timeout, what);
+}
+
+void RedisBackend::RunOnServer(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+                               milliseconds timeout, const std::string& what) {
+  auto fail_all = [&](const Status& error) {
+    for (ClusterRouter::SlotCall& call : calls) call.reply = error;
+  };
+  std::vector<Command> commands;
+  commands.reserve(calls.size());
+  for (const ClusterRouter::SlotCall& call : calls) {
+    Command& c = commands.emplace_back();
+    c.reserve(3 + call.keys.size() + call.args.size());
+    c.insert(c.end(), {"EVALSHA", script.sha1, std::to_string(call.keys.size())});
+    c.insert(c.end(), call.keys.begin(), call.keys.end());
+    c.insert(c.end(), call.args.begin(), call.args.end());
+  }
   auto conn = Take(what);
-  for (ClusterRouter::SlotCall& call : calls) {
-    if (!conn.ok()) {
-      call.reply = conn.status();
-      continue;
+  if (!conn.ok()) return fail_all(conn.status());
+  auto replies = (*conn)->Pipeline(commands, timeout, what);
+  // A server that lacks the script (restarted, flushed) refused every call
+  // the same way; none of them ran.
+  if (replies.ok() && !replies->empty() && IsNoScript((*replies)[0].get())) {
+    auto loaded = (*conn)->Call({"SCRIPT", "LOAD", script.text}, timeout, what);
+    if (!loaded.ok()) return fail_all(loaded.status());
+    if ((*loaded)->type == REDIS_REPLY_ERROR) {
+      return fail_all(ReplyError(loaded->get(), (*conn)->server(), what));
     }
-    call.server = (*conn)->server();
-    auto replies = (*conn)->Eval(script, call.keys, call.args, {}, options_.timeout, what);
-    if (replies.ok()) {
-      call.reply = std::move((*replies)[0]);
-    } else {
-      call.reply = replies.status();
-    }
+    replies = (*conn)->Pipeline(commands, timeout, what);
+  }
+  if (!replies.ok()) return fail_all(replies.status());
+  if (replies->size() != calls.size()) {
+    return fail_all(UnavailableError(what + ": " + (*conn)->server() + " answered " +
+                                     std::to_string(replies->size()) + " of " +
+                                     std::to_string(calls.size()) + " calls"));
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    calls[i].server = (*conn)->server();
+    calls[i].reply = std::move((*replies)[i]);
   }
 }
 
