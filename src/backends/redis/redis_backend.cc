@@ -33,13 +33,22 @@ constexpr const char* kClusterForm =
     "redis[s]+cluster://[user:password@]host[:6379],host,...[?cacert=&cert=&key=]";
 constexpr std::size_t kMaxIdleConnections = 8;
 constexpr std::size_t kListBatch = 256;
-// A waiter's place in the queue lasts at most kPlaceTtl after its last
-// attempt (less if the core asks for less), and a waiting client attempts
-// again every kPlaceRefresh: a waiter that died or hangs at the head holds
-// the others up for at most kPlaceTtl. (The core's own queue_ttl, 3 s, would
-// let a dead head stall the queue that long.)
+// A waiter blocked in Wait keeps its place in the queue kPlaceTtl after
+// each attempt (less if the core asks for less), and attempts again every
+// kPlaceRefresh: a waiter that died or hangs at the head holds the others
+// up for at most kPlaceTtl. (The core's own queue_ttl, 3 s, would let a
+// dead head stall the queue that long.)
 constexpr milliseconds kPlaceTtl{1000};
 constexpr milliseconds kPlaceRefresh{300};
+
+// The place of any other waiter: an asynchronous one, which the core keeps
+// with KeepPlaces (or attempts again) every third of queue_ttl, and any
+// waiter's first attempt. It lasts two of those thirds: a keep may come a
+// whole third late (a busy worker) and the place still holds, and a dead
+// waiter holds the queue up for at most two thirds of queue_ttl (2 s), not
+// all of it. Shorter would lapse between keeps; the keeps' period is the
+// core's.
+milliseconds KeptPlaceTtl(milliseconds queue_ttl) { return queue_ttl * 2 / 3; }
 // An attempt cut to the caller's deadline still gets at least this long:
 // the one short try the Backend contract promises.
 constexpr milliseconds kShortTry{100};
@@ -470,7 +479,8 @@ class RedisAcquisition final : public Acquisition {
   std::optional<HandedOver> handed_over_;  // from the last Wait, for the next Try
   bool maybe_granted_ = false;             // a reply was lost: Abandon must release
   bool abandoned_ = false;
-  bool notifies_ = false;  // waits by Notify (asynchronous), not Wait
+  // Has waited in Wait (a blocking acquire): attempts every kPlaceRefresh.
+  bool blocks_ = false;
   // Notify's watch, until StopNotify.
   std::shared_ptr<Subscriber> watched_by_;
   std::uint64_t watch_ = 0;
@@ -774,12 +784,12 @@ Result<Attempt> RedisAcquisition::Try() {
   const ClusterRouter::SteadyTime deadline = backend_.AttemptDeadline(request_);
   std::optional<RedisBackend::Subscription> ticket;
   if (Waiting()) ticket = backend_.CurrentTicket(channel_, deadline);
-  // A waiter woken by Notify is back when the core's timer says, within a
-  // third of queue_ttl (backend.h), not by kPlaceRefresh: its place lasts
-  // queue_ttl.
+  // A waiter that blocks in Wait is back by kPlaceRefresh; any other is
+  // kept (or back) by the core's timer, every third of queue_ttl.
   const milliseconds place_ttl =
       !Waiting() ? milliseconds(0)
-                 : (notifies_ ? request_.queue_ttl : std::min(request_.queue_ttl, kPlaceTtl));
+                 : (blocks_ ? std::min(request_.queue_ttl, kPlaceTtl)
+                            : KeptPlaceTtl(request_.queue_ttl));
   Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl, deadline);
   if (!reply.ok()) {
     // A lost reply may hide a grant.
@@ -800,6 +810,7 @@ std::optional<Attempt> RedisAcquisition::TakeHandedOver() {
 }
 
 bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
+  blocks_ = true;
   const std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
@@ -828,7 +839,6 @@ std::pair<std::shared_ptr<Subscriber>, std::optional<Subscriber::Ticket>> RedisA
 
 bool RedisAcquisition::Notify(std::function<void()> wake) {
   StopNotify();
-  notifies_ = true;
   std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
   auto [subscriber, ticket] = WaitOn(refusal, backend_.AttemptDeadline(request_));
   if (!subscriber) return false;

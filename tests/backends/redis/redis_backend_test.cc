@@ -628,6 +628,33 @@ TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
   ASSERT_TRUE(b->Release(held, OwnerId(9, 9)).ok());
 }
 
+// The server's time of `owner`'s place in `key`'s queue (ms), 0 if none.
+long long PlaceExpiry(redisContext* admin, const std::string& key, const OwnerId& owner) {
+  return std::atoll(
+      ReplyString(Cmd(admin, {"HGET", QueueExpiryName(key), owner.ToString()}).get()).c_str());
+}
+
+// An asynchronous waiter's place (one that never blocked in Wait) lasts two
+// thirds of queue_ttl from each attempt: the core keeps it every third, and
+// a dead waiter at the head holds the queue up for two thirds at most. A
+// blocked waiter's lasts kPlaceTtl (1 s) from each of its attempts.
+TEST_F(RedisServer, AnAsynchronousWaitersPlaceLastsTwoThirdsOfQueueTtl) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("async-place");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  const LeaseRequest request{key, OwnerId(2, 2), milliseconds(10'000), milliseconds(30'000)};
+  auto waiter = b->Begin(request);
+  ASSERT_FALSE(waiter->Try()->granted);
+  const long long left = PlaceExpiry(admin_.get(), key, request.owner) - RedisNowMs(admin_.get());
+  EXPECT_GT(left, 15'000);
+  EXPECT_LE(left, 20'000);
+  waiter->Wait(DefaultClock()->Now() + milliseconds(1), {});  // now it blocks
+  ASSERT_FALSE(waiter->Try()->granted);
+  EXPECT_LE(PlaceExpiry(admin_.get(), key, request.owner) - RedisNowMs(admin_.get()), 1000);
+  waiter->Abandon();
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
+}
+
 TEST_F(RedisServer, RunOnceRecordIsSetOnlyByTheHolder) {
   auto b = OpenRaw(uri_);
   const std::string key = UniqueKey("once");
