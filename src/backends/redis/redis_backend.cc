@@ -239,6 +239,11 @@ class RedisBackend final : public Backend {
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
   std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
   bool BatchesCalls() const override { return options_.wait_replicas == 0; }
+  // One pipeline too (one per node on a cluster), with or without
+  // wait_replicas: a place lost in a failover only costs its waiter its
+  // turn, never a grant.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
@@ -363,6 +368,9 @@ class RedisBackend final : public Backend {
   // Renew's script call on the one server (not a cluster), `wait` after it.
   void RenewOnServer(ClusterRouter::SlotCall& call, std::span<const Command> wait,
                      const ClusterRouter::TailCheck& check_wait, milliseconds timeout);
+  // What one KeepPlaces script call said, into the results of its places.
+  static void ApplyKeeps(const ClusterRouter::SlotCall& call, std::span<const LeaseRequest> waiters,
+                         const std::vector<std::size_t>& group, std::vector<Status>* out);
   // What one renew call said, into the results of its leases.
   static void ApplyRenewals(const ClusterRouter::SlotCall& call,
                             std::span<const LeaseRequest> leases,
@@ -1107,6 +1115,70 @@ std::vector<Status> RedisBackend::ReleaseMany(std::span<const LeaseRequest> hold
                                    : call.reply.status();
   }
   return out;
+}
+
+std::vector<Status> RedisBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  std::vector<Status> out(waiters.size());
+  // The places of one script call: up to kListBatch of one slot (of the one
+  // server elsewhere), so that no call holds the server up for long.
+  std::map<std::uint16_t, std::vector<std::size_t>> by_slot;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    out[i] = ValidateKey(waiters[i].key);
+    if (out[i].ok() && waiters[i].owner.empty()) {
+      out[i] = InvalidArgumentError("keep a place: the owner id is empty");
+    }
+    if (out[i].ok() && waiters[i].queue_ttl <= milliseconds(0)) {
+      out[i] = InvalidArgumentError("keep a place: queue_ttl is not positive");
+    }
+    if (out[i].ok()) by_slot[cluster_ ? KeySlot(waiters[i].key) : 0].push_back(i);
+  }
+  std::vector<ClusterRouter::SlotCall> calls;
+  std::vector<std::vector<std::size_t>> members;  // calls[c] keeps members[c]
+  for (const auto& [slot, group] : by_slot) {
+    for (std::size_t start = 0; start < group.size(); start += kListBatch) {
+      const std::size_t end = std::min(group.size(), start + kListBatch);
+      ClusterRouter::SlotCall& call = calls.emplace_back();
+      std::vector<std::size_t>& member = members.emplace_back(group.begin() + start,
+                                                               group.begin() + end);
+      call.slot = slot;
+      for (std::size_t i : member) {
+        call.keys.push_back(QueueName(waiters[i].key));
+        call.args.push_back(waiters[i].owner.ToString());
+        call.args.push_back(std::to_string(KeptPlaceTtl(waiters[i].queue_ttl).count()));
+      }
+      for (std::size_t i : member) {
+        call.keys = Declared(std::move(call.keys), waiters[i].key, {QueueExpiryName, QueueInfoName});
+      }
+    }
+  }
+  RunEach(scripts::KeepPlaces(), calls, options_.timeout,
+          "keep " + std::to_string(by_slot.empty() ? 0 : waiters.size()) + " queue places");
+  for (std::size_t c = 0; c < calls.size(); ++c) ApplyKeeps(calls[c], waiters, members[c], &out);
+  return out;
+}
+
+void RedisBackend::ApplyKeeps(const ClusterRouter::SlotCall& call,
+                              std::span<const LeaseRequest> waiters,
+                              const std::vector<std::size_t>& group, std::vector<Status>* out) {
+  const std::string what = "keep queue places";
+  auto fail_all = [&](const Status& error) {
+    for (std::size_t i : group) (*out)[i] = error;
+  };
+  if (!call.reply.ok()) return fail_all(call.reply.status());
+  const redisReply* r = call.reply->get();
+  if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, call.server, what));
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != group.size()) {
+    return fail_all(OddReply("one result per place", call.server, what));
+  }
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    long long kept = 0;
+    ReplyInt(r->element[j], &kept);
+    if (kept != 1) {
+      (*out)[group[j]] = NotFoundError("no place in the queue of key " +
+                                       Quoted(waiters[group[j]].key) +
+                                       " for this owner (it lapsed, or was granted)");
+    }
+  }
 }
 
 std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {

@@ -493,6 +493,43 @@ return out
   return s;
 }
 
+// Backend::KeepPlaces. KEYS: queue_1, queue_2, ... (qexp and qinfo named
+// from each; on a cluster they follow, declared). ARGV: owner_1,
+// place_ttl_ms_1, owner_2, place_ttl_ms_2, ... One result per place: 1 kept
+// (it now lasts at least place_ttl_ms from the server's now, and so do the
+// queue's keys), 0 when the owner has no live place there (it lapsed, or
+// was granted: a grant drops the place). Only `qexp` and the queue's
+// expiry are written: a holding is never touched, a lapsed place never
+// revived (its owner's next attempt decides), and a place is never cut.
+inline const Script& KeepPlaces() {
+  static const Script s(R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #ARGV / 2 do
+  local queue = KEYS[i]
+  local base = string.sub(queue, 1, -6)
+  local qexp = base .. 'qexp'
+  local owner, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  local ends = tonumber(redis.call('HGET', qexp, owner) or '0')
+  out[i] = 0
+  if ends > now then
+    if now + ttl > ends then
+      redis.call('HSET', qexp, owner, string.format('%.0f', now + ttl))
+    end
+    if redis.call('PTTL', queue) < ttl then
+      redis.call('PEXPIRE', queue, ttl)
+      redis.call('PEXPIRE', qexp, ttl)
+      redis.call('PEXPIRE', base .. 'qinfo', ttl)
+    end
+    out[i] = 1
+  end
+end
+return out
+)lua");
+  return s;
+}
+
 // KEYS: lock_1, lock_2, ... (found by SCAN; holders and hinfo are named
 // from each; on a cluster they follow, declared, and ARGV[1] is the number
 // of locks). Returns, per holding whose lease runs: the index of its lock

@@ -634,6 +634,75 @@ long long PlaceExpiry(redisContext* admin, const std::string& key, const OwnerId
       ReplyString(Cmd(admin, {"HGET", QueueExpiryName(key), owner.ToString()}).get()).c_str());
 }
 
+// The asynchronous API's keeps (Backend::KeepPlaces): 300 places kept by
+// two script calls (256 a call) sent in one pipeline, each now lasting two
+// thirds of the queue_ttl asked; a holding is never touched; no place
+// (never queued, lapsed, or the owner holds the key) is kNotFound, and a
+// lapsed place is not revived.
+TEST_F(RedisServer, KeepPlacesKeepsEveryPlaceInOnePipelineAndTouchesNoHolding) {
+  auto b = OpenRaw(uri_);
+  ASSERT_TRUE(b->KeepsPlaces());
+  const OwnerId holder(1, 1);
+  constexpr int kPlaces = 300;
+  std::vector<LeaseRequest> keeps;
+  std::vector<std::unique_ptr<Acquisition>> waiting;
+  for (int i = 0; i < kPlaces; ++i) {
+    const std::string key = UniqueKey("keep/" + std::to_string(i));
+    ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
+    LeaseRequest waiter{key, OwnerId(2, static_cast<std::uint64_t>(i + 1)), milliseconds(10'000),
+                        milliseconds(3000)};
+    waiting.push_back(b->Begin(waiter));
+    auto refused = waiting.back()->Try();
+    ASSERT_TRUE(refused.ok() && !refused->granted) << i;
+    waiter.queue_ttl = milliseconds(60'000);  // kept for 40 s from the keep
+    keeps.push_back(waiter);
+  }
+  // The holder of the first key: its holding is no place.
+  const std::string held = keeps[0].key;
+  keeps.push_back({held, holder, milliseconds(10'000), milliseconds(60'000)});
+  // Never queued.
+  keeps.push_back({UniqueKey("keep/none"), OwnerId(3, 3), milliseconds(10'000),
+                   milliseconds(60'000)});
+  // Queued for 200 ms (two thirds of 300), and lapsed.
+  const std::string lapsing = UniqueKey("keep/lapsed");
+  ASSERT_TRUE(b->TryAcquire({lapsing, holder, milliseconds(10'000)})->granted);
+  const LeaseRequest short_lived{lapsing, OwnerId(4, 4), milliseconds(10'000), milliseconds(300)};
+  auto lapsed = b->Begin(short_lived);
+  ASSERT_FALSE(lapsed->Try()->granted);
+  WaitForPlaceToLapse(admin_.get(), lapsing, short_lived.owner);
+  const long long lapsed_at = PlaceExpiry(admin_.get(), lapsing, short_lived.owner);
+  keeps.push_back({lapsing, short_lived.owner, milliseconds(10'000), milliseconds(60'000)});
+  keeps.push_back({"", OwnerId(5, 5), milliseconds(10'000), milliseconds(60'000)});
+  const std::string held_value = ReplyString(Cmd(admin_.get(), {"GET", LockName(held)}).get());
+
+  (void)b->KeepPlaces(std::span(keeps).subspan(kPlaces + 1, 1));  // caches the script
+  const long long scripts = CommandCalls("evalsha"), sets = CommandCalls("set");
+  const std::vector<Status> kept = b->KeepPlaces(keeps);
+  EXPECT_EQ(CommandCalls("evalsha"), scripts + 2) << "one script call per 256 places";
+  EXPECT_EQ(CommandCalls("set"), sets) << "a keep sets no lock";
+
+  ASSERT_EQ(kept.size(), keeps.size());
+  const long long now = RedisNowMs(admin_.get());
+  for (int i = 0; i < kPlaces; ++i) {
+    EXPECT_TRUE(kept[i].ok()) << i << ": " << kept[i].ToString();
+    EXPECT_GT(PlaceExpiry(admin_.get(), keeps[i].key, keeps[i].owner), now + 35'000) << i;
+  }
+  EXPECT_EQ(kept[kPlaces].code(), StatusCode::kNotFound) << kept[kPlaces].ToString();
+  EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", LockName(held)}).get()), held_value);
+  EXPECT_LE(Cmd(admin_.get(), {"PTTL", LockName(held)})->integer, 10'000) << "a holding extended";
+  EXPECT_EQ(kept[kPlaces + 1].code(), StatusCode::kNotFound) << kept[kPlaces + 1].ToString();
+  EXPECT_EQ(kept[kPlaces + 2].code(), StatusCode::kNotFound) << kept[kPlaces + 2].ToString();
+  EXPECT_EQ(PlaceExpiry(admin_.get(), lapsing, short_lived.owner), lapsed_at) << "revived";
+  EXPECT_EQ(kept[kPlaces + 3].code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(kept[kPlaces].message().find(held), std::string::npos) << kept[kPlaces].message();
+
+  for (auto& w : waiting) w->Abandon();
+  lapsed->Abandon();
+  for (int i = 0; i < kPlaces; ++i) ASSERT_TRUE(b->Release(keeps[i].key, holder).ok());
+  ASSERT_TRUE(b->Release(lapsing, holder).ok());
+  EXPECT_EQ(b->StoredObjects(UniqueKey("keep/")).value(), 0u);
+}
+
 // An asynchronous waiter's place (one that never blocked in Wait) lasts two
 // thirds of queue_ttl from each attempt: the core keeps it every third, and
 // a dead waiter at the head holds the queue up for two thirds at most. A
