@@ -167,8 +167,11 @@ json Distinct(int n) {
   auto answers = std::make_shared<Answers>(n);
   const auto start = Clock::now();
   for (const std::string& key : Keys("distinct", n)) {
+    // Released without waiting, as docs/benchmarks.md says it is: a cycle
+    // ends when its release is answered.
     client->AcquireAsync(key, Opts(milliseconds(600000)), [answers](Result<Lease> lease) {
-      answers->Add(lease.ok() && lease->Release().ok());
+      if (!lease.ok()) return answers->Add(false);
+      lease->ReleaseAsync([answers](const Status& released) { answers->Add(released.ok()); });
     });
   }
   answers->all.get_future().wait();
