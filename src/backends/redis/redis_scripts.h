@@ -189,15 +189,19 @@ inline const Script& Acquire() {
 local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
 local ttl = ARGV[2]
 local base = string.sub(lock, 1, -5)
-local head = redis.call('LINDEX', queue, 0)
-if not head and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
+-- One call for the fast path's two questions (nobody holds, nobody waits).
+local present = redis.call('EXISTS', lock, queue)
+if present == 0 and ARGV[3] == '1|0' then
   local tok = next_token(counter, base)
   redis.call('SET', lock, string.sub(ARGV[1], 1, 32) .. ':' .. tok .. string.sub(ARGV[1], 33),
              'PX', ttl)
   return {1, tok, tonumber(ttl)}
 end
+local head = present > 0 and redis.call('LINDEX', queue, 0)
+-- The lock key exists unless the queue alone makes `present`.
+local free = present == (head and 1 or 0)
 local owner = string.sub(ARGV[1], 1, 32)
-if head == owner and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
+if head == owner and ARGV[3] == '1|0' and free then
   -- The hand-off: the head of the queue, woken by a release, takes the free
   -- key (an exclusive request: nobody ahead, nobody holding) and its place
   -- goes.
