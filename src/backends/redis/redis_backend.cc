@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -346,8 +347,9 @@ class RedisBackend final : public Backend {
     std::vector<std::string> keys;
     std::vector<std::string> args;
   };
-  ScriptCall AcquireCall(const LeaseRequest& request, const std::string& channel,
-                         milliseconds place_ttl) const;
+  // `channel`: the key's wake-up channel, if the caller has it already.
+  ScriptCall AcquireCall(const LeaseRequest& request, milliseconds place_ttl,
+                         const std::string* channel = nullptr) const;
   ScriptCall ReleaseCall(std::string_view key, const OwnerId& owner) const;
   Status ReadReleaseReply(const redisReply* r, const std::string& server, const std::string& what);
   // A script call for dlock key `key`, for RunEach: on its slot on a
@@ -359,8 +361,10 @@ class RedisBackend final : public Backend {
   Result<AcquireReply> RunAcquire(const LeaseRequest& request, const std::string& channel,
                                   std::chrono::milliseconds place_ttl,
                                   ClusterRouter::SteadyTime deadline);
+  // What the acquire script answered for `key` (the message's "acquire
+  // 'key'" is made only for an error).
   Result<AcquireReply> ReadAcquireReply(std::span<const ReplyPtr> replies,
-                                        const std::string& server, const std::string& what);
+                                        const std::string& server, std::string_view key);
   // kUnavailable unless WAIT's reply (after waiting up to `waited`) says
   // wait_replicas confirmed a grant or a renewal.
   Status CheckReplicated(const redisReply* wait_reply, const std::string& server,
@@ -396,7 +400,8 @@ class RedisBackend final : public Backend {
   // The calls of `script` in one pipeline on one connection of the one
   // server (loading the script first if the server lacks it); on a cluster
   // each on its slot's primary, a node's calls in one pipeline, every node
-  // at once. Each within `timeout`.
+  // at once. Each within `timeout`. On the one server the calls' keys and
+  // arguments are moved into the commands sent.
   void RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
                milliseconds timeout, const std::string& what);
   void RunOnServer(const Script& script, std::span<ClusterRouter::SlotCall> calls,
@@ -707,25 +712,32 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
                                               const std::string& channel, milliseconds place_ttl,
                                               ClusterRouter::SteadyTime deadline) {
   const std::string what = "acquire " + Quoted(request.key);
-  const ScriptCall call = AcquireCall(request, channel, place_ttl);
+  const ScriptCall call = AcquireCall(request, place_ttl, &channel);
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), call.keys,
                                                call.args, ReplicaWait(), deadline, what));
-  return ReadAcquireReply(answer.replies, answer.server, what);
+  return ReadAcquireReply(answer.replies, answer.server, request.key);
 }
 
 RedisBackend::ScriptCall RedisBackend::AcquireCall(const LeaseRequest& request,
-                                                   const std::string& channel,
-                                                   milliseconds place_ttl) const {
+                                                   milliseconds place_ttl,
+                                                   const std::string* channel) const {
   // As few arguments as possible (each costs the server on every call); the
-  // script names the key's other Redis keys from the lock's.
+  // script names the key's other Redis keys from the lock's. The key is
+  // escaped once for all of its names.
+  const std::string escaped = EscapeKey(request.key);
   ScriptCall call;
-  call.keys = Declared({LockName(request.key), SlotCounterName(request.key), QueueName(request.key)},
+  call.keys = Declared({NameOfEscaped(escaped, "lock"), SlotCounterNameOfEscaped(escaped),
+                        NameOfEscaped(escaped, "queue")},
                        request.key,
                        {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
-  const std::string ttl = std::to_string(request.ttl.count());
-  call.args = {request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
-               std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
-               std::to_string(place_ttl.count()), channel};
+  std::string ttl = std::to_string(request.ttl.count());
+  call.args.reserve(5);
+  call.args.push_back(request.owner.ToString() + "|" + ttl + "||" + request.label);
+  call.args.push_back(std::move(ttl));
+  call.args.push_back(std::to_string(request.limit) + "|" +
+                      std::to_string(request.lock_delay.count()));
+  call.args.push_back(std::to_string(place_ttl.count()));
+  call.args.push_back(channel ? *channel : WakeChannelOfEscaped(options_.connect.db, escaped));
   return call;
 }
 
@@ -740,22 +752,23 @@ ClusterRouter::SteadyTime RedisBackend::AttemptDeadline(const LeaseRequest& requ
 
 Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> replies,
                                                     const std::string& server,
-                                                    const std::string& what) {
+                                                    std::string_view key) {
+  const auto what = [key] { return "acquire " + Quoted(key); };
   const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what());
   long long granted = 0, left = 0, server_now = 0;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements > 4 ||
       !ReplyInt(r->element[0], &granted) || !ReplyInt(r->element[2], &left) ||
       (r->elements == 4 && !ReplyInt(r->element[3], &server_now))) {
-    return OddReply("the acquire script's {granted, token, ttl[, time]}", server, what);
+    return OddReply("the acquire script's {granted, token, ttl[, time]}", server, what());
   }
   if (granted != 1) {
     return AcquireReply{Attempt{false, 0, milliseconds(std::max<long long>(0, left))}, server_now};
   }
   auto token = ParseToken(r->element[1]);
-  if (!token.ok()) return OddReply("a positive token", server, what);
+  if (!token.ok()) return OddReply("a positive token", server, what());
   if (options_.wait_replicas > 0) {
-    DLOCK_RETURN_IF_ERROR(CheckReplicated(replies[1].get(), server, what, options_.wait_timeout));
+    DLOCK_RETURN_IF_ERROR(CheckReplicated(replies[1].get(), server, what(), options_.wait_timeout));
   }
   return AcquireReply{Attempt{true, *token, milliseconds(0)}};
 }
@@ -1042,10 +1055,12 @@ Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
 
 RedisBackend::ScriptCall RedisBackend::ReleaseCall(std::string_view key,
                                                    const OwnerId& owner) const {
+  const std::string escaped = EscapeKey(key);
   ScriptCall call;
-  call.keys = Declared({LockName(key), QueueName(key), SlotCounterName(key)}, key,
-                       {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
-  call.args = {owner.ToString(), WakeChannel(options_.connect.db, key)};
+  call.keys = Declared({NameOfEscaped(escaped, "lock"), NameOfEscaped(escaped, "queue"),
+                        SlotCounterNameOfEscaped(escaped)},
+                       key, {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
+  call.args = {owner.ToString(), WakeChannelOfEscaped(options_.connect.db, escaped)};
   return call;
 }
 
@@ -1076,9 +1091,7 @@ std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseR
       out[i] = ok;
       continue;
     }
-    const std::string channel = WakeChannel(options_.connect.db, requests[i].key);
-    calls.push_back(
-        SlotCallFor(requests[i].key, AcquireCall(requests[i], channel, milliseconds(0))));
+    calls.push_back(SlotCallFor(requests[i].key, AcquireCall(requests[i], milliseconds(0))));
     sent.push_back(i);
   }
   RunEach(scripts::Acquire(Sharded()), calls, WriteTimeout(),
@@ -1090,7 +1103,7 @@ std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseR
       continue;
     }
     auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&*call.reply, 1), call.server,
-                                  "acquire " + Quoted(requests[sent[j]].key));
+                                  requests[sent[j]].key);
     out[sent[j]] = reply.ok() ? Result<Attempt>(reply->attempt) : Result<Attempt>(reply.status());
   }
   return out;
@@ -1110,9 +1123,16 @@ std::vector<Status> RedisBackend::ReleaseMany(std::span<const LeaseRequest> hold
           "release " + std::to_string(calls.size()) + " keys");
   for (std::size_t j = 0; j < sent.size(); ++j) {
     const ClusterRouter::SlotCall& call = calls[j];
-    const std::string what = "release " + Quoted(holdings[sent[j]].key);
-    out[sent[j]] = call.reply.ok() ? ReadReleaseReply(call.reply->get(), call.server, what)
-                                   : call.reply.status();
+    if (!call.reply.ok()) {
+      out[sent[j]] = call.reply.status();
+      continue;
+    }
+    const redisReply* r = call.reply->get();
+    long long result = 0;
+    // The common answer read here; an error or a refusal says which key.
+    out[sent[j]] = r->type == REDIS_REPLY_INTEGER && ReplyInt(r, &result) && result >= 0
+                       ? Status::Ok()
+                       : ReadReleaseReply(r, call.server, "release " + Quoted(holdings[sent[j]].key));
   }
   return out;
 }
@@ -1405,12 +1425,13 @@ void RedisBackend::RunOnServer(const Script& script, std::span<ClusterRouter::Sl
   };
   std::vector<Command> commands;
   commands.reserve(calls.size());
-  for (const ClusterRouter::SlotCall& call : calls) {
+  // The calls' keys and arguments are moved: nothing reads them after.
+  for (ClusterRouter::SlotCall& call : calls) {
     Command& c = commands.emplace_back();
     c.reserve(3 + call.keys.size() + call.args.size());
     c.insert(c.end(), {"EVALSHA", script.sha1, std::to_string(call.keys.size())});
-    c.insert(c.end(), call.keys.begin(), call.keys.end());
-    c.insert(c.end(), call.args.begin(), call.args.end());
+    std::move(call.keys.begin(), call.keys.end(), std::back_inserter(c));
+    std::move(call.args.begin(), call.args.end(), std::back_inserter(c));
   }
   auto conn = Take(what);
   if (!conn.ok()) return fail_all(conn.status());

@@ -73,7 +73,11 @@ const std::string& SlotTag(std::uint16_t slot) {
 }
 
 std::string SlotCounterName(std::string_view key) {
-  return "dlock:{" + SlotTag(HashSlot(EscapeKey(key))) + "}:tokens";
+  return SlotCounterNameOfEscaped(EscapeKey(key));
+}
+
+std::string SlotCounterNameOfEscaped(std::string_view escaped) {
+  return "dlock:{" + SlotTag(HashSlot(escaped)) + "}:tokens";
 }
 
 }  // namespace dlock::redis
