@@ -236,7 +236,8 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local blocked = held and held ~= '*'
-    local ahead = head and tonumber(redis.call('HGET', qexp, head) or '0') or 0
+    local ahead = 0  -- when the head's place ends; needed only if not blocked
+    if head and not blocked then ahead = tonumber(redis.call('HGET', qexp, head) or '0') end
     if blocked or ahead > now then
       local qttl = tonumber(ARGV[4])
       redis.call('HSET', qexp, owner, string.format('%.0f', now + qttl))
