@@ -10,7 +10,7 @@ namespace {
 
 // Moves up to `n` of `from`'s first entries to `to`.
 template <typename T>
-void TakeFront(std::vector<T>& from, std::vector<T>& to, std::size_t n) {
+void TakeFront(std::deque<T>& from, std::vector<T>& to, std::size_t n) {
   n = std::min(n, from.size());
   to.assign(std::make_move_iterator(from.begin()), std::make_move_iterator(from.begin() + n));
   from.erase(from.begin(), from.begin() + n);

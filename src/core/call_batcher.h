@@ -10,6 +10,7 @@
 #define DLOCK_SRC_CORE_CALL_BATCHER_H_
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -46,10 +47,12 @@ class CallBatcher {
   Clock& clock_;
   const unsigned max_running_;
   std::mutex mu_;
-  std::vector<LeaseRequest> attempts_;
-  std::vector<AttemptAnswer> attempt_answers_;
-  std::vector<LeaseRequest> releases_;
-  std::vector<ReleaseAnswer> release_answers_;
+  // Queues, taken from the front kMaxBatch at a time: deques, so that a
+  // burst of N calls costs O(N) to drain, not O(N^2 / kMaxBatch) moves.
+  std::deque<LeaseRequest> attempts_;
+  std::deque<AttemptAnswer> attempt_answers_;
+  std::deque<LeaseRequest> releases_;
+  std::deque<ReleaseAnswer> release_answers_;
   unsigned running_ = 0;  // Drain jobs posted or running
 };
 

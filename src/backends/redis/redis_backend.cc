@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -33,13 +34,22 @@ constexpr const char* kClusterForm =
     "redis[s]+cluster://[user:password@]host[:6379],host,...[?cacert=&cert=&key=]";
 constexpr std::size_t kMaxIdleConnections = 8;
 constexpr std::size_t kListBatch = 256;
-// A waiter's place in the queue lasts at most kPlaceTtl after its last
-// attempt (less if the core asks for less), and a waiting client attempts
-// again every kPlaceRefresh: a waiter that died or hangs at the head holds
-// the others up for at most kPlaceTtl. (The core's own queue_ttl, 3 s, would
-// let a dead head stall the queue that long.)
+// A waiter blocked in Wait keeps its place in the queue kPlaceTtl after
+// each attempt (less if the core asks for less), and attempts again every
+// kPlaceRefresh: a waiter that died or hangs at the head holds the others
+// up for at most kPlaceTtl. (The core's own queue_ttl, 3 s, would let a
+// dead head stall the queue that long.)
 constexpr milliseconds kPlaceTtl{1000};
 constexpr milliseconds kPlaceRefresh{300};
+
+// The place of any other waiter: an asynchronous one, which the core keeps
+// with KeepPlaces (or attempts again) every third of queue_ttl, and any
+// waiter's first attempt. It lasts two of those thirds: a keep may come a
+// whole third late (a busy worker) and the place still holds, and a dead
+// waiter holds the queue up for at most two thirds of queue_ttl (2 s), not
+// all of it. Shorter would lapse between keeps; the keeps' period is the
+// core's.
+milliseconds KeptPlaceTtl(milliseconds queue_ttl) { return queue_ttl * 2 / 3; }
 // An attempt cut to the caller's deadline still gets at least this long:
 // the one short try the Backend contract promises.
 constexpr milliseconds kShortTry{100};
@@ -224,12 +234,17 @@ class RedisBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
-  // One pipeline each, on one server without wait_replicas (a cluster's
-  // keys live on many nodes, and WAIT would have to confirm each grant):
-  // elsewhere one call at a time.
+  // One pipeline each (on a cluster one per node, every node at once),
+  // without wait_replicas (WAIT would have to confirm each grant): with it,
+  // one call at a time.
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
   std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
-  bool BatchesCalls() const override { return !cluster_ && options_.wait_replicas == 0; }
+  bool BatchesCalls() const override { return options_.wait_replicas == 0; }
+  // One pipeline too (one per node on a cluster), with or without
+  // wait_replicas: a place lost in a failover only costs its waiter its
+  // turn, never a grant.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
@@ -332,22 +347,24 @@ class RedisBackend final : public Backend {
     std::vector<std::string> keys;
     std::vector<std::string> args;
   };
-  ScriptCall AcquireCall(const LeaseRequest& request, const std::string& channel,
-                         milliseconds place_ttl) const;
+  // `channel`: the key's wake-up channel, if the caller has it already.
+  ScriptCall AcquireCall(const LeaseRequest& request, milliseconds place_ttl,
+                         const std::string* channel = nullptr) const;
   ScriptCall ReleaseCall(std::string_view key, const OwnerId& owner) const;
   Status ReadReleaseReply(const redisReply* r, const std::string& server, const std::string& what);
-  // `script` once per call, in one pipeline on one connection of the one
-  // server (loading the script first if the server lacks it).
-  Result<ClusterRouter::Routed> EvalMany(const Script& script, std::span<const ScriptCall> calls,
-                                         const std::string& what);
+  // A script call for dlock key `key`, for RunEach: on its slot on a
+  // cluster.
+  ClusterRouter::SlotCall SlotCallFor(std::string_view key, ScriptCall call) const;
   // One run of the acquire script for a checked request, taking (or
   // refreshing) a place in the queue for place_ttl when that is not zero,
   // by `deadline` (AttemptDeadline, taken once per attempt).
   Result<AcquireReply> RunAcquire(const LeaseRequest& request, const std::string& channel,
                                   std::chrono::milliseconds place_ttl,
                                   ClusterRouter::SteadyTime deadline);
+  // What the acquire script answered for `key` (the message's "acquire
+  // 'key'" is made only for an error).
   Result<AcquireReply> ReadAcquireReply(std::span<const ReplyPtr> replies,
-                                        const std::string& server, const std::string& what);
+                                        const std::string& server, std::string_view key);
   // kUnavailable unless WAIT's reply (after waiting up to `waited`) says
   // wait_replicas confirmed a grant or a renewal.
   Status CheckReplicated(const redisReply* wait_reply, const std::string& server,
@@ -355,6 +372,9 @@ class RedisBackend final : public Backend {
   // Renew's script call on the one server (not a cluster), `wait` after it.
   void RenewOnServer(ClusterRouter::SlotCall& call, std::span<const Command> wait,
                      const ClusterRouter::TailCheck& check_wait, milliseconds timeout);
+  // What one KeepPlaces script call said, into the results of its places.
+  static void ApplyKeeps(const ClusterRouter::SlotCall& call, std::span<const LeaseRequest> waiters,
+                         const std::vector<std::size_t>& group, std::vector<Status>* out);
   // What one renew call said, into the results of its leases.
   static void ApplyRenewals(const ClusterRouter::SlotCall& call,
                             std::span<const LeaseRequest> leases,
@@ -377,9 +397,15 @@ class RedisBackend final : public Backend {
     std::string rows_noun, name_noun, what;
   };
   Status ForEachRow(const RowQuery& q, const RowFn& row);
-  // The calls of `script`, on a cluster each on its slot's primary.
+  // The calls of `script` in one pipeline on one connection of the one
+  // server (loading the script first if the server lacks it); on a cluster
+  // each on its slot's primary, a node's calls in one pipeline, every node
+  // at once. Each within `timeout`. On the one server the calls' keys and
+  // arguments are moved into the commands sent.
   void RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
-               const std::string& what);
+               milliseconds timeout, const std::string& what);
+  void RunOnServer(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+                   milliseconds timeout, const std::string& what);
   Status ParseRows(const RowQuery& q, const ClusterRouter::SlotCall& call,
                    const std::vector<std::string>& keys, const RowFn& row);
   // Where to look for everything: the one server (nullopt), or every
@@ -466,7 +492,8 @@ class RedisAcquisition final : public Acquisition {
   std::optional<HandedOver> handed_over_;  // from the last Wait, for the next Try
   bool maybe_granted_ = false;             // a reply was lost: Abandon must release
   bool abandoned_ = false;
-  bool notifies_ = false;  // waits by Notify (asynchronous), not Wait
+  // Has waited in Wait (a blocking acquire): attempts every kPlaceRefresh.
+  bool blocks_ = false;
   // Notify's watch, until StopNotify.
   std::shared_ptr<Subscriber> watched_by_;
   std::uint64_t watch_ = 0;
@@ -685,25 +712,32 @@ Result<AcquireReply> RedisBackend::RunAcquire(const LeaseRequest& request,
                                               const std::string& channel, milliseconds place_ttl,
                                               ClusterRouter::SteadyTime deadline) {
   const std::string what = "acquire " + Quoted(request.key);
-  const ScriptCall call = AcquireCall(request, channel, place_ttl);
+  const ScriptCall call = AcquireCall(request, place_ttl, &channel);
   DLOCK_ASSIGN_OR_RETURN(auto answer, EvalFor(request.key, scripts::Acquire(Sharded()), call.keys,
                                                call.args, ReplicaWait(), deadline, what));
-  return ReadAcquireReply(answer.replies, answer.server, what);
+  return ReadAcquireReply(answer.replies, answer.server, request.key);
 }
 
 RedisBackend::ScriptCall RedisBackend::AcquireCall(const LeaseRequest& request,
-                                                   const std::string& channel,
-                                                   milliseconds place_ttl) const {
+                                                   milliseconds place_ttl,
+                                                   const std::string* channel) const {
   // As few arguments as possible (each costs the server on every call); the
-  // script names the key's other Redis keys from the lock's.
+  // script names the key's other Redis keys from the lock's. The key is
+  // escaped once for all of its names.
+  const std::string escaped = EscapeKey(request.key);
   ScriptCall call;
-  call.keys = Declared({LockName(request.key), SlotCounterName(request.key), QueueName(request.key)},
+  call.keys = Declared({NameOfEscaped(escaped, "lock"), SlotCounterNameOfEscaped(escaped),
+                        NameOfEscaped(escaped, "queue")},
                        request.key,
                        {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
-  const std::string ttl = std::to_string(request.ttl.count());
-  call.args = {request.owner.ToString() + "|" + ttl + "||" + request.label, ttl,
-               std::to_string(request.limit) + "|" + std::to_string(request.lock_delay.count()),
-               std::to_string(place_ttl.count()), channel};
+  std::string ttl = std::to_string(request.ttl.count());
+  call.args.reserve(5);
+  call.args.push_back(request.owner.ToString() + "|" + ttl + "||" + request.label);
+  call.args.push_back(std::move(ttl));
+  call.args.push_back(std::to_string(request.limit) + "|" +
+                      std::to_string(request.lock_delay.count()));
+  call.args.push_back(std::to_string(place_ttl.count()));
+  call.args.push_back(channel ? *channel : WakeChannelOfEscaped(options_.connect.db, escaped));
   return call;
 }
 
@@ -718,22 +752,23 @@ ClusterRouter::SteadyTime RedisBackend::AttemptDeadline(const LeaseRequest& requ
 
 Result<AcquireReply> RedisBackend::ReadAcquireReply(std::span<const ReplyPtr> replies,
                                                     const std::string& server,
-                                                    const std::string& what) {
+                                                    std::string_view key) {
+  const auto what = [key] { return "acquire " + Quoted(key); };
   const redisReply* r = replies[0].get();
-  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what);
+  if (r->type == REDIS_REPLY_ERROR) return ReplyError(r, server, what());
   long long granted = 0, left = 0, server_now = 0;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements > 4 ||
       !ReplyInt(r->element[0], &granted) || !ReplyInt(r->element[2], &left) ||
       (r->elements == 4 && !ReplyInt(r->element[3], &server_now))) {
-    return OddReply("the acquire script's {granted, token, ttl[, time]}", server, what);
+    return OddReply("the acquire script's {granted, token, ttl[, time]}", server, what());
   }
   if (granted != 1) {
     return AcquireReply{Attempt{false, 0, milliseconds(std::max<long long>(0, left))}, server_now};
   }
   auto token = ParseToken(r->element[1]);
-  if (!token.ok()) return OddReply("a positive token", server, what);
+  if (!token.ok()) return OddReply("a positive token", server, what());
   if (options_.wait_replicas > 0) {
-    DLOCK_RETURN_IF_ERROR(CheckReplicated(replies[1].get(), server, what, options_.wait_timeout));
+    DLOCK_RETURN_IF_ERROR(CheckReplicated(replies[1].get(), server, what(), options_.wait_timeout));
   }
   return AcquireReply{Attempt{true, *token, milliseconds(0)}};
 }
@@ -770,12 +805,12 @@ Result<Attempt> RedisAcquisition::Try() {
   const ClusterRouter::SteadyTime deadline = backend_.AttemptDeadline(request_);
   std::optional<RedisBackend::Subscription> ticket;
   if (Waiting()) ticket = backend_.CurrentTicket(channel_, deadline);
-  // A waiter woken by Notify is back when the core's timer says, within a
-  // third of queue_ttl (backend.h), not by kPlaceRefresh: its place lasts
-  // queue_ttl.
+  // A waiter that blocks in Wait is back by kPlaceRefresh; any other is
+  // kept (or back) by the core's timer, every third of queue_ttl.
   const milliseconds place_ttl =
       !Waiting() ? milliseconds(0)
-                 : (notifies_ ? request_.queue_ttl : std::min(request_.queue_ttl, kPlaceTtl));
+                 : (blocks_ ? std::min(request_.queue_ttl, kPlaceTtl)
+                            : KeptPlaceTtl(request_.queue_ttl));
   Result<AcquireReply> reply = backend_.RunAcquire(request_, channel_, place_ttl, deadline);
   if (!reply.ok()) {
     // A lost reply may hide a grant.
@@ -796,6 +831,7 @@ std::optional<Attempt> RedisAcquisition::TakeHandedOver() {
 }
 
 bool RedisAcquisition::Wait(TimePoint until, std::stop_token stop) {
+  blocks_ = true;
   const std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
   // Back for another attempt by kPlaceRefresh at the latest: it keeps this
   // waiter's place, and drops a dead head's once its place expired.
@@ -824,7 +860,6 @@ std::pair<std::shared_ptr<Subscriber>, std::optional<Subscriber::Ticket>> RedisA
 
 bool RedisAcquisition::Notify(std::function<void()> wake) {
   StopNotify();
-  notifies_ = true;
   std::optional<Refusal> refusal = std::exchange(refusal_, std::nullopt);
   auto [subscriber, ticket] = WaitOn(refusal, backend_.AttemptDeadline(request_));
   if (!subscriber) return false;
@@ -1020,10 +1055,12 @@ Status RedisBackend::Release(std::string_view key, const OwnerId& owner) {
 
 RedisBackend::ScriptCall RedisBackend::ReleaseCall(std::string_view key,
                                                    const OwnerId& owner) const {
+  const std::string escaped = EscapeKey(key);
   ScriptCall call;
-  call.keys = Declared({LockName(key), QueueName(key), SlotCounterName(key)}, key,
-                       {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
-  call.args = {owner.ToString(), WakeChannel(options_.connect.db, key)};
+  call.keys = Declared({NameOfEscaped(escaped, "lock"), NameOfEscaped(escaped, "queue"),
+                        SlotCounterNameOfEscaped(escaped)},
+                       key, {QueueExpiryName, QueueInfoName, HoldersName, HoldInfoName, CounterName});
+  call.args = {owner.ToString(), WakeChannelOfEscaped(options_.connect.db, escaped)};
   return call;
 }
 
@@ -1036,59 +1073,37 @@ Status RedisBackend::ReadReleaseReply(const redisReply* r, const std::string& se
   return Status::Ok();
 }
 
-Result<ClusterRouter::Routed> RedisBackend::EvalMany(const Script& script,
-                                                     std::span<const ScriptCall> calls,
-                                                     const std::string& what) {
-  std::vector<Command> commands;
-  commands.reserve(calls.size());
-  for (const ScriptCall& call : calls) {
-    Command c{"EVALSHA", script.sha1, std::to_string(call.keys.size())};
-    c.insert(c.end(), call.keys.begin(), call.keys.end());
-    c.insert(c.end(), call.args.begin(), call.args.end());
-    commands.push_back(std::move(c));
-  }
-  DLOCK_ASSIGN_OR_RETURN(Handle conn, Take(what));
-  DLOCK_ASSIGN_OR_RETURN(auto replies, conn->Pipeline(commands, WriteTimeout(), what));
-  // A server that lacks the script (restarted, flushed) refused every call
-  // in the batch the same way; none of them ran.
-  if (!replies.empty() && IsNoScript(replies[0].get())) {
-    DLOCK_ASSIGN_OR_RETURN(auto loaded,
-                           conn->Call({"SCRIPT", "LOAD", script.text}, WriteTimeout(), what));
-    if (loaded->type == REDIS_REPLY_ERROR) return ReplyError(loaded.get(), conn->server(), what);
-    DLOCK_ASSIGN_OR_RETURN(replies, conn->Pipeline(commands, WriteTimeout(), what));
-  }
-  if (replies.size() != calls.size()) {
-    return UnavailableError(what + ": " + conn->server() + " answered " +
-                            std::to_string(replies.size()) + " of " +
-                            std::to_string(calls.size()) + " calls");
-  }
-  return ClusterRouter::Routed{std::move(replies), conn->server()};
+ClusterRouter::SlotCall RedisBackend::SlotCallFor(std::string_view key, ScriptCall call) const {
+  ClusterRouter::SlotCall out;
+  out.slot = cluster_ ? KeySlot(key) : 0;
+  out.keys = std::move(call.keys);
+  out.args = std::move(call.args);
+  return out;
 }
 
 std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseRequest> requests) {
   if (!BatchesCalls()) return Backend::TryAcquireMany(requests);
   std::vector<Result<Attempt>> out(requests.size(), UnavailableError("not sent"));
-  std::vector<ScriptCall> calls;
+  std::vector<ClusterRouter::SlotCall> calls;
   std::vector<std::size_t> sent;  // calls[j] is requests[sent[j]]
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (Status ok = CheckAcquire(requests[i]); !ok.ok()) {
       out[i] = ok;
       continue;
     }
-    const std::string channel = WakeChannel(options_.connect.db, requests[i].key);
-    calls.push_back(AcquireCall(requests[i], channel, milliseconds(0)));
+    calls.push_back(SlotCallFor(requests[i].key, AcquireCall(requests[i], milliseconds(0))));
     sent.push_back(i);
   }
-  if (calls.empty()) return out;
-  const std::string what = "acquire " + std::to_string(calls.size()) + " keys";
-  auto answer = EvalMany(scripts::Acquire(false), calls, what);
+  RunEach(scripts::Acquire(Sharded()), calls, WriteTimeout(),
+          "acquire " + std::to_string(calls.size()) + " keys");
   for (std::size_t j = 0; j < sent.size(); ++j) {
-    if (!answer.ok()) {
-      out[sent[j]] = answer.status();
+    ClusterRouter::SlotCall& call = calls[j];
+    if (!call.reply.ok()) {
+      out[sent[j]] = call.reply.status();
       continue;
     }
-    auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&answer->replies[j], 1),
-                                  answer->server, "acquire " + Quoted(requests[sent[j]].key));
+    auto reply = ReadAcquireReply(std::span<const ReplyPtr>(&*call.reply, 1), call.server,
+                                  requests[sent[j]].key);
     out[sent[j]] = reply.ok() ? Result<Attempt>(reply->attempt) : Result<Attempt>(reply.status());
   }
   return out;
@@ -1097,22 +1112,93 @@ std::vector<Result<Attempt>> RedisBackend::TryAcquireMany(std::span<const LeaseR
 std::vector<Status> RedisBackend::ReleaseMany(std::span<const LeaseRequest> holdings) {
   if (!BatchesCalls()) return Backend::ReleaseMany(holdings);
   std::vector<Status> out(holdings.size());
-  std::vector<ScriptCall> calls;
+  std::vector<ClusterRouter::SlotCall> calls;
   std::vector<std::size_t> sent;
   for (std::size_t i = 0; i < holdings.size(); ++i) {
     if (out[i] = ValidateKey(holdings[i].key); !out[i].ok()) continue;
-    calls.push_back(ReleaseCall(holdings[i].key, holdings[i].owner));
+    calls.push_back(SlotCallFor(holdings[i].key, ReleaseCall(holdings[i].key, holdings[i].owner)));
     sent.push_back(i);
   }
-  if (calls.empty()) return out;
-  auto answer = EvalMany(scripts::Release(false), calls,
-                         "release " + std::to_string(calls.size()) + " keys");
+  RunEach(scripts::Release(Sharded()), calls, options_.timeout,
+          "release " + std::to_string(calls.size()) + " keys");
   for (std::size_t j = 0; j < sent.size(); ++j) {
-    const std::string what = "release " + Quoted(holdings[sent[j]].key);
-    out[sent[j]] = answer.ok() ? ReadReleaseReply(answer->replies[j].get(), answer->server, what)
-                               : answer.status();
+    const ClusterRouter::SlotCall& call = calls[j];
+    if (!call.reply.ok()) {
+      out[sent[j]] = call.reply.status();
+      continue;
+    }
+    const redisReply* r = call.reply->get();
+    long long result = 0;
+    // The common answer read here; an error or a refusal says which key.
+    out[sent[j]] = r->type == REDIS_REPLY_INTEGER && ReplyInt(r, &result) && result >= 0
+                       ? Status::Ok()
+                       : ReadReleaseReply(r, call.server, "release " + Quoted(holdings[sent[j]].key));
   }
   return out;
+}
+
+std::vector<Status> RedisBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  std::vector<Status> out(waiters.size());
+  // The places of one script call: up to kListBatch of one slot (of the one
+  // server elsewhere), so that no call holds the server up for long.
+  std::map<std::uint16_t, std::vector<std::size_t>> by_slot;
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    out[i] = ValidateKey(waiters[i].key);
+    if (out[i].ok() && waiters[i].owner.empty()) {
+      out[i] = InvalidArgumentError("keep a place: the owner id is empty");
+    }
+    if (out[i].ok() && waiters[i].queue_ttl <= milliseconds(0)) {
+      out[i] = InvalidArgumentError("keep a place: queue_ttl is not positive");
+    }
+    if (out[i].ok()) by_slot[cluster_ ? KeySlot(waiters[i].key) : 0].push_back(i);
+  }
+  std::vector<ClusterRouter::SlotCall> calls;
+  std::vector<std::vector<std::size_t>> members;  // calls[c] keeps members[c]
+  for (const auto& [slot, group] : by_slot) {
+    for (std::size_t start = 0; start < group.size(); start += kListBatch) {
+      const std::size_t end = std::min(group.size(), start + kListBatch);
+      ClusterRouter::SlotCall& call = calls.emplace_back();
+      std::vector<std::size_t>& member = members.emplace_back(group.begin() + start,
+                                                               group.begin() + end);
+      call.slot = slot;
+      for (std::size_t i : member) {
+        call.keys.push_back(QueueName(waiters[i].key));
+        call.args.push_back(waiters[i].owner.ToString());
+        call.args.push_back(std::to_string(KeptPlaceTtl(waiters[i].queue_ttl).count()));
+      }
+      for (std::size_t i : member) {
+        call.keys = Declared(std::move(call.keys), waiters[i].key, {QueueExpiryName, QueueInfoName});
+      }
+    }
+  }
+  RunEach(scripts::KeepPlaces(), calls, options_.timeout,
+          "keep " + std::to_string(by_slot.empty() ? 0 : waiters.size()) + " queue places");
+  for (std::size_t c = 0; c < calls.size(); ++c) ApplyKeeps(calls[c], waiters, members[c], &out);
+  return out;
+}
+
+void RedisBackend::ApplyKeeps(const ClusterRouter::SlotCall& call,
+                              std::span<const LeaseRequest> waiters,
+                              const std::vector<std::size_t>& group, std::vector<Status>* out) {
+  const std::string what = "keep queue places";
+  auto fail_all = [&](const Status& error) {
+    for (std::size_t i : group) (*out)[i] = error;
+  };
+  if (!call.reply.ok()) return fail_all(call.reply.status());
+  const redisReply* r = call.reply->get();
+  if (r->type == REDIS_REPLY_ERROR) return fail_all(ReplyError(r, call.server, what));
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != group.size()) {
+    return fail_all(OddReply("one result per place", call.server, what));
+  }
+  for (std::size_t j = 0; j < group.size(); ++j) {
+    long long kept = 0;
+    ReplyInt(r->element[j], &kept);
+    if (kept != 1) {
+      (*out)[group[j]] = NotFoundError("no place in the queue of key " +
+                                       Quoted(waiters[group[j]].key) +
+                                       " for this owner (it lapsed, or was granted)");
+    }
+  }
 }
 
 std::vector<Status> RedisBackend::Renew(std::span<const LeaseRequest> leases) {
@@ -1315,7 +1401,7 @@ Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
         call_keys.push_back(batch);
       }
     }
-    RunEach(*q.script, calls, q.what);
+    RunEach(*q.script, calls, options_.timeout, q.what);
     for (std::size_t c = 0; c < calls.size(); ++c) {
       DLOCK_RETURN_IF_ERROR(ParseRows(q, calls[c], call_keys[c], row));
     }
@@ -1324,21 +1410,50 @@ Status RedisBackend::ForEachRow(const RowQuery& q, const RowFn& row) {
 }
 
 void RedisBackend::RunEach(const Script& script, std::span<ClusterRouter::SlotCall> calls,
-                           const std::string& what) {
-  if (cluster_) return cluster_->EvalEach(script, calls, {}, {}, ClusterRouter::Within(options_.timeout), what);
-  auto conn = Take(what);
+                           milliseconds timeout, const std::string& what) {
+  if (calls.empty()) return;
+  if (cluster_) {
+    return cluster_->EvalEach(script, calls, {}, {}, ClusterRouter::Within(timeout), what);
+  }
+  RunOnServer(script, calls, timeout, what);
+}
+
+void RedisBackend::RunOnServer(const Script& script, std::span<ClusterRouter::SlotCall> calls,
+                               milliseconds timeout, const std::string& what) {
+  auto fail_all = [&](const Status& error) {
+    for (ClusterRouter::SlotCall& call : calls) call.reply = error;
+  };
+  std::vector<Command> commands;
+  commands.reserve(calls.size());
+  // The calls' keys and arguments are moved: nothing reads them after.
   for (ClusterRouter::SlotCall& call : calls) {
-    if (!conn.ok()) {
-      call.reply = conn.status();
-      continue;
-    }
-    call.server = (*conn)->server();
-    auto replies = (*conn)->Eval(script, call.keys, call.args, {}, options_.timeout, what);
-    if (replies.ok()) {
-      call.reply = std::move((*replies)[0]);
-    } else {
-      call.reply = replies.status();
-    }
+    Command& c = commands.emplace_back();
+    c.reserve(3 + call.keys.size() + call.args.size());
+    c.insert(c.end(), {"EVALSHA", script.sha1, std::to_string(call.keys.size())});
+    std::move(call.keys.begin(), call.keys.end(), std::back_inserter(c));
+    std::move(call.args.begin(), call.args.end(), std::back_inserter(c));
+  }
+  auto conn = Take(what);
+  if (!conn.ok()) return fail_all(conn.status());
+  auto replies = (*conn)->Pipeline(commands, timeout, what);
+  // A server that lacks the script (restarted, flushed) refused every call
+  // the same way; none of them ran. Sent again with the first call by
+  // EVAL, which caches the script for the others behind it: SCRIPT LOAD is
+  // not among the commands of the minimal ACL (docs/backend-redis.md).
+  if (replies.ok() && !replies->empty() && IsNoScript((*replies)[0].get())) {
+    commands[0][0] = "EVAL";
+    commands[0][1] = script.text;
+    replies = (*conn)->Pipeline(commands, timeout, what);
+  }
+  if (!replies.ok()) return fail_all(replies.status());
+  if (replies->size() != calls.size()) {
+    return fail_all(UnavailableError(what + ": " + (*conn)->server() + " answered " +
+                                     std::to_string(replies->size()) + " of " +
+                                     std::to_string(calls.size()) + " calls"));
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    calls[i].server = (*conn)->server();
+    calls[i].reply = std::move((*replies)[i]);
   }
 }
 

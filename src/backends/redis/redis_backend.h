@@ -11,8 +11,10 @@
 //   redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/db][?node_timeout=100ms]
 //                                        [&drift_factor=0.01]
 //
-// user:pass authenticates to the Redis servers (not to Sentinel). TLS
-// (rediss://) is not available: Debian's hiredis 0.14 has none.
+// user:pass authenticates to the Redis servers (not to Sentinel). Each form
+// but redlock:// has a TLS twin (rediss://, rediss+sentinel://,
+// rediss+cluster://, with cacert=, cert=, key=): OpenSSL under hiredis's
+// reply reader (redis_transport.h), as Debian's hiredis 0.14 has no TLS.
 //
 // Acquire is one EVALSHA; with wait_replicas=N it is pipelined with
 // `WAIT N wait_timeout`, and a grant fewer than N replicas confirmed is
@@ -20,7 +22,7 @@
 // releases). Waiters are served in arrival order and woken by pub/sub.
 // redis:// and redis+sentinel:// share keys (read-write locks, semaphores:
 // SupportsSharing), enforce lock-delay by Redis's clock, keep labels and
-// list waiters; the uncontended exclusive acquire stays the three-call fast
+// list waiters; the uncontended exclusive acquire stays the five-call fast
 // path of one script.
 //
 // On a Redis Cluster (redis_cluster.h) each key's lock, counter, queue and

@@ -9,11 +9,7 @@ constexpr std::string_view kBreaksSuffix = "}:breaks";
 constexpr std::string_view kNamePrefix = "dlock:{";
 
 std::string Name(std::string_view key, std::string_view role) {
-  std::string name(kNamePrefix);
-  name += EscapeKey(key);
-  name += "}:";
-  name += role;
-  return name;
+  return NameOfEscaped(EscapeKey(key), role);
 }
 
 // SCAN MATCH is a glob: these bytes must be matched literally.
@@ -79,7 +75,24 @@ std::string DoneName(std::string_view key) { return Name(key, "done"); }
 std::string BreaksName(std::string_view key) { return Name(key, "breaks"); }
 
 std::string WakeChannel(int db, std::string_view key) {
-  return "dlock:" + std::to_string(db) + ":{" + EscapeKey(key) + "}:wake";
+  return WakeChannelOfEscaped(db, EscapeKey(key));
+}
+
+std::string NameOfEscaped(std::string_view escaped, std::string_view role) {
+  std::string name;
+  name.reserve(kNamePrefix.size() + escaped.size() + 2 + role.size());
+  name += kNamePrefix;
+  name += escaped;
+  name += "}:";
+  name += role;
+  return name;
+}
+
+std::string WakeChannelOfEscaped(int db, std::string_view escaped) {
+  std::string channel = "dlock:" + std::to_string(db) + ":{";
+  channel += escaped;
+  channel += "}:wake";
+  return channel;
 }
 
 std::string LockPattern(std::string_view prefix) {

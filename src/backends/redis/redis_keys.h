@@ -61,6 +61,11 @@ std::string DoneName(std::string_view key);
 std::string BreaksName(std::string_view key);
 std::string WakeChannel(int db, std::string_view key);
 
+// The same names from a key already escaped (EscapeKey), for a call that
+// names several Redis keys of one key: role is "lock", "queue", ...
+std::string NameOfEscaped(std::string_view escaped, std::string_view role);
+std::string WakeChannelOfEscaped(int db, std::string_view escaped);
+
 // For SCAN MATCH: every lock whose key starts with `prefix`.
 std::string LockPattern(std::string_view prefix);
 // ... every name of every key that starts with `prefix` (counters too).

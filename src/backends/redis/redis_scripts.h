@@ -189,15 +189,19 @@ inline const Script& Acquire() {
 local lock, counter, queue = KEYS[1], KEYS[2], KEYS[3]
 local ttl = ARGV[2]
 local base = string.sub(lock, 1, -5)
-local head = redis.call('LINDEX', queue, 0)
-if not head and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
+-- One call for the fast path's two questions (nobody holds, nobody waits).
+local present = redis.call('EXISTS', lock, queue)
+if present == 0 and ARGV[3] == '1|0' then
   local tok = next_token(counter, base)
   redis.call('SET', lock, string.sub(ARGV[1], 1, 32) .. ':' .. tok .. string.sub(ARGV[1], 33),
              'PX', ttl)
   return {1, tok, tonumber(ttl)}
 end
+local head = present > 0 and redis.call('LINDEX', queue, 0)
+-- The lock key exists unless the queue alone makes `present`.
+local free = present == (head and 1 or 0)
 local owner = string.sub(ARGV[1], 1, 32)
-if head == owner and ARGV[3] == '1|0' and redis.call('EXISTS', lock) == 0 then
+if head == owner and ARGV[3] == '1|0' and free then
   -- The hand-off: the head of the queue, woken by a release, takes the free
   -- key (an exclusive request: nobody ahead, nobody holding) and its place
   -- goes.
@@ -232,7 +236,8 @@ if ARGV[3] == '1|0' and ARGV[4] ~= '0' and head ~= owner and not mine then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local blocked = held and held ~= '*'
-    local ahead = head and tonumber(redis.call('HGET', qexp, head) or '0') or 0
+    local ahead = 0  -- when the head's place ends; needed only if not blocked
+    if head and not blocked then ahead = tonumber(redis.call('HGET', qexp, head) or '0') end
     if blocked or ahead > now then
       local qttl = tonumber(ARGV[4])
       redis.call('HSET', qexp, owner, string.format('%.0f', now + qttl))
@@ -485,6 +490,43 @@ for i = 1, #ARGV / 2 do
     end
   elseif held and string.sub(held, 1, 32) == owner then
     extend_lock(lock, held, ttl)
+    out[i] = 1
+  end
+end
+return out
+)lua");
+  return s;
+}
+
+// Backend::KeepPlaces. KEYS: queue_1, queue_2, ... (qexp and qinfo named
+// from each; on a cluster they follow, declared). ARGV: owner_1,
+// place_ttl_ms_1, owner_2, place_ttl_ms_2, ... One result per place: 1 kept
+// (it now lasts at least place_ttl_ms from the server's now, and so do the
+// queue's keys), 0 when the owner has no live place there (it lapsed, or
+// was granted: a grant drops the place). Only `qexp` and the queue's
+// expiry are written: a holding is never touched, a lapsed place never
+// revived (its owner's next attempt decides), and a place is never cut.
+inline const Script& KeepPlaces() {
+  static const Script s(R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #ARGV / 2 do
+  local queue = KEYS[i]
+  local base = string.sub(queue, 1, -6)
+  local qexp = base .. 'qexp'
+  local owner, ttl = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  local ends = tonumber(redis.call('HGET', qexp, owner) or '0')
+  out[i] = 0
+  if ends > now then
+    if now + ttl > ends then
+      redis.call('HSET', qexp, owner, string.format('%.0f', now + ttl))
+    end
+    if redis.call('PTTL', queue) < ttl then
+      redis.call('PEXPIRE', queue, ttl)
+      redis.call('PEXPIRE', qexp, ttl)
+      redis.call('PEXPIRE', base .. 'qinfo', ttl)
+    end
     out[i] = 1
   end
 end

@@ -29,8 +29,10 @@ std::uint16_t HashSlot(std::string_view name);
 // The tag T of `slot`'s counter (above).
 const std::string& SlotTag(std::uint16_t slot);
 
-// The token counter of the lock key `key` (a dlock key, not yet escaped).
+// The token counter of the lock key `key` (a dlock key, not yet escaped),
+// and of a key already escaped (EscapeKey).
 std::string SlotCounterName(std::string_view key);
+std::string SlotCounterNameOfEscaped(std::string_view escaped);
 
 }  // namespace dlock::redis
 

@@ -592,8 +592,9 @@ TEST_F(RedisServer, NoScriptAfterScriptFlushFallsBackToEval) {
 }
 
 // The asynchronous API's batches: every attempt and release of a batch in
-// one pipeline, each answered as alone; after SCRIPT FLUSH the batch loads
-// the script once and is sent again.
+// one pipeline, each answered as alone; after SCRIPT FLUSH the batch is
+// sent again with its first call by EVAL, which caches the script (no
+// SCRIPT LOAD: the minimal ACL refuses it).
 TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
   auto b = OpenRaw(uri_);
   ASSERT_TRUE(b->BatchesCalls());
@@ -607,7 +608,7 @@ TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
   requests.push_back({held, OwnerId(1, 99), milliseconds(10'000)});
   requests.push_back({"", OwnerId(1, 100), milliseconds(10'000)});  // refused before sending
   ASSERT_EQ(ReplyString(Cmd(admin_.get(), {"SCRIPT", "FLUSH"}).get()), "OK");
-  const long long loads = CommandCalls("script|load");
+  const long long loads = CommandCalls("script|load"), evals = CommandCalls("eval");
   auto got = b->TryAcquireMany(requests);
   ASSERT_EQ(got.size(), requests.size());
   for (int i = 0; i < 50; ++i) {
@@ -617,7 +618,8 @@ TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
   ASSERT_TRUE(got[50].ok());
   EXPECT_FALSE(got[50]->granted) << "a held key was granted in a batch";
   EXPECT_EQ(got[51].status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(CommandCalls("script|load"), loads + 1);
+  EXPECT_EQ(CommandCalls("script|load"), loads);
+  EXPECT_EQ(CommandCalls("eval"), evals + 1);
   requests[50].owner = OwnerId(7, 7);  // not the holder: kNotOwner
   auto released = b->ReleaseMany(std::span(requests).first(51));
   for (int i = 0; i < 50; ++i) EXPECT_TRUE(released[i].ok()) << released[i].ToString();
@@ -626,6 +628,102 @@ TEST_F(RedisServer, BatchedAttemptsAndReleasesArePipelinedAndAnsweredEach) {
   ASSERT_TRUE(left.ok());
   EXPECT_TRUE(left->empty());
   ASSERT_TRUE(b->Release(held, OwnerId(9, 9)).ok());
+}
+
+// The server's time of `owner`'s place in `key`'s queue (ms), 0 if none.
+long long PlaceExpiry(redisContext* admin, const std::string& key, const OwnerId& owner) {
+  return std::atoll(
+      ReplyString(Cmd(admin, {"HGET", QueueExpiryName(key), owner.ToString()}).get()).c_str());
+}
+
+// The asynchronous API's keeps (Backend::KeepPlaces): 300 places kept by
+// two script calls (256 a call) sent in one pipeline, each now lasting two
+// thirds of the queue_ttl asked; a holding is never touched; no place
+// (never queued, lapsed, or the owner holds the key) is kNotFound, and a
+// lapsed place is not revived.
+TEST_F(RedisServer, KeepPlacesKeepsEveryPlaceInOnePipelineAndTouchesNoHolding) {
+  auto b = OpenRaw(uri_);
+  ASSERT_TRUE(b->KeepsPlaces());
+  const OwnerId holder(1, 1);
+  constexpr int kPlaces = 300;
+  std::vector<LeaseRequest> keeps;
+  std::vector<std::unique_ptr<Acquisition>> waiting;
+  for (int i = 0; i < kPlaces; ++i) {
+    const std::string key = UniqueKey("keep/" + std::to_string(i));
+    ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
+    LeaseRequest waiter{key, OwnerId(2, static_cast<std::uint64_t>(i + 1)), milliseconds(10'000),
+                        milliseconds(3000)};
+    waiting.push_back(b->Begin(waiter));
+    auto refused = waiting.back()->Try();
+    ASSERT_TRUE(refused.ok() && !refused->granted) << i;
+    waiter.queue_ttl = milliseconds(60'000);  // kept for 40 s from the keep
+    keeps.push_back(waiter);
+  }
+  // The holder of the first key: its holding is no place.
+  const std::string held = keeps[0].key;
+  keeps.push_back({held, holder, milliseconds(10'000), milliseconds(60'000)});
+  // Never queued.
+  keeps.push_back({UniqueKey("keep/none"), OwnerId(3, 3), milliseconds(10'000),
+                   milliseconds(60'000)});
+  // Queued for 200 ms (two thirds of 300), and lapsed.
+  const std::string lapsing = UniqueKey("keep/lapsed");
+  ASSERT_TRUE(b->TryAcquire({lapsing, holder, milliseconds(10'000)})->granted);
+  const LeaseRequest short_lived{lapsing, OwnerId(4, 4), milliseconds(10'000), milliseconds(300)};
+  auto lapsed = b->Begin(short_lived);
+  ASSERT_FALSE(lapsed->Try()->granted);
+  WaitForPlaceToLapse(admin_.get(), lapsing, short_lived.owner);
+  const long long lapsed_at = PlaceExpiry(admin_.get(), lapsing, short_lived.owner);
+  keeps.push_back({lapsing, short_lived.owner, milliseconds(10'000), milliseconds(60'000)});
+  keeps.push_back({"", OwnerId(5, 5), milliseconds(10'000), milliseconds(60'000)});
+  const std::string held_value = ReplyString(Cmd(admin_.get(), {"GET", LockName(held)}).get());
+
+  (void)b->KeepPlaces(std::span(keeps).subspan(kPlaces + 1, 1));  // caches the script
+  const long long scripts = CommandCalls("evalsha"), sets = CommandCalls("set");
+  const std::vector<Status> kept = b->KeepPlaces(keeps);
+  EXPECT_EQ(CommandCalls("evalsha"), scripts + 2) << "one script call per 256 places";
+  EXPECT_EQ(CommandCalls("set"), sets) << "a keep sets no lock";
+
+  ASSERT_EQ(kept.size(), keeps.size());
+  const long long now = RedisNowMs(admin_.get());
+  for (int i = 0; i < kPlaces; ++i) {
+    EXPECT_TRUE(kept[i].ok()) << i << ": " << kept[i].ToString();
+    EXPECT_GT(PlaceExpiry(admin_.get(), keeps[i].key, keeps[i].owner), now + 35'000) << i;
+  }
+  EXPECT_EQ(kept[kPlaces].code(), StatusCode::kNotFound) << kept[kPlaces].ToString();
+  EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", LockName(held)}).get()), held_value);
+  EXPECT_LE(Cmd(admin_.get(), {"PTTL", LockName(held)})->integer, 10'000) << "a holding extended";
+  EXPECT_EQ(kept[kPlaces + 1].code(), StatusCode::kNotFound) << kept[kPlaces + 1].ToString();
+  EXPECT_EQ(kept[kPlaces + 2].code(), StatusCode::kNotFound) << kept[kPlaces + 2].ToString();
+  EXPECT_EQ(PlaceExpiry(admin_.get(), lapsing, short_lived.owner), lapsed_at) << "revived";
+  EXPECT_EQ(kept[kPlaces + 3].code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(kept[kPlaces].message().find(held), std::string::npos) << kept[kPlaces].message();
+
+  for (auto& w : waiting) w->Abandon();
+  lapsed->Abandon();
+  for (int i = 0; i < kPlaces; ++i) ASSERT_TRUE(b->Release(keeps[i].key, holder).ok());
+  ASSERT_TRUE(b->Release(lapsing, holder).ok());
+  EXPECT_EQ(b->StoredObjects(UniqueKey("keep/")).value(), 0u);
+}
+
+// An asynchronous waiter's place (one that never blocked in Wait) lasts two
+// thirds of queue_ttl from each attempt: the core keeps it every third, and
+// a dead waiter at the head holds the queue up for two thirds at most. A
+// blocked waiter's lasts kPlaceTtl (1 s) from each of its attempts.
+TEST_F(RedisServer, AnAsynchronousWaitersPlaceLastsTwoThirdsOfQueueTtl) {
+  auto b = OpenRaw(uri_);
+  const std::string key = UniqueKey("async-place");
+  ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
+  const LeaseRequest request{key, OwnerId(2, 2), milliseconds(10'000), milliseconds(30'000)};
+  auto waiter = b->Begin(request);
+  ASSERT_FALSE(waiter->Try()->granted);
+  const long long left = PlaceExpiry(admin_.get(), key, request.owner) - RedisNowMs(admin_.get());
+  EXPECT_GT(left, 15'000);
+  EXPECT_LE(left, 20'000);
+  waiter->Wait(DefaultClock()->Now() + milliseconds(1), {});  // now it blocks
+  ASSERT_FALSE(waiter->Try()->granted);
+  EXPECT_LE(PlaceExpiry(admin_.get(), key, request.owner) - RedisNowMs(admin_.get()), 1000);
+  waiter->Abandon();
+  ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
 }
 
 TEST_F(RedisServer, RunOnceRecordIsSetOnlyByTheHolder) {

@@ -751,6 +751,102 @@ TEST_F(RedisCluster, AsynchronousWaitersAreWokenBySharedPubSubNotPolled) {
   EXPECT_EQ(plan->BlindNotifies(), 0);
 }
 
+// The asynchronous API's batches on a cluster: each node's attempts (and
+// releases) in one pipeline, every node at once, each answered as alone;
+// a held key is refused. One script call per key on the key's primary,
+// none elsewhere.
+TEST_F(RedisCluster, BatchedAttemptsAndReleasesArePipelinedPerNode) {
+  auto b = OpenRaw(T().uri());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->BatchesCalls());
+  const std::string held = KeyOn(Primaries()[0], "batch-held");
+  ASSERT_TRUE(b->TryAcquire({held, OwnerId(9, 9), milliseconds(20'000)})->granted);
+  std::vector<LeaseRequest> requests;
+  std::map<std::string, long long> on_node;  // calls each primary should see
+  for (int i = 0; i < 24; ++i) {
+    requests.push_back({UniqueKey("batch/" + std::to_string(i)),
+                        OwnerId(1, static_cast<std::uint64_t>(i + 1)), milliseconds(20'000)});
+    ++on_node[PrimaryOf(requests.back().key)];
+  }
+  requests.push_back({held, OwnerId(1, 99), milliseconds(20'000)});
+  ++on_node[PrimaryOf(held)];
+  ASSERT_EQ(on_node.size(), 3u) << "the keys should reach every primary";
+  for (const auto& [node, n] : on_node) {  // the scripts cached on every node
+    const std::string warm = KeyOn(node, "batch-warm");
+    ASSERT_TRUE(b->TryAcquire({warm, OwnerId(8, 8), milliseconds(20'000)})->granted);
+    ASSERT_TRUE(b->Release(warm, OwnerId(8, 8)).ok());
+  }
+  std::map<std::string, long long> before;
+  for (const auto& [node, n] : on_node) before[node] = Stat(node, "evalsha");
+  auto got = b->TryAcquireMany(requests);
+  ASSERT_EQ(got.size(), requests.size());
+  for (std::size_t i = 0; i + 1 < requests.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+    EXPECT_TRUE(got[i]->granted) << requests[i].key;
+  }
+  ASSERT_TRUE(got.back().ok()) << got.back().status().ToString();
+  EXPECT_FALSE(got.back()->granted) << "a held key was granted in a batch";
+  for (const auto& [node, n] : on_node) EXPECT_EQ(Stat(node, "evalsha") - before[node], n) << node;
+  requests.back().owner = OwnerId(7, 7);  // not the holder: kNotOwner
+  auto released = b->ReleaseMany(requests);
+  ASSERT_EQ(released.size(), requests.size());
+  for (std::size_t i = 0; i + 1 < requests.size(); ++i) {
+    EXPECT_TRUE(released[i].ok()) << released[i].ToString();
+  }
+  EXPECT_EQ(released.back().code(), StatusCode::kNotOwner) << released.back().ToString();
+  EXPECT_EQ(b->StoredObjects(UniqueKey("batch/")).value(), 0u);
+  ASSERT_TRUE(b->Release(held, OwnerId(9, 9)).ok());
+}
+
+// KeepPlaces on a cluster: places on every primary kept in one pipeline
+// per node (one script call per slot there), each now lasting two thirds
+// of queue_ttl by its node's clock; no place is kNotFound.
+TEST_F(RedisCluster, KeepPlacesKeepsPlacesOnEveryNodeOnePipelineEach) {
+  auto b = OpenRaw(T().uri());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->KeepsPlaces());
+  const OwnerId holder(1, 1);
+  std::vector<LeaseRequest> keeps;
+  std::vector<std::unique_ptr<Acquisition>> waiting;
+  std::map<std::string, std::set<std::uint16_t>> slots_on;  // by primary
+  for (int i = 0; i < 24; ++i) {
+    const std::string key = UniqueKey("keep/" + std::to_string(i));
+    ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(20'000)})->granted);
+    LeaseRequest waiter{key, OwnerId(2, static_cast<std::uint64_t>(i + 1)), milliseconds(20'000),
+                        milliseconds(3000)};
+    waiting.push_back(b->Begin(waiter));
+    ASSERT_FALSE(waiting.back()->Try()->granted) << key;
+    waiter.queue_ttl = milliseconds(60'000);
+    keeps.push_back(waiter);
+    slots_on[PrimaryOf(key)].insert(HashSlot(LockName(key)));
+  }
+  ASSERT_EQ(slots_on.size(), 3u) << "the keys should reach every primary";
+  keeps.push_back({UniqueKey("keep/none"), OwnerId(3, 3), milliseconds(20'000),
+                   milliseconds(60'000)});
+  slots_on[PrimaryOf(keeps.back().key)].insert(HashSlot(LockName(keeps.back().key)));
+  (void)b->KeepPlaces(keeps);  // caches the script on every node
+  std::map<std::string, long long> before;
+  for (const auto& [node, slots] : slots_on) before[node] = Stat(node, "evalsha");
+  const std::vector<Status> kept = b->KeepPlaces(keeps);
+  for (const auto& [node, slots] : slots_on) {
+    EXPECT_EQ(Stat(node, "evalsha") - before[node], static_cast<long long>(slots.size())) << node;
+  }
+  ASSERT_EQ(kept.size(), keeps.size());
+  for (std::size_t i = 0; i + 1 < keeps.size(); ++i) {
+    EXPECT_TRUE(kept[i].ok()) << keeps[i].key << ": " << kept[i].ToString();
+    ContextPtr node = Node(PrimaryOf(keeps[i].key));
+    const long long ends = std::atoll(ReplyString(Cmd(node.get(), {"HGET",
+        QueueExpiryName(keeps[i].key), keeps[i].owner.ToString()}).get()).c_str());
+    EXPECT_GT(ends - RedisNowMs(node.get()), 35'000) << keeps[i].key;
+  }
+  EXPECT_EQ(kept.back().code(), StatusCode::kNotFound) << kept.back().ToString();
+  for (auto& w : waiting) w->Abandon();
+  for (std::size_t i = 0; i + 1 < keeps.size(); ++i) {
+    ASSERT_TRUE(b->Release(keeps[i].key, holder).ok());
+  }
+  EXPECT_EQ(b->StoredObjects(UniqueKey("keep/")).value(), 0u);
+}
+
 TEST_F(RedisCluster, AMovedSlotIsFollowedByItsHoldersRenewalAndRelease) {
   auto holder = NewClient(T().uri());
   auto other = NewClient(T().uri());

@@ -95,6 +95,43 @@ TEST_F(RedisSecure, MinimalAclUserLocksWaitsAndFences) {
   EXPECT_TRUE((*waited)->Release().ok());
 }
 
+// The asynchronous API's batches and the listings, as the minimal-ACL user,
+// on a server that lost its scripts (SCRIPT FLUSH, as after a restart):
+// the pipeline is sent again with its first call by EVAL. Before, it asked
+// SCRIPT LOAD, which that user may not run: every batch, list and keep
+// failed with kPermissionDenied until something else cached the script.
+TEST_F(RedisSecure, BatchesAndListsOfTheMinimalAclUserSurviveAScriptFlush) {
+  auto b = OpenRaw(uri_);
+  ASSERT_NE(b, nullptr) << "cannot open " << uri_;
+  ConnectOptions admin;
+  admin.user = "admin";
+  admin.password = ReadFirstLine(File("admin.password"));
+  admin.has_password = true;
+  admin.tls = {true, File("ca.pem"), File("client.pem"), File("client.key")};
+  auto flusher = Connection::Open({"localhost", std::stoi(port_)}, admin, false, true, "flush");
+  ASSERT_TRUE(flusher.ok()) << flusher.status().ToString();
+  auto flush = [&] {
+    auto r = (*flusher)->Call({"SCRIPT", "FLUSH"}, milliseconds(2000), "flush");
+    ASSERT_TRUE(r.ok() && (*r)->type != REDIS_REPLY_ERROR);
+  };
+  std::vector<LeaseRequest> requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.push_back({UniqueKey("flushed/" + std::to_string(i)), OwnerId(1, i + 1),
+                        milliseconds(10'000)});
+  }
+  flush();
+  for (const Result<Attempt>& got : b->TryAcquireMany(requests)) {
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(got->granted);
+  }
+  flush();
+  auto listed = b->List(UniqueKey("flushed/"));
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size(), requests.size());
+  flush();
+  for (const Status& released : b->ReleaseMany(requests)) EXPECT_TRUE(released.ok()) << released.ToString();
+}
+
 TEST_F(RedisSecure, ThePublicFenceOpensFromTheStoreUri) {
   auto client = NewClient(uri_);
   ASSERT_TRUE(client);

@@ -223,6 +223,43 @@ TEST(RedisSentinel, WithWaitReplicasAnUnreplicatedRenewalFails) {
       << renewed.message();
 }
 
+// KeepPlaces through Sentinel, with wait_replicas: the place is kept on
+// the primary Sentinel names, in one script call and without a WAIT (a
+// place lost in a failover costs its waiter only its turn).
+TEST(RedisSentinel, KeepPlacesKeepsAPlaceOnThePrimaryWithoutWaiting) {
+  Topology t("start-sentinel");
+  ASSERT_TRUE(t.ok()) << "could not start the sentinel topology: " << t.why();
+  auto backend = OpenRaw(t.uri() + "?wait_replicas=1&wait_timeout=2s");
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->KeepsPlaces());
+  const std::string key = UniqueKey("sentinel-keep");
+  ASSERT_TRUE(backend->TryAcquire({key, OwnerId(1, 1), milliseconds(20'000)})->granted);
+  LeaseRequest waiter{key, OwnerId(2, 2), milliseconds(20'000), milliseconds(3000)};
+  auto waiting = backend->Begin(waiter);
+  ASSERT_FALSE(waiting->Try()->granted);
+  ContextPtr primary = Admin(t.Port("p"));
+  auto calls = [&](const std::string& command) {
+    const std::string info = ReplyString(Cmd(primary.get(), {"INFO", "commandstats"}).get());
+    const std::size_t at = info.find("cmdstat_" + command + ":calls=");
+    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + 15 + command.size());
+  };
+  waiter.queue_ttl = milliseconds(60'000);
+  (void)backend->KeepPlaces({&waiter, 1});  // caches the script
+  const long long scripts = calls("evalsha"), waits = calls("wait");
+  const std::vector<Status> kept = backend->KeepPlaces({&waiter, 1});
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_TRUE(kept[0].ok()) << kept[0].ToString();
+  EXPECT_EQ(calls("evalsha"), scripts + 1);
+  EXPECT_EQ(calls("wait"), waits);
+  const long long ends = std::atoll(
+      ReplyString(Cmd(primary.get(), {"HGET", QueueExpiryName(key), waiter.owner.ToString()})
+                      .get())
+          .c_str());
+  EXPECT_GT(ends - RedisNowMs(primary.get()), 35'000);
+  waiting->Abandon();
+  ASSERT_TRUE(backend->Release(key, OwnerId(1, 1)).ok());
+}
+
 // A paused VM or a starved machine stalls every sentinel at once. With
 // Sentinel's defaults, a 2.5 s stall as the primary dies puts them in TILT
 // mode for 30 s, after which they judge the replica too long disconnected
