@@ -52,6 +52,8 @@ enum class StatusCode {
   kFailedPrecondition,
   kDataLoss,
   kInternal,
+  // What was asked about does not exist (Backend::KeepPlaces: no place).
+  kNotFound,
 };
 
 // "LockHeld", "Unavailable", ...
@@ -96,6 +98,7 @@ inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, st
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 
 // A T or a non-OK Status, shaped like std::expected (C++23) so that code can
 // move to it later without churn.
