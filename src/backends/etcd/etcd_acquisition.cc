@@ -75,29 +75,69 @@ Result<Attempt> EtcdAcquisition::Try() {
     std::lock_guard l(backend_.mu_);
     backend_.ReapLocked(started);
   }
-  Result<Attempt> result = Rounds(started, deadline);
+  return Ended(started, Rounds(started, deadline, nullptr));
+}
+
+Result<EtcdAcquisition::FirstRound> EtcdAcquisition::StartTry(TimePoint started,
+                                                              TimePoint deadline) {
+  granted_ = false;
+  DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+  const bool queued = member_.revision != 0;
+  pb::TxnRequest txn = queued ? ReadTxn() : PutTxn(r);
+  return FirstRound{std::move(r), queued, std::move(txn)};
+}
+
+Result<Attempt> EtcdAcquisition::FinishTry(TimePoint started, Result<FirstRound> first,
+                                           Result<pb::TxnResponse> answer) {
+  if (!first.ok()) return Ended(started, first.status());
+  const TimePoint deadline = first->round.deadline;
+  Answered sent{std::move(first->round), first->queued, std::move(answer)};
+  return Ended(started, Rounds(started, deadline, &sent));
+}
+
+Result<Attempt> EtcdAcquisition::Ended(TimePoint started, Result<Attempt> result) {
+  std::lock_guard l(backend_.mu_);
   if (!result.ok()) {
     // Unsure (the put may have happened): if dropped, the place is kept at
     // least a TTL, so that a retry by this owner finds it.
     keep_until_ = std::max(keep_until_, started + std::max(request_.queue_ttl, request_.ttl));
+    has_place_ = false;
     return result.status().WithContext("acquire " + Quoted(request_.key) + " on " +
                                        backend_.Describe());
   }
   // Waiting: the place is kept for queue_ttl after this attempt, as the
   // contract says.
   if (!result->granted) keep_until_ = std::max(keep_until_, backend_.Now() + request_.queue_ttl);
+  has_place_ = !result->granted && !member_.key.empty() && member_.revision != 0;
   return result;
+}
+
+bool EtcdAcquisition::KeepPlaceLocked(const OwnerId& owner, TimePoint until) {
+  if (request_.owner != owner || !has_place_ || granted_) return false;
+  if (!member_.session || member_.session->dead) return false;  // the key went with it
+  keep_until_ = std::max(keep_until_, until);
+  return true;
 }
 
 // Starts over (a few times) when the session or our key turns out to be
 // gone, with a new one.
-Result<Attempt> EtcdAcquisition::Rounds(TimePoint started, TimePoint deadline) {
+Result<Attempt> EtcdAcquisition::Rounds(TimePoint started, TimePoint deadline, Answered* first) {
   for (int round = 0; round < 3; ++round) {
-    DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+    std::optional<Answered> sent;
+    if (round == 0 && first != nullptr) {
+      sent.emplace(std::move(*first));
+    } else {
+      DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+      const bool queued = member_.revision != 0;
+      Result<pb::TxnResponse> got =
+          backend_.conn_.Txn(queued ? ReadTxn() : PutTxn(r), r.deadline);
+      sent.emplace(Answered{std::move(r), queued, std::move(got)});
+    }
     DLOCK_ASSIGN_OR_RETURN(std::optional<QueueView> view,
-                           member_.revision != 0 ? ReadQueued(r) : PutAndRead(r));
+                           sent->queued ? FromRead(*sent) : FromPut(*sent));
     if (!view) continue;
-    DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> attempt, Act(r, *view, Decide(*view, limit_)));
+    DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> attempt,
+                           Act(sent->round, *view, Decide(*view, limit_)));
     if (attempt) return *attempt;
   }
   return UnavailableError("the etcd session lease kept disappearing (expired or revoked)");
@@ -144,7 +184,16 @@ void EtcdAcquisition::TakeKeyLocked(std::shared_ptr<Session> session) {
 // it reports its grant, so any snapshot that lacks the member of a reported
 // holding has its marker, until the delay is over. The session's
 // confirmation vouches for our own key still being there.
-Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round) {
+// Already queued: one read (no Raft write) says whether it is our turn. A
+// serializable read (served by the member alone, no quorum round) is
+// enough: the keys ahead of ours were all created before ours, so that set
+// only ever shrinks, and a stale view can only show more of them (we wait
+// again), never fewer. Nor can it hide a delayed holding: a holder puts its
+// marker while its member is still there (the put compares it) and before
+// it reports its grant, so any snapshot that lacks the member of a reported
+// holding has its marker, until the delay is over. The session's
+// confirmation vouches for our own key still being there.
+pb::TxnRequest EtcdAcquisition::ReadTxn() const {
   pb::TxnRequest txn;
   *txn.add_success() = GetOp(member_.key);
   if (sharing()) {
@@ -155,7 +204,11 @@ Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round)
   }
   *txn.add_success() = RangeOp(delay_prefix_);
   for (auto& op : *txn.mutable_success()) op.mutable_request_range()->set_serializable(true);
-  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, backend_.conn_.Txn(txn, round.deadline));
+  return txn;
+}
+
+Result<std::optional<QueueView>> EtcdAcquisition::FromRead(Answered& sent) {
+  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const auto& mine = got.responses(0).response_range();
   if (mine.kvs_size() == 0 || mine.kvs(0).create_revision() != member_.revision) {
     // Our key is gone (session expired, or deleted by hand): queue anew.
@@ -170,19 +223,19 @@ Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round)
   const PredecessorRead last = FromLastBefore(prefix_, got.responses(2).response_range());
   DLOCK_ASSIGN_OR_RETURN(QueueView view,
                          WriterView(read_at, got.responses(1).response_range(), last.known,
-                                    last.member, markers, round.deadline));
+                                    last.member, markers, sent.round.deadline));
   return std::optional(std::move(view));
 }
 
 // The uncontended path, as etcd's Mutex: put our key unless it exists, and
-// read the head of the queue, in one transaction.
-Result<std::optional<QueueView>> EtcdAcquisition::PutAndRead(const Round& round) {
-  Result<pb::TxnResponse> sent = backend_.conn_.Txn(PutTxn(round), round.deadline);
-  if (!sent.ok() && sent.status().code() == StatusCode::kNotOwner) {  // the lease is gone
-    backend_.MarkSessionDead(round.session);
+// read the head of the queue, in one transaction (PutTxn).
+Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
+  const Round& round = sent.round;
+  if (!sent.answer.ok() && sent.answer.status().code() == StatusCode::kNotOwner) {
+    backend_.MarkSessionDead(round.session);  // the lease is gone
     return std::optional<QueueView>();
   }
-  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent));
+  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const std::int64_t read_at = got.header().revision();
   std::int64_t revision = read_at;
   if (!got.succeeded()) {
@@ -502,6 +555,7 @@ void EtcdAcquisition::Abandon() {
   {
     std::lock_guard l(backend_.mu_);
     member_ = Member{};
+    has_place_ = false;
     // A holding of this owner on the same key (this acquisition started
     // from it) goes too: giving up releases a grant got unseen.
     if (auto it = backend_.places_.find(id_);
