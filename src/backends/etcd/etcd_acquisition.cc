@@ -238,6 +238,9 @@ Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
   DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const std::int64_t read_at = got.header().revision();
   std::int64_t revision = read_at;
+  if (!got.succeeded() && got.responses(0).response_range().kvs_size() == 0) {
+    return RefusedUnput(read_at, got, round.deadline);
+  }
   if (!got.succeeded()) {
     const mvccpb::KeyValue& mine = got.responses(0).response_range().kvs(0);
     if (DecodeValue(mine.value()).owner_hex != owner_hex_) {
@@ -264,9 +267,42 @@ Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
   return std::optional(std::move(view));
 }
 
+// A single attempt refused without a put: the queue had a key. The view of
+// a member that never was (revision 0) behind the head, so that Act leaves
+// the queue (deleting nothing) and says how long the head may hold. A head
+// that is a longer name's key says nothing of this name's queue: another
+// round, with a plain put.
+Result<std::optional<QueueView>> EtcdAcquisition::RefusedUnput(std::int64_t read_at,
+                                                                const pb::TxnResponse& got,
+                                                                TimePoint deadline) {
+  DLOCK_ASSIGN_OR_RETURN(std::optional<QueueMember> head,
+                         backend_.Head(prefix_, got.responses(1).response_range(), deadline));
+  if (!head) {
+    plain_put_ = true;
+    return std::optional<QueueView>();
+  }
+  QueueView view;
+  view.read_at = read_at;
+  SetWriterAhead(view, head, /*predecessor_known=*/true, head);
+  const auto& markers = got.responses(got.responses_size() - 1).response_range();
+  SortMarkers(view, MarkersOf(markers), member_.key, {});
+  return std::optional(std::move(view));
+}
+
 pb::TxnRequest EtcdAcquisition::PutTxn(const Round& round) const {
   pb::TxnRequest txn;
   *txn.add_compare() = CreateRevisionIs(member_.key, 0);
+  if (request_.queue_ttl == milliseconds(0) && !sharing() && !plain_put_) {
+    // A single exclusive attempt puts only into an empty queue: in any
+    // other it could not hold, and would delete its key again at once (a
+    // second Raft write). "No key of the range was ever created": etcd
+    // holds a condition on a range for every key in it, and for none when
+    // it is empty. A longer name's key ("a/b/..." for "a") fails it too:
+    // FromPut then asks for a plain put.
+    pb::Compare* empty = txn.add_compare();
+    *empty = CreateRevisionIs(prefix_, 0);
+    empty->set_range_end(PrefixRangeEnd(prefix_));
+  }
   *txn.add_success() = PutOp(member_.key, member_.value, round.session->id);
   if (sharing()) {
     // The whole queue (ours is its newest member): the limits ahead count.
@@ -434,11 +470,17 @@ Attempt EtcdAcquisition::Grant(const Round& round) {
 // A single attempt takes no place in the queue: it deletes its key, and
 // says how long what stands in its way may last.
 Attempt EtcdAcquisition::LeaveQueue(const Round& round, const QueueStep& step) {
-  const PendingDelete mine{member_.key, member_.revision, member_.value, round.session->id};
-  const Status deleted = backend_.DeleteMember(mine, round.deadline);
+  // Revision 0: refused without a put (PutTxn's first condition).
+  if (member_.revision != 0) {
+    const PendingDelete mine{member_.key, member_.revision, member_.value, round.session->id};
+    const Status deleted = backend_.DeleteMember(mine, round.deadline);
+    if (!deleted.ok()) {
+      std::lock_guard l(backend_.mu_);
+      backend_.pending_.push_back(mine);
+    }
+  }
   {
     std::lock_guard l(backend_.mu_);
-    if (!deleted.ok()) backend_.pending_.push_back(mine);
     member_ = Member{};
   }
   Attempt a;

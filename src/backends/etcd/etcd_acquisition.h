@@ -119,6 +119,8 @@ class EtcdAcquisition final : public Acquisition {
   pb::TxnRequest PutTxn(const Round& round) const;
   Result<std::optional<QueueView>> FromRead(Answered& sent);
   Result<std::optional<QueueView>> FromPut(Answered& sent);
+  Result<std::optional<QueueView>> RefusedUnput(std::int64_t read_at, const pb::TxnResponse& got,
+                                                TimePoint deadline);
   QueueView SharingView(std::int64_t read_at, const pb::RangeResponse& queue,
                         const pb::RangeResponse& markers) const;
   Result<QueueView> WriterView(std::int64_t read_at, const pb::RangeResponse& first,
@@ -152,6 +154,9 @@ class EtcdAcquisition final : public Acquisition {
   // single attempt): what KeepPlaces keeps. Under mu_.
   bool has_place_ = false;
   bool granted_ = false;  // the last Try granted: the holding is the backend's
+  // PutTxn puts unconditionally (a single attempt whose queue holds only
+  // a longer name's keys).
+  bool plain_put_ = false;
   WatchTarget watch_;
   std::stop_source* waking_ = nullptr;  // the Wait in progress; under mu_
   DeleteNotice notice_;                 // what Notify arranged; under mu_

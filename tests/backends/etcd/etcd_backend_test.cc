@@ -835,6 +835,39 @@ TEST(EtcdBackendTest, ADroppedAcquisitionLeavesItsMemberToItsOwnersNext) {
   EXPECT_TRUE(holder->Release(name, h).ok());
 }
 
+// A single attempt at a held name (TryAcquire, and the asynchronous API's
+// batched first attempts) reads the queue and leaves it as it was: no key
+// put and deleted again, two Raft writes for nothing. Two requests: the
+// transaction and the holder's time left.
+TEST(EtcdBackendTest, ARefusedSingleAttemptPutsNoKey) {
+  const std::string name = UniqueName("refused");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
+  // The session first, on a name of its own.
+  const std::string warm = UniqueName("refused-warm");
+  const OwnerId w = NewOwner();
+  ASSERT_TRUE(backend->TryAcquire(Req(warm, w))->granted);
+  ASSERT_TRUE(backend->Release(warm, w).ok());
+
+  const auto before = observer->Queue(name);
+  ASSERT_TRUE(before.ok() && before->size() == 1);
+  const std::uint64_t sent = backend->RequestsSent();
+  auto refused = backend->TryAcquire(Req(name, NewOwner()));
+  const std::uint64_t cost = backend->RequestsSent() - sent;
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted);
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_EQ(cost, 2u) << "requests for a refused single attempt";
+  const auto after = observer->Queue(name);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ(after->front().create_revision, before->front().create_revision);
+  EXPECT_TRUE(holder->Release(name, h).ok());
+}
+
 // KeepPlaces (the asynchronous API's tick for every waiter of a client):
 // a place is a key on the client's session, so keeping them all is one
 // keep-alive per session, not a request per waiter; and a holding is never
