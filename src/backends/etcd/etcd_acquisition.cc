@@ -235,9 +235,19 @@ Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
     backend_.MarkSessionDead(round.session);  // the lease is gone
     return std::optional<QueueView>();
   }
+  const bool into_empty = IntoEmptyQueue();  // PutTxn's shape, before this answer
   DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const std::int64_t read_at = got.header().revision();
   std::int64_t revision = read_at;
+  const auto& markers = got.responses(got.responses_size() - 1).response_range();
+  if (got.succeeded() && into_empty) {
+    member_.revision = revision;  // the only member: nobody ahead
+    QueueView view;
+    view.revision = revision;
+    view.read_at = read_at;
+    SortMarkers(view, MarkersOf(markers), member_.key, {});
+    return std::optional(std::move(view));
+  }
   if (!got.succeeded() && got.responses(0).response_range().kvs_size() == 0) {
     return RefusedUnput(read_at, got, round.deadline);
   }
@@ -253,7 +263,6 @@ Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
     revision = mine.create_revision();  // a retry of ours: same place
   }
   member_.revision = revision;
-  const auto& markers = got.responses(got.responses_size() - 1).response_range();
   if (sharing()) {
     const int queue = got.succeeded() ? 1 : 2;
     return std::optional(SharingView(read_at, got.responses(queue).response_range(), markers));
@@ -289,22 +298,26 @@ Result<std::optional<QueueView>> EtcdAcquisition::RefusedUnput(std::int64_t read
   return std::optional(std::move(view));
 }
 
+bool EtcdAcquisition::IntoEmptyQueue() const {
+  return request_.queue_ttl == milliseconds(0) && !sharing() && !plain_put_;
+}
+
 pb::TxnRequest EtcdAcquisition::PutTxn(const Round& round) const {
   pb::TxnRequest txn;
   *txn.add_compare() = CreateRevisionIs(member_.key, 0);
-  if (request_.queue_ttl == milliseconds(0) && !sharing() && !plain_put_) {
+  *txn.add_success() = PutOp(member_.key, member_.value, round.session->id);
+  if (IntoEmptyQueue()) {
     // A single exclusive attempt puts only into an empty queue: in any
     // other it could not hold, and would delete its key again at once (a
     // second Raft write). "No key of the range was ever created": etcd
     // holds a condition on a range for every key in it, and for none when
     // it is empty. A longer name's key ("a/b/..." for "a") fails it too:
-    // FromPut then asks for a plain put.
+    // FromPut then asks for a plain put. Put, ours is the only member, and
+    // only the markers are left to read.
     pb::Compare* empty = txn.add_compare();
     *empty = CreateRevisionIs(prefix_, 0);
     empty->set_range_end(PrefixRangeEnd(prefix_));
-  }
-  *txn.add_success() = PutOp(member_.key, member_.value, round.session->id);
-  if (sharing()) {
+  } else if (sharing()) {
     // The whole queue (ours is its newest member): the limits ahead count.
     *txn.add_success()->mutable_request_range() = WholeQueue(prefix_);
   } else {

@@ -117,6 +117,8 @@ class EtcdAcquisition final : public Acquisition {
   // known), else PutTxn; FromRead and FromPut make a view of its answer.
   pb::TxnRequest ReadTxn() const;
   pb::TxnRequest PutTxn(const Round& round) const;
+  // Whether PutTxn puts only into an empty queue (a single exclusive attempt).
+  bool IntoEmptyQueue() const;
   Result<std::optional<QueueView>> FromRead(Answered& sent);
   Result<std::optional<QueueView>> FromPut(Answered& sent);
   Result<std::optional<QueueView>> RefusedUnput(std::int64_t read_at, const pb::TxnResponse& got,
