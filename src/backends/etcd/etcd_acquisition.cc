@@ -88,7 +88,9 @@ Result<EtcdAcquisition::FirstRound> EtcdAcquisition::StartTry(TimePoint started,
 }
 
 Result<Attempt> EtcdAcquisition::FinishTry(TimePoint started, Result<FirstRound> first,
-                                           Result<pb::TxnResponse> answer) {
+                                           Result<pb::TxnResponse> answer,
+                                           std::map<std::int64_t, milliseconds>* time_left) {
+  time_left_ = time_left;
   if (!first.ok()) return Ended(started, first.status());
   const TimePoint deadline = first->round.deadline;
   Answered sent{std::move(first->round), first->queued, std::move(answer)};
@@ -497,11 +499,22 @@ Attempt EtcdAcquisition::LeaveQueue(const Round& round, const QueueStep& step) {
     member_ = Member{};
   }
   Attempt a;
-  if (step.blocker_lease != 0) {
-    auto left = backend_.conn_.LeaseTimeToLive(step.blocker_lease, round.deadline);
-    if (left.ok() && left->ttl() > 0) a.holder_ttl_remaining = seconds(left->ttl());
-  }
+  if (step.blocker_lease != 0) a.holder_ttl_remaining = TimeLeft(step.blocker_lease, round);
   return a;
+}
+
+// What `lease` has left by etcd's clock (zero when unknown): asked once per
+// lease in a batch (TryAcquireMany), whose attempts are mostly refused by
+// the same holder.
+milliseconds EtcdAcquisition::TimeLeft(std::int64_t lease, const Round& round) {
+  if (time_left_ != nullptr) {
+    if (auto it = time_left_->find(lease); it != time_left_->end()) return it->second;
+  }
+  milliseconds left{0};
+  auto got = backend_.conn_.LeaseTimeToLive(lease, round.deadline);
+  if (got.ok() && got->ttl() > 0) left = seconds(got->ttl());
+  if (time_left_ != nullptr && got.ok()) (*time_left_)[lease] = left;
+  return left;
 }
 
 Status EtcdAcquisition::RecordWatch(const Round& round, const QueueView& view,

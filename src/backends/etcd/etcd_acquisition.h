@@ -18,8 +18,10 @@
 #ifndef DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
 #define DLOCK_SRC_BACKENDS_ETCD_ETCD_ACQUISITION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -60,8 +62,10 @@ class EtcdAcquisition final : public Acquisition {
     pb::TxnRequest txn;
   };
   Result<FirstRound> StartTry(TimePoint started, TimePoint deadline);
+  // `time_left`: the holders' time left by lease, shared by the batch.
   Result<Attempt> FinishTry(TimePoint started, Result<FirstRound> first,
-                            Result<pb::TxnResponse> answer);
+                            Result<pb::TxnResponse> answer,
+                            std::map<std::int64_t, std::chrono::milliseconds>* time_left);
 
   bool Wait(TimePoint until, std::stop_token stop) override;
   // Wait's watch, on the connection's shared watch stream: `wake` runs on
@@ -138,6 +142,7 @@ class EtcdAcquisition final : public Acquisition {
   Result<std::shared_ptr<Session>> MarkerLease(const Session& session, TimePoint deadline);
   Attempt Grant(const Round& round);
   Attempt LeaveQueue(const Round& round, const QueueStep& step);
+  std::chrono::milliseconds TimeLeft(std::int64_t lease, const Round& round);
   Status RecordWatch(const Round& round, const QueueView& view, const QueueStep& step);
 
   EtcdBackendImpl& backend_;
@@ -159,6 +164,8 @@ class EtcdAcquisition final : public Acquisition {
   // PutTxn puts unconditionally (a single attempt whose queue holds only
   // a longer name's keys).
   bool plain_put_ = false;
+  // FinishTry's: TimeLeft's answers, shared by a batch (null: none).
+  std::map<std::int64_t, std::chrono::milliseconds>* time_left_ = nullptr;
   WatchTarget watch_;
   std::stop_source* waking_ = nullptr;  // the Wait in progress; under mu_
   DeleteNotice notice_;                 // what Notify arranged; under mu_

@@ -2,10 +2,12 @@
 // (Backend::TryAcquireMany, ReleaseMany): the first transaction of every
 // call in the batch is in flight at once on one channel
 // (Connection::TxnMany), so a batch costs about one round trip, not one per
-// call. What an answer then needs (rarely: a lock-delay marker, a key a
-// longer name shares, a refused single attempt's clean-up) is done call by
-// call, exactly as the one-at-a-time call does it.
+// call. What an answer then needs (a lock-delay marker, a queue whose
+// first key belongs to a longer name; a refused attempt's holder's time
+// left, asked once per holder's lease in the batch) is done call by call,
+// as the one-at-a-time call does it.
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "backends/etcd/etcd_acquisition.h"
@@ -38,10 +40,12 @@ std::vector<Result<Attempt>> EtcdBackendImpl::TryAcquireMany(
   std::vector<Result<Attempt>> out;
   out.reserve(requests.size());
   std::size_t next = 0;
+  std::map<std::int64_t, std::chrono::milliseconds> time_left;  // by holder's lease
   for (std::size_t i = 0; i < requests.size(); ++i) {
     Result<pb::TxnResponse> answer =
         firsts[i].ok() ? std::move(answers[next++]) : Result<pb::TxnResponse>(UnavailableError(""));
-    out.push_back(acquisitions[i]->FinishTry(started, std::move(firsts[i]), std::move(answer)));
+    out.push_back(
+        acquisitions[i]->FinishTry(started, std::move(firsts[i]), std::move(answer), &time_left));
   }
   return out;
 }
