@@ -805,9 +805,12 @@ std::vector<Result<pb::TxnResponse>> Connection::TxnMany(std::span<const pb::Txn
     const std::size_t index = current_.load() % n;
     Endpoint& ep = At(index);
     const std::string token = Token();
+    // A member serves a batch call by call: one attempt's time per 32 calls
+    // before it counts as silent (else a large batch on a busy member would
+    // time out, and be sent again, whole, to the next).
+    const Duration budget = attempt_timeout_ * static_cast<int>(1 + (todo.size() - 1) / 32);
     const std::vector<grpc::Status> got = SendTxns(
-        ep, requests, todo, std::clamp<Duration>(deadline - now, milliseconds(50), attempt_timeout_),
-        out);
+        ep, requests, todo, std::clamp<Duration>(deadline - now, milliseconds(50), budget), out);
     std::vector<std::size_t> again;
     bool stale = false;
     for (std::size_t k = 0; k < todo.size(); ++k) {
@@ -1124,6 +1127,7 @@ extern "C" [[gnu::visibility("default")]] const char* __tsan_default_suppression
          "race:libgrpc*\n"
          "race:libgpr*\n"
          "race:libprotobuf*\n"
+         "race:libupb*\n"
          // OpenSSL (etcds://), used by gRPC with its own locking.
          "race:libcrypto.so*\n"
          "race:libssl.so*\n"
