@@ -115,7 +115,9 @@ Result<Attempt> EtcdAcquisition::Ended(TimePoint started, Result<Attempt> result
 }
 
 bool EtcdAcquisition::KeepPlaceLocked(const OwnerId& owner, TimePoint until) {
-  if (request_.owner != owner || !has_place_ || granted_) return false;
+  // has_place_, not granted_: a Try may be running on another thread, and
+  // only what it settled under mu_ is read here.
+  if (request_.owner != owner || !has_place_) return false;
   if (!member_.session || member_.session->dead) return false;  // the key went with it
   keep_until_ = std::max(keep_until_, until);
   return true;

@@ -929,6 +929,45 @@ TEST(EtcdBackendTest, KeepPlacesKeepsEveryPlaceOfAClientWithOneKeepAlive) {
   EXPECT_TRUE(observer->Queue(name)->empty());
 }
 
+// The core's tick calls KeepPlaces from its own thread while a waiter's
+// attempts run on a worker: each answer is the place as the last finished
+// attempt left it (run under TSan, this is the test of that locking).
+TEST(EtcdBackendTest, KeepPlacesRunsBesideTheWaitersOwnAttempts) {
+  const std::string name = UniqueName("keep-beside");
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
+  LeaseRequest waiting = Req(name, NewOwner());
+  waiting.queue_ttl = seconds(3);
+  auto acquisition = backend->Begin(waiting);
+  ASSERT_FALSE(acquisition->Try()->granted);
+  std::atomic<int> kept{0}, unexpected{0};
+  std::jthread keeper([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      const Status s = backend->KeepPlaces(std::vector{waiting})[0];
+      if (s.ok()) {
+        ++kept;
+      } else if (s.code() != StatusCode::kNotFound) {
+        ++unexpected;
+      }
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    auto again = acquisition->Try();
+    EXPECT_TRUE(again.ok() && !again->granted) << again.status().ToString();
+  }
+  ASSERT_TRUE(holder->Release(name, h).ok());
+  auto granted = acquisition->Try();
+  keeper.request_stop();
+  keeper.join();
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  EXPECT_GT(kept.load(), 0);
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(backend->KeepPlaces(std::vector{waiting})[0].code(), StatusCode::kNotFound);
+  EXPECT_TRUE(backend->Release(name, waiting.owner).ok());
+}
+
 // The places live on the session, kept alive by KeepPlaces alone (no Try,
 // no Renew) past its TTL; once nobody keeps them, etcd ends the session and
 // its keys, and KeepPlaces says the place is gone.
