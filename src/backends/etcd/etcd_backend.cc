@@ -570,7 +570,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   // there. A lock is renewed only if its marker's lease is too: the delay
   // then runs at least from the end of the validity the core counts.
   KeepAlives keep_alives = SendKeepAlives(checks);
-  const Result<pb::TxnResponse> read = ReadMembers(checks, deadline);
+  const std::vector<Result<pb::TxnResponse>> reads = ReadMembers(checks, deadline);
   KeepAliveAnswers ttls;
   for (auto& [s, call] : keep_alives) ttls.emplace(s, conn_.AwaitKeepAlive(call, deadline));
 
@@ -579,7 +579,8 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
     std::lock_guard l(mu_);
     for (std::size_t j = 0; j < checks.size(); ++j) {
       const RenewCheck& c = checks[j];
-      Status s = SettleRenewalLocked(c, ttls, read, static_cast<int>(j), started, dead);
+      Status s = SettleRenewalLocked(c, ttls, reads[j / kMaxTxnOps],
+                                     static_cast<int>(j % kMaxTxnOps), started, dead);
       if (s.code() == StatusCode::kUnavailable) {
         s = s.WithContext("renew " + Quoted(c.id.first) + " on " + Describe());
       }
@@ -622,16 +623,19 @@ EtcdBackendImpl::KeepAlives EtcdBackendImpl::SendKeepAlives(
 }
 
 // Serializable: the keep-alive settles the session; this only catches a key
-// deleted by hand, for which a few milliseconds of staleness are moot.
-Result<pb::TxnResponse> EtcdBackendImpl::ReadMembers(const std::vector<RenewCheck>& checks,
-                                                     TimePoint deadline) {
-  pb::TxnRequest txn;
-  for (const RenewCheck& c : checks) {
-    pb::RequestOp op = GetOp(c.key);
+// deleted by hand, for which a few milliseconds of staleness are moot. At
+// most kMaxTxnOps reads a transaction (etcd refuses more by default: a
+// client holding more locks would renew none), all in flight at once.
+std::vector<Result<pb::TxnResponse>> EtcdBackendImpl::ReadMembers(
+    const std::vector<RenewCheck>& checks, TimePoint deadline) {
+  std::vector<pb::TxnRequest> txns((checks.size() + kMaxTxnOps - 1) / kMaxTxnOps);
+  for (std::size_t j = 0; j < checks.size(); ++j) {
+    pb::RequestOp op = GetOp(checks[j].key);
     op.mutable_request_range()->set_serializable(true);
-    *txn.add_success() = op;
+    *txns[j / kMaxTxnOps].add_success() = op;
   }
-  return conn_.Txn(txn, deadline);
+  if (txns.size() == 1) return {conn_.Txn(txns[0], deadline)};
+  return conn_.TxnMany(txns, deadline);
 }
 
 // One lock's renewal: OK when its session's (and marker's) keep-alive got a

@@ -242,7 +242,10 @@ class EtcdBackendImpl final : public EtcdBackend {
                                             std::vector<Status>& out,
                                             std::chrono::milliseconds& shortest);
   KeepAlives SendKeepAlives(const std::vector<RenewCheck>& checks);
-  Result<pb::TxnResponse> ReadMembers(const std::vector<RenewCheck>& checks, TimePoint deadline);
+  // etcd's default --max-txn-ops: the most operations one transaction may hold.
+  static constexpr std::size_t kMaxTxnOps = 128;
+  std::vector<Result<pb::TxnResponse>> ReadMembers(const std::vector<RenewCheck>& checks,
+                                                   TimePoint deadline);
   Status SettleRenewalLocked(const RenewCheck& check, const KeepAliveAnswers& ttls,
                              const Result<pb::TxnResponse>& read, int index, TimePoint started,
                              std::vector<std::shared_ptr<Session>>& dead);

@@ -1077,6 +1077,29 @@ TEST(EtcdBackendTest, BatchedAttemptsAndReleasesAnswerAsOneAtATime) {
   EXPECT_TRUE(holder->Release(held, h).ok());
 }
 
+// A client may hold more locks than one etcd transaction may hold
+// operations (--max-txn-ops, 128 by default): its renewal reads their keys
+// in as many transactions, and renews them all. Batched grants made such
+// clients common.
+TEST(EtcdBackendTest, ARenewalOfManyLocksFitsEtcdsTransactionLimit) {
+  auto backend = NewBackend();
+  constexpr int kLocks = 300;
+  std::vector<LeaseRequest> held;
+  for (int i = 0; i < kLocks; ++i) {
+    held.push_back(Req(UniqueName("renew-many-" + std::to_string(i)), NewOwner()));
+  }
+  for (const auto& got : backend->TryAcquireMany(held)) {
+    ASSERT_TRUE(got.ok() && got->granted) << got.status().ToString();
+  }
+  const std::vector<Status> renewed = backend->Renew(held);
+  ASSERT_EQ(renewed.size(), held.size());
+  for (std::size_t i = 0; i < renewed.size(); ++i) {
+    EXPECT_TRUE(renewed[i].ok()) << held[i].key << ": " << renewed[i].ToString();
+    if (!renewed[i].ok()) break;
+  }
+  for (const Status& s : backend->ReleaseMany(held)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 // A batch whose member cannot answer goes, whole, to the next member; with
 // none that can, each call the store never answered is kUnavailable, by
 // the batch's deadline.
