@@ -75,29 +75,73 @@ Result<Attempt> EtcdAcquisition::Try() {
     std::lock_guard l(backend_.mu_);
     backend_.ReapLocked(started);
   }
-  Result<Attempt> result = Rounds(started, deadline);
+  return Ended(started, Rounds(started, deadline, nullptr));
+}
+
+Result<EtcdAcquisition::FirstRound> EtcdAcquisition::StartTry(TimePoint started,
+                                                              TimePoint deadline) {
+  granted_ = false;
+  DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+  const bool queued = member_.revision != 0;
+  pb::TxnRequest txn = queued ? ReadTxn() : PutTxn(r);
+  return FirstRound{std::move(r), queued, std::move(txn)};
+}
+
+Result<Attempt> EtcdAcquisition::FinishTry(TimePoint started, Result<FirstRound> first,
+                                           Result<pb::TxnResponse> answer,
+                                           std::map<std::int64_t, milliseconds>* time_left) {
+  time_left_ = time_left;
+  if (!first.ok()) return Ended(started, first.status());
+  const TimePoint deadline = first->round.deadline;
+  Answered sent{std::move(first->round), first->queued, std::move(answer)};
+  return Ended(started, Rounds(started, deadline, &sent));
+}
+
+Result<Attempt> EtcdAcquisition::Ended(TimePoint started, Result<Attempt> result) {
+  std::lock_guard l(backend_.mu_);
   if (!result.ok()) {
     // Unsure (the put may have happened): if dropped, the place is kept at
     // least a TTL, so that a retry by this owner finds it.
     keep_until_ = std::max(keep_until_, started + std::max(request_.queue_ttl, request_.ttl));
+    has_place_ = false;
     return result.status().WithContext("acquire " + Quoted(request_.key) + " on " +
                                        backend_.Describe());
   }
   // Waiting: the place is kept for queue_ttl after this attempt, as the
   // contract says.
   if (!result->granted) keep_until_ = std::max(keep_until_, backend_.Now() + request_.queue_ttl);
+  has_place_ = !result->granted && !member_.key.empty() && member_.revision != 0;
   return result;
+}
+
+bool EtcdAcquisition::KeepPlaceLocked(const OwnerId& owner, TimePoint until) {
+  // has_place_, not granted_: a Try may be running on another thread, and
+  // only what it settled under mu_ is read here.
+  if (request_.owner != owner || !has_place_) return false;
+  if (!member_.session || member_.session->dead) return false;  // the key went with it
+  keep_until_ = std::max(keep_until_, until);
+  return true;
 }
 
 // Starts over (a few times) when the session or our key turns out to be
 // gone, with a new one.
-Result<Attempt> EtcdAcquisition::Rounds(TimePoint started, TimePoint deadline) {
+Result<Attempt> EtcdAcquisition::Rounds(TimePoint started, TimePoint deadline, Answered* first) {
   for (int round = 0; round < 3; ++round) {
-    DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+    std::optional<Answered> sent;
+    if (round == 0 && first != nullptr) {
+      sent.emplace(std::move(*first));
+    } else {
+      DLOCK_ASSIGN_OR_RETURN(Round r, StartRound(started, deadline));
+      const bool queued = member_.revision != 0;
+      Result<pb::TxnResponse> got =
+          backend_.conn_.Txn(queued ? ReadTxn() : PutTxn(r), r.deadline);
+      sent.emplace(Answered{std::move(r), queued, std::move(got)});
+    }
     DLOCK_ASSIGN_OR_RETURN(std::optional<QueueView> view,
-                           member_.revision != 0 ? ReadQueued(r) : PutAndRead(r));
+                           sent->queued ? FromRead(*sent) : FromPut(*sent));
     if (!view) continue;
-    DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> attempt, Act(r, *view, Decide(*view, limit_)));
+    DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> attempt,
+                           Act(sent->round, *view, Decide(*view, limit_)));
     if (attempt) return *attempt;
   }
   return UnavailableError("the etcd session lease kept disappearing (expired or revoked)");
@@ -144,7 +188,16 @@ void EtcdAcquisition::TakeKeyLocked(std::shared_ptr<Session> session) {
 // it reports its grant, so any snapshot that lacks the member of a reported
 // holding has its marker, until the delay is over. The session's
 // confirmation vouches for our own key still being there.
-Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round) {
+// Already queued: one read (no Raft write) says whether it is our turn. A
+// serializable read (served by the member alone, no quorum round) is
+// enough: the keys ahead of ours were all created before ours, so that set
+// only ever shrinks, and a stale view can only show more of them (we wait
+// again), never fewer. Nor can it hide a delayed holding: a holder puts its
+// marker while its member is still there (the put compares it) and before
+// it reports its grant, so any snapshot that lacks the member of a reported
+// holding has its marker, until the delay is over. The session's
+// confirmation vouches for our own key still being there.
+pb::TxnRequest EtcdAcquisition::ReadTxn() const {
   pb::TxnRequest txn;
   *txn.add_success() = GetOp(member_.key);
   if (sharing()) {
@@ -155,7 +208,11 @@ Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round)
   }
   *txn.add_success() = RangeOp(delay_prefix_);
   for (auto& op : *txn.mutable_success()) op.mutable_request_range()->set_serializable(true);
-  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, backend_.conn_.Txn(txn, round.deadline));
+  return txn;
+}
+
+Result<std::optional<QueueView>> EtcdAcquisition::FromRead(Answered& sent) {
+  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const auto& mine = got.responses(0).response_range();
   if (mine.kvs_size() == 0 || mine.kvs(0).create_revision() != member_.revision) {
     // Our key is gone (session expired, or deleted by hand): queue anew.
@@ -170,21 +227,34 @@ Result<std::optional<QueueView>> EtcdAcquisition::ReadQueued(const Round& round)
   const PredecessorRead last = FromLastBefore(prefix_, got.responses(2).response_range());
   DLOCK_ASSIGN_OR_RETURN(QueueView view,
                          WriterView(read_at, got.responses(1).response_range(), last.known,
-                                    last.member, markers, round.deadline));
+                                    last.member, markers, sent.round.deadline));
   return std::optional(std::move(view));
 }
 
 // The uncontended path, as etcd's Mutex: put our key unless it exists, and
-// read the head of the queue, in one transaction.
-Result<std::optional<QueueView>> EtcdAcquisition::PutAndRead(const Round& round) {
-  Result<pb::TxnResponse> sent = backend_.conn_.Txn(PutTxn(round), round.deadline);
-  if (!sent.ok() && sent.status().code() == StatusCode::kNotOwner) {  // the lease is gone
-    backend_.MarkSessionDead(round.session);
+// read the head of the queue, in one transaction (PutTxn).
+Result<std::optional<QueueView>> EtcdAcquisition::FromPut(Answered& sent) {
+  const Round& round = sent.round;
+  if (!sent.answer.ok() && sent.answer.status().code() == StatusCode::kNotOwner) {
+    backend_.MarkSessionDead(round.session);  // the lease is gone
     return std::optional<QueueView>();
   }
-  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent));
+  const bool into_empty = IntoEmptyQueue();  // PutTxn's shape, before this answer
+  DLOCK_ASSIGN_OR_RETURN(pb::TxnResponse got, std::move(sent.answer));
   const std::int64_t read_at = got.header().revision();
   std::int64_t revision = read_at;
+  const auto& markers = got.responses(got.responses_size() - 1).response_range();
+  if (got.succeeded() && into_empty) {
+    member_.revision = revision;  // the only member: nobody ahead
+    QueueView view;
+    view.revision = revision;
+    view.read_at = read_at;
+    SortMarkers(view, MarkersOf(markers), member_.key, {});
+    return std::optional(std::move(view));
+  }
+  if (!got.succeeded() && got.responses(0).response_range().kvs_size() == 0) {
+    return RefusedUnput(read_at, got, round.deadline);
+  }
   if (!got.succeeded()) {
     const mvccpb::KeyValue& mine = got.responses(0).response_range().kvs(0);
     if (DecodeValue(mine.value()).owner_hex != owner_hex_) {
@@ -197,7 +267,6 @@ Result<std::optional<QueueView>> EtcdAcquisition::PutAndRead(const Round& round)
     revision = mine.create_revision();  // a retry of ours: same place
   }
   member_.revision = revision;
-  const auto& markers = got.responses(got.responses_size() - 1).response_range();
   if (sharing()) {
     const int queue = got.succeeded() ? 1 : 2;
     return std::optional(SharingView(read_at, got.responses(queue).response_range(), markers));
@@ -211,11 +280,48 @@ Result<std::optional<QueueView>> EtcdAcquisition::PutAndRead(const Round& round)
   return std::optional(std::move(view));
 }
 
+// A single attempt refused without a put: the queue had a key. The view of
+// a member that never was (revision 0) behind the head, so that Act leaves
+// the queue (deleting nothing) and says how long the head may hold. A head
+// that is a longer name's key says nothing of this name's queue: another
+// round, with a plain put.
+Result<std::optional<QueueView>> EtcdAcquisition::RefusedUnput(std::int64_t read_at,
+                                                                const pb::TxnResponse& got,
+                                                                TimePoint deadline) {
+  DLOCK_ASSIGN_OR_RETURN(std::optional<QueueMember> head,
+                         backend_.Head(prefix_, got.responses(1).response_range(), deadline));
+  if (!head) {
+    plain_put_ = true;
+    return std::optional<QueueView>();
+  }
+  QueueView view;
+  view.read_at = read_at;
+  SetWriterAhead(view, head, /*predecessor_known=*/true, head);
+  const auto& markers = got.responses(got.responses_size() - 1).response_range();
+  SortMarkers(view, MarkersOf(markers), member_.key, {});
+  return std::optional(std::move(view));
+}
+
+bool EtcdAcquisition::IntoEmptyQueue() const {
+  return request_.queue_ttl == milliseconds(0) && !sharing() && !plain_put_;
+}
+
 pb::TxnRequest EtcdAcquisition::PutTxn(const Round& round) const {
   pb::TxnRequest txn;
   *txn.add_compare() = CreateRevisionIs(member_.key, 0);
   *txn.add_success() = PutOp(member_.key, member_.value, round.session->id);
-  if (sharing()) {
+  if (IntoEmptyQueue()) {
+    // A single exclusive attempt puts only into an empty queue: in any
+    // other it could not hold, and would delete its key again at once (a
+    // second Raft write). "No key of the range was ever created": etcd
+    // holds a condition on a range for every key in it, and for none when
+    // it is empty. A longer name's key ("a/b/..." for "a") fails it too:
+    // FromPut then asks for a plain put. Put, ours is the only member, and
+    // only the markers are left to read.
+    pb::Compare* empty = txn.add_compare();
+    *empty = CreateRevisionIs(prefix_, 0);
+    empty->set_range_end(PrefixRangeEnd(prefix_));
+  } else if (sharing()) {
     // The whole queue (ours is its newest member): the limits ahead count.
     *txn.add_success()->mutable_request_range() = WholeQueue(prefix_);
   } else {
@@ -381,19 +487,36 @@ Attempt EtcdAcquisition::Grant(const Round& round) {
 // A single attempt takes no place in the queue: it deletes its key, and
 // says how long what stands in its way may last.
 Attempt EtcdAcquisition::LeaveQueue(const Round& round, const QueueStep& step) {
-  const PendingDelete mine{member_.key, member_.revision, member_.value, round.session->id};
-  const Status deleted = backend_.DeleteMember(mine, round.deadline);
+  // Revision 0: refused without a put (PutTxn's first condition).
+  if (member_.revision != 0) {
+    const PendingDelete mine{member_.key, member_.revision, member_.value, round.session->id};
+    const Status deleted = backend_.DeleteMember(mine, round.deadline);
+    if (!deleted.ok()) {
+      std::lock_guard l(backend_.mu_);
+      backend_.pending_.push_back(mine);
+    }
+  }
   {
     std::lock_guard l(backend_.mu_);
-    if (!deleted.ok()) backend_.pending_.push_back(mine);
     member_ = Member{};
   }
   Attempt a;
-  if (step.blocker_lease != 0) {
-    auto left = backend_.conn_.LeaseTimeToLive(step.blocker_lease, round.deadline);
-    if (left.ok() && left->ttl() > 0) a.holder_ttl_remaining = seconds(left->ttl());
-  }
+  if (step.blocker_lease != 0) a.holder_ttl_remaining = TimeLeft(step.blocker_lease, round);
   return a;
+}
+
+// What `lease` has left by etcd's clock (zero when unknown): asked once per
+// lease in a batch (TryAcquireMany), whose attempts are mostly refused by
+// the same holder.
+milliseconds EtcdAcquisition::TimeLeft(std::int64_t lease, const Round& round) {
+  if (time_left_ != nullptr) {
+    if (auto it = time_left_->find(lease); it != time_left_->end()) return it->second;
+  }
+  milliseconds left{0};
+  auto got = backend_.conn_.LeaseTimeToLive(lease, round.deadline);
+  if (got.ok() && got->ttl() > 0) left = seconds(got->ttl());
+  if (time_left_ != nullptr && got.ok()) (*time_left_)[lease] = left;
+  return left;
 }
 
 Status EtcdAcquisition::RecordWatch(const Round& round, const QueueView& view,
@@ -502,6 +625,7 @@ void EtcdAcquisition::Abandon() {
   {
     std::lock_guard l(backend_.mu_);
     member_ = Member{};
+    has_place_ = false;
     // A holding of this owner on the same key (this acquisition started
     // from it) goes too: giving up releases a grant got unseen.
     if (auto it = backend_.places_.find(id_);

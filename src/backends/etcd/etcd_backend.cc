@@ -452,10 +452,7 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   std::optional<Place> place;
   {
     std::lock_guard l(mu_);
-    if (auto it = places_.find(PlaceId(name, owner)); it != places_.end()) {
-      place = std::move(it->second);
-      places_.erase(it);
-    }
+    place = TakePlaceLocked(PlaceId(name, owner));
   }
   const std::string owner_hex = owner.ToString();
   const Status s = place ? ReleaseMember(name, owner_hex, place->member, place->granted, deadline)
@@ -464,28 +461,48 @@ Status EtcdBackendImpl::Release(std::string_view key, const OwnerId& owner) {
   return s.WithContext("release " + Quoted(name) + " on " + Describe());
 }
 
+std::optional<Place> EtcdBackendImpl::TakePlaceLocked(const PlaceId& id) {
+  auto it = places_.find(id);
+  if (it == places_.end()) return std::nullopt;
+  Place place = std::move(it->second);
+  places_.erase(it);
+  return place;
+}
+
 Status EtcdBackendImpl::ReleaseMember(const std::string& name, const std::string& owner_hex,
                                       const Member& member, bool granted, TimePoint deadline) {
   if (member.key.empty()) return Status::Ok();  // never got as far as a key
-  const PendingDelete mine{member.key, member.revision, member.value,
-                           member.session ? member.session->id : 0, member.marker_key};
   if (!granted && conn_.LooksDown()) {
     // A waiter giving up while etcd cannot answer: its key goes with the
     // next call that gets through, or with the session.
     std::lock_guard l(mu_);
-    pending_.push_back(mine);
+    pending_.push_back(PendingOf(member));
     return Status::Ok();
   }
-  // A clean end: the key and its lock-delay marker go together. Only if
-  // the key is still ours: a release that comes after the session expired
-  // must not cut the delay short.
-  const std::string prefix = QueuePrefix(options_.root, name);
-  pb::TxnRequest txn = DeleteTxn(mine);
-  *txn.add_failure() = FirstInQueueOp(prefix);
-  Result<pb::TxnResponse> deleted = conn_.Txn(txn, deadline);
+  return Released(name, owner_hex, member, conn_.Txn(ReleaseTxn(name, member), deadline),
+                  deadline);
+}
+
+PendingDelete EtcdBackendImpl::PendingOf(const Member& member) {
+  return {member.key, member.revision, member.value, member.session ? member.session->id : 0,
+          member.marker_key};
+}
+
+// A clean end: the key and its lock-delay marker go together. Only if the
+// key is still ours: a release that comes after the session expired must
+// not cut the delay short.
+pb::TxnRequest EtcdBackendImpl::ReleaseTxn(const std::string& name, const Member& member) const {
+  pb::TxnRequest txn = DeleteTxn(PendingOf(member));
+  *txn.add_failure() = FirstInQueueOp(QueuePrefix(options_.root, name));
+  return txn;
+}
+
+Status EtcdBackendImpl::Released(const std::string& name, const std::string& owner_hex,
+                                 const Member& member, Result<pb::TxnResponse> deleted,
+                                 TimePoint deadline) {
   if (!deleted.ok()) {
     std::lock_guard l(mu_);
-    pending_.push_back(mine);
+    pending_.push_back(PendingOf(member));
     return deleted.status();
   }
   if (deleted->succeeded()) {
@@ -495,6 +512,7 @@ Status EtcdBackendImpl::ReleaseMember(const std::string& name, const std::string
     return Status::Ok();
   }
   // Our key was gone already. Say whether somebody else holds the lock.
+  const std::string prefix = QueuePrefix(options_.root, name);
   DLOCK_ASSIGN_OR_RETURN(std::optional<QueueMember> head,
                          Head(prefix, deleted->responses(0).response_range(), deadline));
   if (head && head->value != owner_hex) {
@@ -552,7 +570,7 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
   // there. A lock is renewed only if its marker's lease is too: the delay
   // then runs at least from the end of the validity the core counts.
   KeepAlives keep_alives = SendKeepAlives(checks);
-  const Result<pb::TxnResponse> read = ReadMembers(checks, deadline);
+  const std::vector<Result<pb::TxnResponse>> reads = ReadMembers(checks, deadline);
   KeepAliveAnswers ttls;
   for (auto& [s, call] : keep_alives) ttls.emplace(s, conn_.AwaitKeepAlive(call, deadline));
 
@@ -561,7 +579,8 @@ std::vector<Status> EtcdBackendImpl::Renew(std::span<const LeaseRequest> leases)
     std::lock_guard l(mu_);
     for (std::size_t j = 0; j < checks.size(); ++j) {
       const RenewCheck& c = checks[j];
-      Status s = SettleRenewalLocked(c, ttls, read, static_cast<int>(j), started, dead);
+      Status s = SettleRenewalLocked(c, ttls, reads[j / kMaxTxnOps],
+                                     static_cast<int>(j % kMaxTxnOps), started, dead);
       if (s.code() == StatusCode::kUnavailable) {
         s = s.WithContext("renew " + Quoted(c.id.first) + " on " + Describe());
       }
@@ -604,16 +623,19 @@ EtcdBackendImpl::KeepAlives EtcdBackendImpl::SendKeepAlives(
 }
 
 // Serializable: the keep-alive settles the session; this only catches a key
-// deleted by hand, for which a few milliseconds of staleness are moot.
-Result<pb::TxnResponse> EtcdBackendImpl::ReadMembers(const std::vector<RenewCheck>& checks,
-                                                     TimePoint deadline) {
-  pb::TxnRequest txn;
-  for (const RenewCheck& c : checks) {
-    pb::RequestOp op = GetOp(c.key);
+// deleted by hand, for which a few milliseconds of staleness are moot. At
+// most kMaxTxnOps reads a transaction (etcd refuses more by default: a
+// client holding more locks would renew none), all in flight at once.
+std::vector<Result<pb::TxnResponse>> EtcdBackendImpl::ReadMembers(
+    const std::vector<RenewCheck>& checks, TimePoint deadline) {
+  std::vector<pb::TxnRequest> txns((checks.size() + kMaxTxnOps - 1) / kMaxTxnOps);
+  for (std::size_t j = 0; j < checks.size(); ++j) {
+    pb::RequestOp op = GetOp(checks[j].key);
     op.mutable_request_range()->set_serializable(true);
-    *txn.add_success() = op;
+    *txns[j / kMaxTxnOps].add_success() = op;
   }
-  return conn_.Txn(txn, deadline);
+  if (txns.size() == 1) return {conn_.Txn(txns[0], deadline)};
+  return conn_.TxnMany(txns, deadline);
 }
 
 // One lock's renewal: OK when its session's (and marker's) keep-alive got a
@@ -654,6 +676,87 @@ Status EtcdBackendImpl::SettleRenewalLocked(const RenewCheck& c, const KeepAlive
   if (c.marker) c.marker->confirmed_at = std::max(c.marker->confirmed_at, started);
   if (same) it->second.alive_until = std::max(it->second.alive_until, started + it->second.ttl);
   return Status::Ok();
+}
+
+// ---- Places kept
+
+// A waiter's place is its member key, on the client's session lease: etcd
+// keeps it exactly as long as it keeps the session, whatever else happens.
+// So keeping every place of the client is one keep-alive per session (one,
+// in practice), sent together on the shared stream and answered in one
+// round trip, and no write: the member keys are not touched. That is safe
+// because the keep-alives come from the core's tick: a client that dies or
+// stops keeping sends none, etcd expires the session a TTL after the last
+// one and deletes every key on it, and the waiter behind each is woken by
+// the deletion. A holding rides the same session, as it always has (a
+// waiter's Try sent the same keep-alive); one the core stopped renewing is
+// deleted first (ReapLocked, FlushPending), not kept through its
+// neighbours. A key deleted by hand is not seen here: its waiter learns it
+// at its next Try and queues anew.
+std::vector<Status> EtcdBackendImpl::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  const TimePoint started = Now();
+  std::vector<std::shared_ptr<Session>> sessions;
+  milliseconds shortest = options_.request_timeout;
+  {
+    std::lock_guard l(mu_);
+    ReapLocked(started);
+    sessions = PlacesLocked(waiters, started);
+  }
+  for (const LeaseRequest& w : waiters) {
+    if (w.queue_ttl > milliseconds(0)) shortest = std::min(shortest, w.queue_ttl);
+  }
+  // Kept again a third of queue_ttl later: an answer later than that is
+  // not worth waiting for.
+  const TimePoint deadline =
+      MonotonicClock::now() +
+      std::clamp<milliseconds>(shortest / 3, milliseconds(100), options_.request_timeout);
+  FlushPending(deadline);
+  KeepAlives calls;
+  for (const auto& s : sessions) {
+    if (s && !calls.contains(s)) calls[s] = conn_.SendKeepAlive(s->id);
+  }
+  KeepAliveAnswers ttls;
+  for (auto& [s, call] : calls) ttls.emplace(s, conn_.AwaitKeepAlive(call, deadline));
+  std::vector<std::shared_ptr<Session>> dead;
+  {
+    std::lock_guard l(mu_);
+    for (const auto& [s, ttl] : ttls) {
+      if (ttl.ok() && *ttl > 0) s->confirmed_at = std::max(s->confirmed_at, started);
+      if (ttl.ok() && *ttl <= 0) dead.push_back(s);
+    }
+  }
+  // Their waiters are woken to queue anew.
+  for (const auto& s : dead) MarkSessionDead(s);
+  std::vector<Status> out(waiters.size());
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    const std::string what = "keep the place of " + Quoted(waiters[i].key) + " on " + Describe();
+    if (!sessions[i]) {
+      out[i] = NotFoundError(what + ": this owner has no place in the queue");
+      continue;
+    }
+    const Result<std::int64_t>& ttl = ttls.at(sessions[i]);
+    if (!ttl.ok()) {
+      out[i] = ttl.status().WithContext(what);
+    } else if (*ttl <= 0) {
+      out[i] = NotFoundError(what + ": the session lease expired or was revoked");
+    }
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<Session>> EtcdBackendImpl::PlacesLocked(
+    std::span<const LeaseRequest> waiters, TimePoint now) {
+  std::vector<std::shared_ptr<Session>> sessions(waiters.size());
+  for (std::size_t i = 0; i < waiters.size(); ++i) {
+    const LeaseRequest& w = waiters[i];
+    for (auto [it, end] = acquisitions_.equal_range(w.key); it != end; ++it) {
+      if (it->second->KeepPlaceLocked(w.owner, now + w.queue_ttl)) {
+        sessions[i] = it->second->member().session;
+        break;
+      }
+    }
+  }
+  return sessions;
 }
 
 // ---- Listing

@@ -65,6 +65,10 @@ class EtcdBackend : public Backend {
 
   // The wake-ups its acquisitions' Notify arranged (tests).
   virtual NoticeCounts Notices() = 0;
+
+  // The requests this client has sent to etcd: unary calls (each try on
+  // each member) and keep-alives (tests: what an operation costs).
+  virtual std::uint64_t RequestsSent() = 0;
 };
 
 // Connects (checking that some endpoint is an etcd v3 server) without

@@ -125,7 +125,15 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
+  // All in flight at once on one channel (etcd_batch.cc).
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
+  bool BatchesCalls() const override { return true; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  // A place is the waiter's key on the client's session lease: keeping every
+  // place of the client is one keep-alive per session, on the shared stream.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
@@ -148,6 +156,7 @@ class EtcdBackendImpl final : public EtcdBackend {
   Result<std::vector<QueueMember>> DelayMarkers(std::string_view name) override;
   std::vector<std::int64_t> SessionLeases() override;
   NoticeCounts Notices() override { return conn_.Notices(); }
+  std::uint64_t RequestsSent() override { return conn_.RequestsSent(); }
 
  private:
   friend class EtcdAcquisition;
@@ -202,6 +211,8 @@ class EtcdBackendImpl final : public EtcdBackend {
   // Whether someone other than `asking` (of `id`) has member key `key`.
   bool KeyTakenLocked(const PlaceId& id, const std::string& key,
                       const EtcdAcquisition& asking) const;
+  // Takes `id`'s place (holding or left behind) out, for its release.
+  std::optional<Place> TakePlaceLocked(const PlaceId& id);
   // Queues the deletion of `member`'s key (an unclean end: its marker stays).
   void DeleteLaterLocked(const Member& member);
   Status DeleteMember(const PendingDelete& d, TimePoint deadline);
@@ -212,15 +223,29 @@ class EtcdBackendImpl final : public EtcdBackend {
   // the lock. A waiter's key is kept for later when etcd looks down.
   Status ReleaseMember(const std::string& name, const std::string& owner_hex, const Member& member,
                        bool granted, TimePoint deadline);
+  // ReleaseMember's halves: its transaction, and what its answer means.
+  pb::TxnRequest ReleaseTxn(const std::string& name, const Member& member) const;
+  Status Released(const std::string& name, const std::string& owner_hex, const Member& member,
+                  Result<pb::TxnResponse> deleted, TimePoint deadline);
+  static PendingDelete PendingOf(const Member& member);
   // Release of an owner this client keeps nothing for: found in the store.
   Status ReleaseUnknown(const std::string& name, const std::string& owner_hex, TimePoint deadline);
 
   // Renew, step by step.
+  // KeepPlaces: the session of each waiter that has a place (null: none);
+  // each such place, if its acquisition is dropped, is kept until now +
+  // its queue_ttl.
+  std::vector<std::shared_ptr<Session>> PlacesLocked(std::span<const LeaseRequest> waiters,
+                                                     TimePoint now);
+
   std::vector<RenewCheck> RenewChecksLocked(std::span<const LeaseRequest> leases,
                                             std::vector<Status>& out,
                                             std::chrono::milliseconds& shortest);
   KeepAlives SendKeepAlives(const std::vector<RenewCheck>& checks);
-  Result<pb::TxnResponse> ReadMembers(const std::vector<RenewCheck>& checks, TimePoint deadline);
+  // etcd's default --max-txn-ops: the most operations one transaction may hold.
+  static constexpr std::size_t kMaxTxnOps = 128;
+  std::vector<Result<pb::TxnResponse>> ReadMembers(const std::vector<RenewCheck>& checks,
+                                                   TimePoint deadline);
   Status SettleRenewalLocked(const RenewCheck& check, const KeepAliveAnswers& ttls,
                              const Result<pb::TxnResponse>& read, int index, TimePoint started,
                              std::vector<std::shared_ptr<Session>>& dead);

@@ -647,6 +647,7 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     const std::string token = with_token ? Token() : "";
     if (!token.empty()) context.AddMetadata("token", token);
     Resp response;
+    requests_sent_.fetch_add(1, std::memory_order_relaxed);
     const grpc::Status status = Annotated(fn(ep, &context, &response), security_.tls, ep.address);
     if (status.ok()) {
       looks_down_.store(false);
@@ -785,6 +786,115 @@ Result<pb::TxnResponse> Connection::Txn(const pb::TxnRequest& request, TimePoint
       });
 }
 
+// The same failover as Call, for many calls at once: each round sends every
+// call still unanswered to the current member, all in flight together; a
+// call whose answer is final (OK, or an error a retry cannot change) is
+// done, the others go to the next member in the next round.
+std::vector<Result<pb::TxnResponse>> Connection::TxnMany(std::span<const pb::TxnRequest> requests,
+                                                         TimePoint deadline) {
+  std::vector<Result<pb::TxnResponse>> out(requests.size(), UnavailableError("not sent"));
+  std::vector<std::size_t> todo(requests.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  const std::size_t n = addresses_.size();
+  std::size_t tried_this_round = 0;
+  milliseconds backoff{0};
+  int reauthentications = 0;
+  for (int attempt = 0; !todo.empty(); ++attempt) {
+    const TimePoint now = MonotonicClock::now();
+    if (attempt > 0 && now >= deadline) break;
+    const std::size_t index = current_.load() % n;
+    Endpoint& ep = At(index);
+    const std::string token = Token();
+    // A member serves a batch call by call: one attempt's time per 32 calls
+    // before it counts as silent (else a large batch on a busy member would
+    // time out, and be sent again, whole, to the next).
+    const Duration budget = attempt_timeout_ * static_cast<int>(1 + (todo.size() - 1) / 32);
+    const std::vector<grpc::Status> got = SendTxns(
+        ep, requests, todo, std::clamp<Duration>(deadline - now, milliseconds(50), budget), out);
+    std::vector<std::size_t> again;
+    bool stale = false;
+    for (std::size_t k = 0; k < todo.size(); ++k) {
+      const grpc::Status status = Annotated(got[k], security_.tls, ep.address);
+      if (status.ok()) continue;
+      stale = stale || (!token.empty() && IsStaleToken(status));
+      if (Classify(status) == Retry::kNo && !IsStaleToken(status)) {
+        out[todo[k]] = FromGrpc(status, "transaction", ep.address);
+        continue;
+      }
+      out[todo[k]] = FromGrpc(status, "transaction", ep.address);
+      again.push_back(todo[k]);
+    }
+    if (again.size() < todo.size()) looks_down_.store(false);
+    todo = std::move(again);
+    if (todo.empty()) break;
+    if (stale && reauthentications++ < 2) {
+      if (Status s = Reauthenticate(token, deadline); !s.ok()) {
+        for (std::size_t i : todo) out[i] = s;
+        return out;
+      }
+      continue;  // the same member, with the new token
+    }
+    Rotate(index);
+    if (++tried_this_round >= n) {
+      tried_this_round = 0;
+      backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
+      const Duration left = deadline - MonotonicClock::now();
+      if (left <= Duration::zero()) break;
+      std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+    }
+  }
+  if (todo.empty()) return out;
+  looks_down_.store(true);
+  for (std::size_t i : todo) {
+    if (n > 1) {
+      out[i] = Status(out[i].status().code(), out[i].status().message() + " [no member of " +
+                                                  EndpointList() + " could serve it]");
+    }
+  }
+  return out;
+}
+
+std::vector<grpc::Status> Connection::SendTxns(Endpoint& ep,
+                                               std::span<const pb::TxnRequest> requests,
+                                               const std::vector<std::size_t>& todo,
+                                               Duration budget,
+                                               std::vector<Result<pb::TxnResponse>>& out) {
+  struct InFlight {
+    grpc::ClientContext context;
+    pb::TxnResponse response;
+    grpc::Status status;
+  };
+  std::vector<InFlight> calls(todo.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t left = todo.size();
+  const std::string token = Token();
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    InFlight& c = calls[k];
+    c.context.set_deadline(WallDeadline(budget));
+    c.context.AddMetadata("hasleader", "true");
+    if (!token.empty()) c.context.AddMetadata("token", token);
+    requests_sent_.fetch_add(1, std::memory_order_relaxed);
+    // Runs on one of gRPC's threads; the answer is read here once all came.
+    ep.kv->async()->Txn(&c.context, &requests[todo[k]], &c.response,
+                        [&c, &mu, &cv, &left](grpc::Status status) {
+                          c.status = std::move(status);
+                          std::lock_guard l(mu);
+                          if (--left == 0) cv.notify_all();
+                        });
+  }
+  // Every call ends by its context's deadline at the latest.
+  std::unique_lock l(mu);
+  cv.wait(l, [&] { return left == 0; });
+  std::vector<grpc::Status> statuses;
+  statuses.reserve(calls.size());
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    if (calls[k].status.ok()) out[todo[k]] = std::move(calls[k].response);
+    statuses.push_back(std::move(calls[k].status));
+  }
+  return statuses;
+}
+
 Result<pb::LeaseGrantResponse> Connection::LeaseGrant(std::int64_t ttl_seconds,
                                                       TimePoint deadline) {
   pb::LeaseGrantRequest request;
@@ -839,6 +949,7 @@ KeepAliveCall Connection::SendKeepAlive(std::int64_t lease) {
   KeepAliveCall call;
   call.lease = lease;
   call.stream = CurrentStream();
+  requests_sent_.fetch_add(1, std::memory_order_relaxed);
   call.ticket = call.stream->Send(lease);
   return call;
 }
@@ -1016,6 +1127,7 @@ extern "C" [[gnu::visibility("default")]] const char* __tsan_default_suppression
          "race:libgrpc*\n"
          "race:libgpr*\n"
          "race:libprotobuf*\n"
+         "race:libupb*\n"
          // OpenSSL (etcds://), used by gRPC with its own locking.
          "race:libcrypto.so*\n"
          "race:libssl.so*\n"

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -83,6 +84,13 @@ class Connection {
 
   Result<pb::RangeResponse> Range(const pb::RangeRequest& request, TimePoint deadline);
   Result<pb::TxnResponse> Txn(const pb::TxnRequest& request, TimePoint deadline);
+  // Many transactions, all in flight at once on one member's channel (the
+  // callback API), one answer each, in order, as Txn would give it. Those
+  // that fail on a transient error are sent again together on the next
+  // member until `deadline` (each at least once); the ones still unknown
+  // then answer kUnavailable.
+  std::vector<Result<pb::TxnResponse>> TxnMany(std::span<const pb::TxnRequest> requests,
+                                               TimePoint deadline);
   Result<pb::LeaseGrantResponse> LeaseGrant(std::int64_t ttl_seconds, TimePoint deadline);
   Status LeaseRevoke(std::int64_t lease, TimePoint deadline);
   Result<pb::LeaseTimeToLiveResponse> LeaseTimeToLive(std::int64_t lease, TimePoint deadline);
@@ -140,6 +148,9 @@ class Connection {
   // "127.0.0.1:2379,127.0.0.1:2380"
   std::string EndpointList() const;
 
+  // Unary calls (each try on each member) and keep-alives sent (tests).
+  std::uint64_t RequestsSent() const { return requests_sent_.load(); }
+
  private:
   struct Endpoint;
   Endpoint& At(std::size_t index);
@@ -149,6 +160,11 @@ class Connection {
   DeleteNotice Notice(const Deletion& d, std::int64_t seen_at, std::function<void()> wake);
   bool Watch(const std::string& key, const std::string& range_end, std::int64_t revision,
              std::int64_t expected, std::int64_t seen_at, TimePoint until, std::stop_token stop);
+  // One round of TxnMany: requests[i] for each i in `todo`, on `ep`. What
+  // each call answered: its status, and its response in `out` when OK.
+  std::vector<grpc::Status> SendTxns(Endpoint& ep, std::span<const pb::TxnRequest> requests,
+                                     const std::vector<std::size_t>& todo, Duration budget,
+                                     std::vector<Result<pb::TxnResponse>>& out);
   template <typename Resp, typename Fn>
   Result<Resp> Call(std::string_view what, TimePoint deadline, bool require_leader, Fn fn,
                     bool with_token = true);
@@ -164,6 +180,7 @@ class Connection {
   const std::chrono::milliseconds attempt_timeout_;  // one try on one member
   std::atomic<std::size_t> current_{0};
   std::atomic<bool> looks_down_{false};
+  std::atomic<std::uint64_t> requests_sent_{0};
 
   std::mutex mu_;  // guards endpoints_ (lazily filled), the streams below
   std::vector<std::unique_ptr<Endpoint>> endpoints_;

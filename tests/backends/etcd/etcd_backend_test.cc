@@ -835,6 +835,299 @@ TEST(EtcdBackendTest, ADroppedAcquisitionLeavesItsMemberToItsOwnersNext) {
   EXPECT_TRUE(holder->Release(name, h).ok());
 }
 
+// A single attempt at a held name (TryAcquire, and the asynchronous API's
+// batched first attempts) reads the queue and leaves it as it was: no key
+// put and deleted again, two Raft writes for nothing. Two requests: the
+// transaction and the holder's time left.
+TEST(EtcdBackendTest, ARefusedSingleAttemptPutsNoKey) {
+  const std::string name = UniqueName("refused");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
+  // The session first, on a name of its own.
+  const std::string warm = UniqueName("refused-warm");
+  const OwnerId w = NewOwner();
+  ASSERT_TRUE(backend->TryAcquire(Req(warm, w))->granted);
+  ASSERT_TRUE(backend->Release(warm, w).ok());
+
+  const auto before = observer->Queue(name);
+  ASSERT_TRUE(before.ok() && before->size() == 1);
+  const std::uint64_t sent = backend->RequestsSent();
+  auto refused = backend->TryAcquire(Req(name, NewOwner()));
+  const std::uint64_t cost = backend->RequestsSent() - sent;
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_FALSE(refused->granted);
+  EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
+  EXPECT_EQ(cost, 2u) << "requests for a refused single attempt";
+  const auto after = observer->Queue(name);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ(after->front().create_revision, before->front().create_revision);
+  EXPECT_TRUE(holder->Release(name, h).ok());
+}
+
+// KeepPlaces (the asynchronous API's tick for every waiter of a client):
+// a place is a key on the client's session, so keeping them all is one
+// keep-alive per session, not a request per waiter; and a holding is never
+// a place.
+TEST(EtcdBackendTest, KeepPlacesKeepsEveryPlaceOfAClientWithOneKeepAlive) {
+  const std::string name = UniqueName("keep-places");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  ASSERT_TRUE(backend->KeepsPlaces());
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
+  constexpr int kWaiters = 40;
+  std::vector<LeaseRequest> waiting;
+  std::vector<std::unique_ptr<Acquisition>> acquisitions;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiting.push_back(Req(name, NewOwner()));
+    waiting.back().queue_ttl = seconds(3);
+    acquisitions.push_back(backend->Begin(waiting.back()));
+    auto queued = acquisitions.back()->Try();
+    ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
+  }
+  const auto before = observer->Queue(name);
+  ASSERT_TRUE(before.ok() && before->size() == kWaiters + 1);
+
+  const std::uint64_t sent = backend->RequestsSent();
+  const std::vector<Status> kept = backend->KeepPlaces(waiting);
+  const std::uint64_t cost = backend->RequestsSent() - sent;
+  ASSERT_EQ(kept.size(), waiting.size());
+  for (const Status& s : kept) EXPECT_TRUE(s.ok()) << s.ToString();
+  // One keep-alive for the client's one session (a second if the first
+  // went unanswered and was sent again), not one request per waiter.
+  EXPECT_LE(cost, 2u) << "requests to keep " << kWaiters << " places";
+  const auto after = observer->Queue(name);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), before->size());
+  for (std::size_t i = 0; i < after->size(); ++i) {
+    EXPECT_EQ((*after)[i].create_revision, (*before)[i].create_revision) << "a key was rewritten";
+  }
+
+  // No place: an unknown owner, the holder (a holding is not a place, and
+  // is left as it is), a waiter that gave up.
+  LeaseRequest stranger = Req(name, NewOwner());
+  LeaseRequest holding = Req(name, h, seconds(20));
+  EXPECT_EQ(backend->KeepPlaces(std::vector{stranger})[0].code(), StatusCode::kNotFound);
+  EXPECT_EQ(holder->KeepPlaces(std::vector{holding})[0].code(), StatusCode::kNotFound);
+  EXPECT_EQ(observer->Queue(name)->front().create_revision, before->front().create_revision);
+  acquisitions.back()->Abandon();
+  EXPECT_EQ(backend->KeepPlaces(std::vector{waiting.back()})[0].code(), StatusCode::kNotFound);
+
+  // Granted: the first waiter holds, and has no place any more.
+  ASSERT_TRUE(holder->Release(name, h).ok());
+  auto granted = acquisitions.front()->Try();
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  EXPECT_EQ(backend->KeepPlaces(std::vector{waiting.front()})[0].code(), StatusCode::kNotFound);
+  EXPECT_TRUE(backend->Renew(std::vector{waiting.front()})[0].ok());
+  for (auto& a : acquisitions) a->Abandon();
+  EXPECT_TRUE(backend->Release(name, waiting.front().owner).ok());
+  EXPECT_TRUE(observer->Queue(name)->empty());
+}
+
+// The core's tick calls KeepPlaces from its own thread while a waiter's
+// attempts run on a worker: each answer is the place as the last finished
+// attempt left it (run under TSan, this is the test of that locking).
+TEST(EtcdBackendTest, KeepPlacesRunsBesideTheWaitersOwnAttempts) {
+  const std::string name = UniqueName("keep-beside");
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
+  LeaseRequest waiting = Req(name, NewOwner());
+  waiting.queue_ttl = seconds(3);
+  auto acquisition = backend->Begin(waiting);
+  ASSERT_FALSE(acquisition->Try()->granted);
+  std::atomic<int> kept{0}, unexpected{0};
+  std::jthread keeper([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      const Status s = backend->KeepPlaces(std::vector{waiting})[0];
+      if (s.ok()) {
+        ++kept;
+      } else if (s.code() != StatusCode::kNotFound) {
+        ++unexpected;
+      }
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    auto again = acquisition->Try();
+    EXPECT_TRUE(again.ok() && !again->granted) << again.status().ToString();
+  }
+  ASSERT_TRUE(holder->Release(name, h).ok());
+  auto granted = acquisition->Try();
+  keeper.request_stop();
+  keeper.join();
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  EXPECT_GT(kept.load(), 0);
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(backend->KeepPlaces(std::vector{waiting})[0].code(), StatusCode::kNotFound);
+  EXPECT_TRUE(backend->Release(name, waiting.owner).ok());
+}
+
+// The places live on the session, kept alive by KeepPlaces alone (no Try,
+// no Renew) past its TTL; once nobody keeps them, etcd ends the session and
+// its keys, and KeepPlaces says the place is gone.
+TEST(EtcdBackendTest, KeptPlacesOutliveTheSessionsTtlAndLapseWithIt) {
+  const std::string name = UniqueName("keep-lapse");
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(30)))->granted);
+  LeaseRequest waiting = Req(name, NewOwner(), seconds(1));
+  waiting.queue_ttl = seconds(3);
+  auto acquisition = backend->Begin(waiting);
+  auto queued = acquisition->Try();
+  ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
+  const auto sessions = backend->SessionLeases();
+  ASSERT_EQ(sessions.size(), 1u);
+  RawEtcd raw;
+  const seconds session_ttl(raw.GrantedTtl(sessions[0]));
+
+  // Kept for three TTLs. Each keep-alive restarts the TTL; a gap between
+  // two of them longer than the TTL (a machine that stalled) could let etcd
+  // end the session, which this test cannot then blame on the backend.
+  Duration longest_gap{};
+  TimePoint last = MonotonicClock::now();
+  const TimePoint until = last + 3 * session_ttl;
+  while (MonotonicClock::now() < until) {
+    const Status kept = backend->KeepPlaces(std::vector{waiting})[0];
+    ASSERT_TRUE(kept.ok()) << kept.ToString();
+    const TimePoint now = MonotonicClock::now();
+    longest_gap = std::max<Duration>(longest_gap, now - last);
+    last = now;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  auto q = observer->Queue(name);
+  ASSERT_TRUE(q.ok());
+  if (q->size() != 2 && longest_gap >= session_ttl) {
+    GTEST_SKIP() << "the machine stalled "
+                 << std::chrono::duration_cast<milliseconds>(longest_gap).count()
+                 << " ms between two keep-alives of a " << session_ttl.count() << " s session";
+  }
+  ASSERT_EQ(q->size(), 2u) << "the waiter's place did not outlive its session's TTL";
+
+  // Nobody keeps it now: etcd ends the session (TTL + its 0.5 s sweep),
+  // and with it the place (watched without a keep-alive).
+  EXPECT_TRUE(Eventually([&] { return raw.TtlLeft(sessions[0]) < 0; },
+                         4 * session_ttl + seconds(5), milliseconds(100)));
+  EXPECT_EQ(observer->Queue(name)->size(), 1u) << "the lapsed place's key is still there";
+  EXPECT_EQ(backend->KeepPlaces(std::vector{waiting})[0].code(), StatusCode::kNotFound);
+  acquisition->Abandon();
+  EXPECT_TRUE(holder->Release(name, h).ok());
+}
+
+// The asynchronous API's batches (TryAcquireMany, ReleaseMany): every call
+// of a batch in flight at once, each answered as the one-at-a-time call.
+TEST(EtcdBackendTest, BatchedAttemptsAndReleasesAnswerAsOneAtATime) {
+  auto observer = NewBackend();
+  auto holder = NewBackend();
+  auto backend = NewBackend();
+  ASSERT_TRUE(backend->BatchesCalls());
+  constexpr int kFree = 20;
+  std::vector<LeaseRequest> requests;
+  for (int i = 0; i < kFree; ++i) {
+    requests.push_back(Req(UniqueName("batch-free-" + std::to_string(i)), NewOwner()));
+  }
+  const std::string held = UniqueName("batch-held");
+  const OwnerId h = NewOwner();
+  ASSERT_TRUE(holder->TryAcquire(Req(held, h, seconds(20)))->granted);
+  requests.push_back(Req(held, NewOwner()));
+  // A grant this owner already has: asked again (an answer lost), the
+  // same token comes back.
+  const LeaseRequest mine = Req(UniqueName("batch-mine"), NewOwner());
+  auto first = backend->TryAcquire(mine);
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  requests.push_back(mine);
+
+  const auto got = backend->TryAcquireMany(requests);
+  ASSERT_EQ(got.size(), requests.size());
+  for (int i = 0; i < kFree; ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+    EXPECT_TRUE(got[i]->granted) << requests[i].key;
+    auto q = observer->Queue(requests[i].key);
+    ASSERT_TRUE(q.ok() && q->size() == 1);
+    EXPECT_EQ(got[i]->token, static_cast<FencingToken>(q->front().create_revision));
+  }
+  ASSERT_TRUE(got[kFree].ok()) << got[kFree].status().ToString();
+  EXPECT_FALSE(got[kFree]->granted);
+  EXPECT_GT(got[kFree]->holder_ttl_remaining, milliseconds(0));
+  EXPECT_EQ(observer->Queue(held)->size(), 1u) << "a refused single attempt took a place";
+  ASSERT_TRUE(got[kFree + 1].ok()) << got[kFree + 1].status().ToString();
+  EXPECT_TRUE(got[kFree + 1]->granted);
+  EXPECT_EQ(got[kFree + 1]->token, first->token);
+
+  // Released together: the holdings, a key another owner holds (kNotOwner),
+  // and a name nobody holds (OK: idempotent).
+  std::vector<LeaseRequest> releases = requests;
+  releases.push_back(Req(UniqueName("batch-nobody"), NewOwner()));
+  const auto released = backend->ReleaseMany(releases);
+  ASSERT_EQ(released.size(), releases.size());
+  for (std::size_t i = 0; i < releases.size(); ++i) {
+    const StatusCode want = i == kFree ? StatusCode::kNotOwner : StatusCode::kOk;
+    EXPECT_EQ(released[i].code(), want) << releases[i].key << ": " << released[i].ToString();
+    if (i != kFree) {
+      EXPECT_TRUE(observer->Queue(releases[i].key)->empty()) << releases[i].key;
+    }
+  }
+  EXPECT_TRUE(holder->Release(held, h).ok());
+}
+
+// A client may hold more locks than one etcd transaction may hold
+// operations (--max-txn-ops, 128 by default): its renewal reads their keys
+// in as many transactions, and renews them all. Batched grants made such
+// clients common.
+TEST(EtcdBackendTest, ARenewalOfManyLocksFitsEtcdsTransactionLimit) {
+  auto backend = NewBackend();
+  constexpr int kLocks = 130;  // two transactions
+  std::vector<LeaseRequest> held;
+  for (int i = 0; i < kLocks; ++i) {
+    held.push_back(Req(UniqueName("renew-many-" + std::to_string(i)), NewOwner()));
+  }
+  for (const auto& got : backend->TryAcquireMany(held)) {
+    ASSERT_TRUE(got.ok() && got->granted) << got.status().ToString();
+  }
+  const std::vector<Status> renewed = backend->Renew(held);
+  ASSERT_EQ(renewed.size(), held.size());
+  for (std::size_t i = 0; i < renewed.size(); ++i) {
+    EXPECT_TRUE(renewed[i].ok()) << held[i].key << ": " << renewed[i].ToString();
+    if (!renewed[i].ok()) break;
+  }
+  for (const Status& s : backend->ReleaseMany(held)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A batch whose member cannot answer goes, whole, to the next member; with
+// none that can, each call the store never answered is kUnavailable, by
+// the batch's deadline.
+TEST(EtcdBackendTest, ABatchMovesToALiveMemberOrSaysItIsUnanswered) {
+  const std::string live = ClusterUri().substr(std::string("etcd://").size());
+  std::vector<std::string> endpoints = {"127.0.0.1:1"};
+  for (std::size_t from = 0, comma; from <= live.size(); from = comma + 1) {
+    comma = std::min(live.find(',', from), live.size());
+    endpoints.push_back(live.substr(from, comma - from));
+  }
+  pb::TxnRequest read;
+  read.add_success()->mutable_request_range()->set_key(UniqueName("batch-read"));
+  const std::vector<pb::TxnRequest> txns(5, read);
+
+  Connection dead_first(endpoints, seconds(5));
+  for (const auto& answer : dead_first.TxnMany(txns, MonotonicClock::now() + seconds(5))) {
+    EXPECT_TRUE(answer.ok()) << answer.status().ToString();
+  }
+  constexpr milliseconds kTimeout{600};
+  Connection dead({"127.0.0.1:1"}, kTimeout);
+  const TimePoint sent = MonotonicClock::now();
+  for (const auto& answer : dead.TxnMany(txns, sent + kTimeout)) {
+    EXPECT_EQ(answer.status().code(), StatusCode::kUnavailable) << answer.status().ToString();
+  }
+  // The deadline, a last short try, and a loaded machine's scheduling.
+  EXPECT_LT(MonotonicClock::now() - sent, kTimeout + seconds(3));
+}
+
 // Within `timeout` (the caller's), or at least nearer it than the default
 // that would have been used had it been ignored.
 milliseconds HonoursConnectTimeout(milliseconds timeout) {
