@@ -20,6 +20,7 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kCancelled: return 130;
     case StatusCode::kDataLoss: return kExitDamaged;
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kNotFound:  // only between the core and a backend
     case StatusCode::kInternal: return kExitSoftware;
   }
   return kExitSoftware;
