@@ -531,6 +531,20 @@ WHERE l.key = decode(r.key_hex, 'hex')
 RETURNING encode(l.key, 'hex'), r.owner
 )sql";
 
+// Keep waiters' places (Backend::KeepPlaces), one statement for a batch:
+// $1 keys (hex), $2 owners, $3 queue ttls in ms, as arrays. Only a live
+// place is extended, by the server's clock: a lapsed one has lost its turn
+// (an attempt would queue it again at the back), and a holder has none (a
+// waiting grant deletes its owner's place). The locks table is not
+// touched, so no holding is. The queue is UNLOGGED: no WAL flush.
+constexpr const char* kKeepPlacesSql = R"sql(
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE {q} AS w SET expires_at = c.now + r.ttl_ms * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms), c
+WHERE w.key = decode(r.key_hex, 'hex') AND w.owner = r.owner AND w.expires_at > c.now
+RETURNING encode(w.key, 'hex'), w.owner
+)sql";
+
 // Ping (`dlock bench`'s floor): one durable single-row write of the kind a
 // grant is, on a row no lock can use (its key starts with a NUL byte, which
 // lock keys never hold, and it never has an owner).
@@ -749,6 +763,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add("dlock_release_lean", "(bytea, text, text, text)",
       Substitute(kReleaseLeanSql, ReleaseConditions()));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
+  add("dlock_keep_places", "(text[], text[], bigint[])", kKeepPlacesSql);
   add("dlock_list", "(bytea, bytea)", kListSql);
   add("dlock_ping", "", kPingSql);
   add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
