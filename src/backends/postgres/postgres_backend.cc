@@ -214,6 +214,15 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
   return result;
 }
 
+Result<PipelineOutcome> PostgresBackend::RunMany(std::span<const PreparedCall> calls,
+                                                 SteadyTime deadline, const std::string& what) {
+  DLOCK_ASSIGN_OR_RETURN(std::unique_lock<TimedMutex> lock, TakeConnection(deadline, what));
+  auto outcome = RunPipeline(conn_.get(), calls, deadline, what, options_.describe);
+  // Cut off mid-pipeline, the connection is in no state to reuse.
+  if (!outcome.ok()) conn_.reset();
+  return outcome;
+}
+
 Status ValidateRequest(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));

@@ -1,6 +1,6 @@
 // The PostgreSQL backend's classes, shared by postgres_backend.cc (the
 // calls one at a time, the session, the sweep) and postgres_batch.cc (the
-// calls many at a time).
+// calls many at a time: TryAcquireMany, ReleaseMany, KeepPlaces).
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_BACKEND_IMPL_H_
 #define DLOCK_SRC_BACKENDS_POSTGRES_POSTGRES_BACKEND_IMPL_H_
 
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/postgres/pg_listener.h"
+#include "backends/postgres/pg_pipeline.h"
 #include "backends/postgres/pg_util.h"
 #include "backends/postgres/pg_values.h"
 #include "backends/postgres/postgres_backend.h"
@@ -61,7 +62,12 @@ class PostgresBackend final : public Backend {
   Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
   Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
 
-  // One statement for all of them (postgres_batch.cc).
+  // Many at a time (postgres_batch.cc): each batch's statements in one
+  // round trip and one transaction (libpq's pipeline mode), in key order.
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
+  bool BatchesCalls() const override { return true; }
+  // One statement for all of them.
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return true; }
 
@@ -94,10 +100,19 @@ class PostgresBackend final : public Backend {
   // first if needed; all of it before `deadline`.
   Result<PgResultHandle> Run(const char* name, const Params& params, SteadyTime deadline,
                              const std::string& what);
+  // The same for many statements, pipelined (RunPipeline).
+  Result<PipelineOutcome> RunMany(std::span<const PreparedCall> calls, SteadyTime deadline,
+                                  const std::string& what);
   // The operations connection for one call, before `deadline`: locked, an
   // earlier call's late reply collected, connected.
   Result<std::unique_lock<TimedMutex>> TakeConnection(SteadyTime deadline,
                                                       const std::string& what);
+  // postgres_batch.cc: one round of a batch, the `entries` of `requests`
+  // (their indexes); see there.
+  void AttemptRound(std::span<const LeaseRequest> requests, std::vector<std::size_t> entries,
+                    std::vector<Result<Attempt>>& out, std::vector<std::size_t>* undecided);
+  void ReleaseRound(std::span<const LeaseRequest> holdings, std::vector<std::size_t> entries,
+                    bool lean, std::vector<Status>& out, std::vector<std::size_t>* undecided);
   Result<PgResultHandle> RunForPrefix(const char* statement, std::string_view prefix,
                                       const std::string& what);
   static Status ReadKeyAndOwner(const PGresult* r, int row, const std::string& table,

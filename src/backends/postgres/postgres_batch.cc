@@ -1,5 +1,29 @@
-// The PostgreSQL backend's calls many at a time: KeepPlaces as one
-// statement.
+// The PostgreSQL backend's calls many at a time: TryAcquireMany and
+// ReleaseMany through libpq's pipeline mode, KeepPlaces as one statement.
+//
+// A batch sends, for each entry, the statement its one-at-a-time call
+// would send first (the lean form of an exclusive attempt or release, the
+// template otherwise), all in one pipeline with one Sync: one round trip
+// and one transaction, so one WAL flush for the batch instead of one per
+// entry. The entries the lean form cannot decide (a key without a row yet,
+// a shared holding, somebody else's) go in a second round, with the
+// general statement, in a transaction of its own. So each entry runs the
+// statements its one-at-a-time call runs, in the same order, and its
+// answer is read the same way.
+//
+// Transactions: one per round, not one per statement. A statement's row
+// locks are then held until the round commits, so every round runs its
+// statements in key order (a stable sort: entries of one key keep their
+// order): two batches of two clients take their keys' locks in the same
+// order and cannot deadlock each other. If a statement fails, the server
+// rolls the whole round back and skips the rest: nothing of it stands, and
+// its entries are run again one at a time, so that each gets the answer
+// (or the error) its own call gives. If the connection is lost or the
+// deadline passes before the round's Sync is answered, whether it
+// committed is unknown: kUnavailable for each entry of the round (the core
+// reconciles by owner), while the answers of a round already committed
+// stand.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -7,6 +31,120 @@
 #include "backends/postgres/postgres_backend_impl.h"
 
 namespace dlock::postgres {
+namespace {
+
+// `entries` (indexes into `calls`) in key order; one key's in their order.
+void SortByKey(std::span<const LeaseRequest> calls, std::vector<std::size_t>& entries) {
+  std::stable_sort(entries.begin(), entries.end(), [&](std::size_t a, std::size_t b) {
+    return calls[a].key < calls[b].key;
+  });
+}
+
+}  // namespace
+
+std::vector<Result<Attempt>> PostgresBackend::TryAcquireMany(
+    std::span<const LeaseRequest> requests) {
+  std::vector<Result<Attempt>> out(requests.size(), Attempt{});
+  std::vector<std::size_t> valid, undecided;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (Status ok = ValidateRequest(requests[i]); !ok.ok()) {
+      out[i] = ok;
+    } else {
+      valid.push_back(i);
+    }
+  }
+  AttemptRound(requests, std::move(valid), out, &undecided);
+  AttemptRound(requests, std::move(undecided), out, nullptr);
+  return out;
+}
+
+// Single attempts, as TryAcquire makes them: with `undecided`, an exclusive
+// request's lean form (those it cannot decide are added there); without,
+// or for a shared request, the template.
+void PostgresBackend::AttemptRound(std::span<const LeaseRequest> requests,
+                                   std::vector<std::size_t> entries,
+                                   std::vector<Result<Attempt>>& out,
+                                   std::vector<std::size_t>* undecided) {
+  if (entries.empty()) return;
+  SortByKey(requests, entries);
+  std::vector<PreparedCall> calls;
+  std::vector<bool> lean;
+  for (std::size_t i : entries) {
+    lean.push_back(undecided != nullptr && requests[i].limit == 1);
+    calls.push_back({lean.back() ? "dlock_acquire_once_lean" : "dlock_acquire_once",
+                     AttemptParams(requests[i], nullptr)});
+  }
+  const auto outcome =
+      RunMany(calls, CallDeadline(), "a batch of " + std::to_string(calls.size()) + " attempts");
+  for (std::size_t j = 0; j < entries.size(); ++j) {
+    const LeaseRequest& request = requests[entries[j]];
+    Result<Attempt>& answer = out[entries[j]];
+    const std::string what = "acquire " + request.key;
+    if (!outcome.ok()) {
+      answer = outcome.status().WithContext(what);
+    } else if (outcome->failed) {
+      answer = RunAttempt(request, nullptr);  // rolled back: on its own
+    } else if (!lean[j]) {
+      answer = ReadAttempt(outcome->results[j].get(), 2, what, options_.describe);
+    } else if (Status shape = CheckShape(outcome->results[j].get(), 3, 1, what,
+                                         options_.describe);
+               !shape.ok()) {
+      answer = shape;
+    } else if (Value(outcome->results[j].get(), 0, 2) == "t") {
+      undecided->push_back(entries[j]);
+    } else {
+      answer = ReadAttempt(outcome->results[j].get(), 3, what, options_.describe);
+    }
+  }
+}
+
+std::vector<Status> PostgresBackend::ReleaseMany(std::span<const LeaseRequest> holdings) {
+  std::vector<Status> out(holdings.size());
+  std::vector<std::size_t> valid, undecided;
+  for (std::size_t i = 0; i < holdings.size(); ++i) {
+    out[i] = ValidateKey(holdings[i].key);
+    if (out[i].ok()) valid.push_back(i);
+  }
+  ReleaseRound(holdings, std::move(valid), true, out, &undecided);
+  ReleaseRound(holdings, std::move(undecided), false, out, nullptr);
+  return out;
+}
+
+// Releases as Release makes them: the lean form (the usual release of an
+// exclusive holding; what it did not release is added to `undecided`), or
+// the general one.
+void PostgresBackend::ReleaseRound(std::span<const LeaseRequest> holdings,
+                                   std::vector<std::size_t> entries, bool lean,
+                                   std::vector<Status>& out, std::vector<std::size_t>* undecided) {
+  if (entries.empty()) return;
+  SortByKey(holdings, entries);
+  std::vector<PreparedCall> calls;
+  for (std::size_t i : entries) {
+    calls.push_back({lean ? "dlock_release_lean" : "dlock_release",
+                     ReleaseParams(holdings[i].key, holdings[i].owner.ToString())});
+  }
+  const auto outcome =
+      RunMany(calls, CallDeadline(), "a batch of " + std::to_string(calls.size()) + " releases");
+  for (std::size_t j = 0; j < entries.size(); ++j) {
+    const LeaseRequest& holding = holdings[entries[j]];
+    Status& answer = out[entries[j]];
+    const std::string what = "release " + holding.key;
+    if (!outcome.ok()) {
+      answer = outcome.status().WithContext(what);
+    } else if (outcome->failed) {
+      // Rolled back: on its own.
+      answer = lean ? Release(holding.key, holding.owner)
+                    : ReleaseAndLeaveQueue(holding.key, holding.owner.ToString(), CallDeadline());
+    } else if (!lean) {
+      answer = ReadRelease(outcome->results[j].get(), what);
+    } else if (PQntuples(outcome->results[j].get()) == 1) {
+      NoteReleased(holding.key);
+      NoteReleaseForSweep();
+    } else {
+      undecided->push_back(entries[j]);
+    }
+  }
+}
 
 std::vector<Status> PostgresBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
   std::vector<Status> out(waiters.size());
