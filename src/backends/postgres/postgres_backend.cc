@@ -273,22 +273,66 @@ Params PostgresBackend::AttemptParams(const LeaseRequest& request, const QueueAr
   return params;
 }
 
+SingleForm FirstSingleForm(const LeaseRequest& request) {
+  return request.limit == 1 ? SingleForm::kLean : SingleForm::kFresh;
+}
+
+SingleForm NextSingleForm(SingleForm form) {
+  return form == SingleForm::kLean ? SingleForm::kFresh : SingleForm::kTemplate;
+}
+
+const char* SingleStatement(SingleForm form) {
+  switch (form) {
+    case SingleForm::kLean: return "dlock_acquire_once_lean";
+    case SingleForm::kFresh: return "dlock_acquire_once_fresh";
+    case SingleForm::kTemplate: break;
+  }
+  return "dlock_acquire_once";
+}
+
+Result<std::optional<Attempt>> ReadSingle(SingleForm form, const PGresult* r,
+                                          const std::string& what, const std::string& where) {
+  switch (form) {
+    case SingleForm::kLean:
+      DLOCK_RETURN_IF_ERROR(CheckShape(r, 3, 1, what, where));
+      if (Value(r, 0, 2) == "t") return std::optional<Attempt>();  // no row, or sharers
+      break;
+    case SingleForm::kFresh: {
+      DLOCK_RETURN_IF_ERROR(CheckShape(r, 1, 0, what, where));
+      if (PQntuples(r) == 0) return std::optional<Attempt>();  // a row, or waiters
+      Attempt granted;
+      granted.granted = true;
+      granted.token = static_cast<FencingToken>(IntValue(r, 0, 0));
+      return std::optional<Attempt>(granted);
+    }
+    case SingleForm::kTemplate:
+      break;
+  }
+  DLOCK_ASSIGN_OR_RETURN(Attempt attempt,
+                         ReadAttempt(r, form == SingleForm::kLean ? 3 : 2, what, where));
+  return std::optional<Attempt>(attempt);
+}
+
 Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const QueueArgs* queue) {
-  const bool waiting = queue != nullptr;
   const Params params = AttemptParams(request, queue);
   const std::string what = "acquire " + request.key;
   const SteadyTime deadline = CallDeadline();
+  if (queue == nullptr) {
+    for (SingleForm form = FirstSingleForm(request);; form = NextSingleForm(form)) {
+      DLOCK_ASSIGN_OR_RETURN(PgResultHandle r, Run(SingleStatement(form), params, deadline, what));
+      DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> decided,
+                             ReadSingle(form, r.get(), what, options_.describe));
+      if (decided) return *decided;
+    }
+  }
   if (request.limit == 1) {
     // The lean form first; the template when it cannot decide (no row for
     // the key yet, or sharers in it).
-    DLOCK_ASSIGN_OR_RETURN(
-        PgResultHandle lean,
-        Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline, what));
+    DLOCK_ASSIGN_OR_RETURN(PgResultHandle lean, Run("dlock_acquire_lean", params, deadline, what));
     DLOCK_RETURN_IF_ERROR(CheckShape(lean.get(), 3, 1, what, options_.describe));
     if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get(), 3, what, options_.describe);
   }
-  DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run(waiting ? "dlock_acquire" : "dlock_acquire_once",
-                                                  params, deadline, what));
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run("dlock_acquire", params, deadline, what));
   return ReadAttempt(full.get(), 2, what, options_.describe);
 }
 

@@ -12,11 +12,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/postgres/pg_listener.h"
@@ -34,6 +36,18 @@ using SteadyClock = std::chrono::steady_clock;
 // of the key leaves the nudge to the head that release told (see
 // PostgresBackend::NoteReleased).
 inline constexpr std::chrono::milliseconds kJustReleased{1000};
+
+// The statements a single attempt runs in turn until one decides: the
+// lean form (an exclusive request on a key whose row has no sharers), the
+// fresh form (a key without a row, nobody waiting), the template (any).
+enum class SingleForm { kLean, kFresh, kTemplate };
+SingleForm FirstSingleForm(const LeaseRequest& request);
+SingleForm NextSingleForm(SingleForm form);
+const char* SingleStatement(SingleForm form);
+// What the statement of `form` answered: the attempt, or nullopt when it
+// leaves the decision to the next form (the template always decides).
+Result<std::optional<Attempt>> ReadSingle(SingleForm form, const PGresult* r,
+                                          const std::string& what, const std::string& where);
 
 class PostgresAcquisition;
 
@@ -108,9 +122,11 @@ class PostgresBackend final : public Backend {
   Result<std::unique_lock<TimedMutex>> TakeConnection(SteadyTime deadline,
                                                       const std::string& what);
   // postgres_batch.cc: one round of a batch, the `entries` of `requests`
-  // (their indexes); see there.
-  void AttemptRound(std::span<const LeaseRequest> requests, std::vector<std::size_t> entries,
-                    std::vector<Result<Attempt>>& out, std::vector<std::size_t>* undecided);
+  // (their indexes, and for attempts the form each is at); see there.
+  using PendingAttempt = std::pair<std::size_t, SingleForm>;
+  std::vector<PendingAttempt> AttemptRound(std::span<const LeaseRequest> requests,
+                                           std::vector<PendingAttempt> entries,
+                                           std::vector<Result<Attempt>>& out);
   void ReleaseRound(std::span<const LeaseRequest> holdings, std::vector<std::size_t> entries,
                     bool lean, std::vector<Status>& out, std::vector<std::size_t>* undecided);
   Result<PgResultHandle> RunForPrefix(const char* statement, std::string_view prefix,

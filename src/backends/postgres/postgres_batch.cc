@@ -2,14 +2,16 @@
 // ReleaseMany through libpq's pipeline mode, KeepPlaces as one statement.
 //
 // A batch sends, for each entry, the statement its one-at-a-time call
-// would send first (the lean form of an exclusive attempt or release, the
-// template otherwise), all in one pipeline with one Sync: one round trip
-// and one transaction, so one WAL flush for the batch instead of one per
-// entry. The entries the lean form cannot decide (a key without a row yet,
-// a shared holding, somebody else's) go in a second round, with the
-// general statement, in a transaction of its own. So each entry runs the
-// statements its one-at-a-time call runs, in the same order, and its
-// answer is read the same way.
+// would send first (an attempt: the lean form, or the fresh form of a
+// shared one; a release: the lean form), all in one pipeline with one
+// Sync: one round trip and one transaction, so one WAL flush for the batch
+// instead of one per entry. The entries a statement cannot decide (a key
+// without a row yet, a shared holding, somebody else's) go to the next
+// round with the next statement their call would send, each round a
+// transaction of its own: at most three rounds for attempts (lean, fresh,
+// template), two for releases. So each entry runs the statements its
+// one-at-a-time call runs, in the same order, and its answer is read the
+// same way.
 //
 // Transactions: one per round, not one per statement. A statement's row
 // locks are then held until the round commits, so every round runs its
@@ -45,57 +47,51 @@ void SortByKey(std::span<const LeaseRequest> calls, std::vector<std::size_t>& en
 std::vector<Result<Attempt>> PostgresBackend::TryAcquireMany(
     std::span<const LeaseRequest> requests) {
   std::vector<Result<Attempt>> out(requests.size(), Attempt{});
-  std::vector<std::size_t> valid, undecided;
+  std::vector<PendingAttempt> pending;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (Status ok = ValidateRequest(requests[i]); !ok.ok()) {
       out[i] = ok;
     } else {
-      valid.push_back(i);
+      pending.emplace_back(i, FirstSingleForm(requests[i]));
     }
   }
-  AttemptRound(requests, std::move(valid), out, &undecided);
-  AttemptRound(requests, std::move(undecided), out, nullptr);
+  // At most three rounds: the template decides every entry it gets.
+  while (!pending.empty()) pending = AttemptRound(requests, std::move(pending), out);
   return out;
 }
 
-// Single attempts, as TryAcquire makes them: with `undecided`, an exclusive
-// request's lean form (those it cannot decide are added there); without,
-// or for a shared request, the template.
-void PostgresBackend::AttemptRound(std::span<const LeaseRequest> requests,
-                                   std::vector<std::size_t> entries,
-                                   std::vector<Result<Attempt>>& out,
-                                   std::vector<std::size_t>* undecided) {
-  if (entries.empty()) return;
-  SortByKey(requests, entries);
+// Single attempts, each with the statement of the form it is at (as
+// TryAcquire runs them in turn); returns those passed on to the next form.
+std::vector<PostgresBackend::PendingAttempt> PostgresBackend::AttemptRound(
+    std::span<const LeaseRequest> requests, std::vector<PendingAttempt> entries,
+    std::vector<Result<Attempt>>& out) {
+  std::stable_sort(entries.begin(), entries.end(), [&](const auto& a, const auto& b) {
+    return requests[a.first].key < requests[b.first].key;
+  });
   std::vector<PreparedCall> calls;
-  std::vector<bool> lean;
-  for (std::size_t i : entries) {
-    lean.push_back(undecided != nullptr && requests[i].limit == 1);
-    calls.push_back({lean.back() ? "dlock_acquire_once_lean" : "dlock_acquire_once",
-                     AttemptParams(requests[i], nullptr)});
+  for (const auto& [i, form] : entries) {
+    calls.push_back({SingleStatement(form), AttemptParams(requests[i], nullptr)});
   }
   const auto outcome =
       RunMany(calls, CallDeadline(), "a batch of " + std::to_string(calls.size()) + " attempts");
+  std::vector<PendingAttempt> next;
   for (std::size_t j = 0; j < entries.size(); ++j) {
-    const LeaseRequest& request = requests[entries[j]];
-    Result<Attempt>& answer = out[entries[j]];
-    const std::string what = "acquire " + request.key;
+    const auto [i, form] = entries[j];
+    const std::string what = "acquire " + requests[i].key;
     if (!outcome.ok()) {
-      answer = outcome.status().WithContext(what);
+      out[i] = outcome.status().WithContext(what);
     } else if (outcome->failed) {
-      answer = RunAttempt(request, nullptr);  // rolled back: on its own
-    } else if (!lean[j]) {
-      answer = ReadAttempt(outcome->results[j].get(), 2, what, options_.describe);
-    } else if (Status shape = CheckShape(outcome->results[j].get(), 3, 1, what,
-                                         options_.describe);
-               !shape.ok()) {
-      answer = shape;
-    } else if (Value(outcome->results[j].get(), 0, 2) == "t") {
-      undecided->push_back(entries[j]);
+      out[i] = RunAttempt(requests[i], nullptr);  // rolled back: on its own
+    } else if (auto read = ReadSingle(form, outcome->results[j].get(), what, options_.describe);
+               !read.ok()) {
+      out[i] = read.status();
+    } else if (*read) {
+      out[i] = **read;
     } else {
-      answer = ReadAttempt(outcome->results[j].get(), 3, what, options_.describe);
+      next.emplace_back(i, NextSingleForm(form));
     }
   }
+  return next;
 }
 
 std::vector<Status> PostgresBackend::ReleaseMany(std::span<const LeaseRequest> holdings) {

@@ -307,6 +307,29 @@ SELECT (SELECT token FROM granted),
        NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND sharers = '[]'::jsonb){queue_counts}
 )sql";
 
+// The fresh form: a single attempt (any limit) on a key without a row —
+// never granted, or its row swept — when nobody else has a live place in
+// its queue, which the template would grant as here: the row made with the
+// sequence's next token. Nothing returned when the key has a row (made
+// meanwhile too: the insert then waits for it and does nothing) or others
+// wait; the template decides then. The sequence is read only when the row
+// is to be made. A statement a fraction of the template's size: the
+// template's plan is large, and preparing its executor for each run is
+// most of what a grant of a new key costs the server
+// (docs/benchmarks-postgres.md, Session 7).
+constexpr const char* kAcquireFreshSql = R"sql(
+INSERT INTO {t} (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
+                 lock_delay_ms, label, holder_limit, sharers, layout)
+SELECT $1, $2, n.token, n.token, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6,
+       '[]', 3
+FROM (SELECT clock_timestamp() AS now) AS c, (SELECT nextval('{s}') AS token) AS n
+WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1)
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE key = $1 AND owner <> $2
+                                      AND expires_at > clock_timestamp())
+ON CONFLICT (key) DO NOTHING
+RETURNING holder_token
+)sql";
+
 // The lean forms' one placeholder: our own live holding (a retried request),
 // on the row `l` being updated at `c.now`.
 const std::map<std::string, std::string>& LeanConditions() {
@@ -759,6 +782,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
       Substitute(AcquireSql(kAcquireLeanTemplate, true), LeanConditions()));
   add("dlock_acquire_once_lean", once_types,
       Substitute(AcquireSql(kAcquireLeanTemplate, false), LeanConditions()));
+  add("dlock_acquire_once_fresh", once_types, kAcquireFreshSql);
   add("dlock_release", "(bytea, text, text, text)", Substitute(kReleaseSql, ReleaseConditions()));
   add("dlock_release_lean", "(bytea, text, text, text)",
       Substitute(kReleaseLeanSql, ReleaseConditions()));

@@ -63,6 +63,7 @@ std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseco
 
 // PREPAREs every statement the backend runs: dlock_acquire,
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
+// dlock_acquire_once_fresh,
 // dlock_release, dlock_release_lean, dlock_renew, dlock_keep_places,
 // dlock_list, dlock_ping,
 // dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count,

@@ -177,9 +177,9 @@ TEST_F(PostgresBatchTest, TryAcquireManyAnswersAsOneAtATimeInTwoTransactions) {
   ASSERT_EQ(got.size(), batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) ExpectAlike(got[i], want[i], batch[i].key);
   EXPECT_EQ(got[6].value().token, mine_batched) << "a retry got another token";
-  // The first round granted old and mine (lean forms) and shared (the
-  // template), the second the new key and twice: two commits, where one at
-  // a time took five.
+  // The first round granted old and mine (lean forms), the second the new
+  // key and twice (fresh forms) and shared (the template): two commits,
+  // where one at a time took five.
   auto granted = [](const std::string& p) {
     return std::vector<std::string>{p + "old", p + "mine", p + "new/1", p + "twice", p + "shared"};
   };
@@ -259,8 +259,8 @@ TEST_F(PostgresBatchTest, AConnectionKilledMidBatchLeavesOnlyTheUnknownsUnavaila
   ASSERT_TRUE(got[1].ok()) << got[1].status().ToString();
   EXPECT_FALSE(got[1]->granted);
   EXPECT_EQ(got[2].status().code(), StatusCode::kInvalidArgument);
-  // The template round was cut off: both its entries are unknown, though
-  // k/new's statement never ran.
+  // The second round (fresh forms) was cut off: both its entries are
+  // unknown, though k/new's statement never ran.
   EXPECT_EQ(got[3].status().code(), StatusCode::kUnavailable) << got[3].status().ToString();
   EXPECT_EQ(got[4].status().code(), StatusCode::kUnavailable) << got[4].status().ToString();
   auto held = setup->List("k/");
@@ -269,6 +269,26 @@ TEST_F(PostgresBatchTest, AConnectionKilledMidBatchLeavesOnlyTheUnknownsUnavaila
   for (const HolderInfo& h : *held) keys.push_back(h.key);
   EXPECT_EQ(keys, (std::vector<std::string>{"k/held", "k/old"})) << "the cut round stood";
   EXPECT_TRUE(batched->TryAcquire(batch[4]).value().granted) << "the backend did not reconnect";
+}
+
+// The fresh form (a single attempt on a key without a row) grants only
+// when nobody else waits for the key, as the template would: a place left
+// by a waiter whose key's row was swept still counts.
+TEST_F(PostgresBatchTest, ASingleAttemptOnAKeyWithoutARowDoesNotJumpItsQueue) {
+  auto b = Open();
+  ASSERT_TRUE(b);
+  Ask("INSERT INTO {q} (key, owner, enqueued_at, expires_at) VALUES ('row/none', '" +
+      OwnerId(8, 1).ToString() + "', clock_timestamp(), clock_timestamp() + interval '1 minute')");
+  const std::vector<LeaseRequest> attempts = {{"row/none", OwnerId(1, 1), kTtl},
+                                              {"row/free", OwnerId(1, 1), kTtl}};
+  auto alone = b->TryAcquire(attempts[0]);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_FALSE(alone->granted) << "granted over a waiter";
+  const auto batch = b->TryAcquireMany(attempts);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_FALSE(batch[0].value().granted) << "granted over a waiter in a batch";
+  EXPECT_TRUE(batch[1].value().granted);
+  EXPECT_EQ(Ask("SELECT count(*) FROM {t} WHERE key = 'row/none'"), "0");
 }
 
 TEST_F(PostgresBatchTest, AStatementThatFailsRollsItsRoundBackAndEachIsAnsweredOnItsOwn) {
