@@ -530,10 +530,10 @@ Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
   params.Bytes(prefix);
   if (end) {
     params.Bytes(*end);
-  } else {
-    params.Null();
+    return Run(statement, params, CallDeadline(), what);
   }
-  return Run(statement, params, CallDeadline(), what);
+  params.Null();
+  return Run((std::string(statement) + "_to_end").c_str(), params, CallDeadline(), what);
 }
 
 Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {

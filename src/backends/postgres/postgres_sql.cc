@@ -5,16 +5,24 @@
 namespace dlock::postgres {
 
 // Session set-up, one round trip: do the tables exist and are they dlock's;
-// and a session that would commit asynchronously (synchronous_commit=off
+// a session that would commit asynchronously (synchronous_commit=off
 // could lose the last grants, and so reissue a token, in a server crash)
-// commits durably instead.
+// commits durably instead; and the session plans each statement once
+// (plan_cache_mode). By default PostgreSQL plans a prepared statement
+// afresh at each of its first five runs, and most dlock sessions are short
+// (`dlock exec`): a waiter's grant was planned anew in the middle of every
+// hand-off, 0.2-0.7 ms of the server's time for the acquire's plan
+// (docs/benchmarks-postgres.md, Session 7). Every statement is written to
+// have a good generic plan (keys found by equality, or by a range of two
+// parameters).
 const char* const kCheckSql = R"sql(
 SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class'),
        to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
        CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', false) END,
        to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class'),
-       to_regclass($4) IS NOT NULL, obj_description(to_regclass($4), 'pg_class')
+       to_regclass($4) IS NOT NULL, obj_description(to_regclass($4), 'pg_class'),
+       set_config('plan_cache_mode', 'force_generic_plan', false)
 )sql";
 
 namespace {
@@ -587,7 +595,7 @@ SELECT encode(l.key, 'hex'), l.owner, coalesce(l.holder_token, l.token),
        floor(extract(epoch FROM c.now - l.acquired_at) * 1000)::bigint,
        coalesce(l.label, ''), l.holder_limit
 FROM {t} AS l, c
-WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+WHERE l.key >= $1 AND {l_before_end}
   AND l.owner IS NOT NULL AND l.expires_at > c.now
 UNION ALL
 SELECT encode(l.key, 'hex'), e->>'o', (e->>'t')::bigint,
@@ -596,7 +604,7 @@ SELECT encode(l.key, 'hex'), e->>'o', (e->>'t')::bigint,
        floor(extract(epoch FROM c.now - (e->>'a')::timestamptz) * 1000)::bigint,
        e->>'b', (e->>'l')::bigint
 FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
-WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+WHERE l.key >= $1 AND {l_before_end}
   AND (e->>'x')::timestamptz > c.now
 ORDER BY 1, 3
 )sql";
@@ -605,7 +613,7 @@ constexpr const char* kWaitersSql = R"sql(
 SELECT encode(key, 'hex'), owner, holder_limit, label,
        floor(extract(epoch FROM clock_timestamp() - enqueued_at) * 1000)::bigint
 FROM {q}
-WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND expires_at > clock_timestamp()
+WHERE key >= $1 AND {before_end} AND expires_at > clock_timestamp()
 ORDER BY key, enqueued_at, owner
 )sql";
 
@@ -647,7 +655,7 @@ constexpr const char* kBreaksSql = R"sql(
 SELECT encode(key, 'hex'), owner, token, label, broken_by, break_token,
        floor(extract(epoch FROM at) * 1000)::bigint
 FROM {b}
-WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+WHERE key >= $1 AND {before_end}
   AND (keep_until IS NULL OR keep_until > clock_timestamp())
 ORDER BY key, at
 )sql";
@@ -717,11 +725,11 @@ constexpr const char* kFreeRowSql =
 // Backend::StoredObjects: rows and queue places of keys in [$1, $2), the
 // ping row aside.
 constexpr const char* kCountSql = R"sql(
-SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND {before_end}
           AND key <> '\x00646c6f636b2070696e67'::bytea)
-     + (SELECT count(*) FROM {q} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
-     + (SELECT count(*) FROM {d} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
-     + (SELECT count(*) FROM {b} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
+     + (SELECT count(*) FROM {q} WHERE key >= $1 AND {before_end})
+     + (SELECT count(*) FROM {d} WHERE key >= $1 AND {before_end})
+     + (SELECT count(*) FROM {b} WHERE key >= $1 AND {before_end})
 )sql";
 
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
@@ -788,14 +796,23 @@ std::string PrepareStatementsSql(const TableNames& tables) {
       Substitute(kReleaseLeanSql, ReleaseConditions()));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
   add("dlock_keep_places", "(text[], text[], bigint[])", kKeepPlacesSql);
-  add("dlock_list", "(bytea, bytea)", kListSql);
+  // Each listing in two forms: keys in [$1, $2), and from $1 on (no key
+  // is past the prefix; $2 is NULL). One form with "($2 IS NULL OR key <
+  // $2)" would have a generic plan that scans the whole table.
+  auto add_range = [&](const std::string& name, const char* sql) {
+    add(name.c_str(), "(bytea, bytea)",
+        Substitute(sql, {{"before_end", "key < $2"}, {"l_before_end", "l.key < $2"}}));
+    add((name + "_to_end").c_str(), "(bytea, bytea)",
+        Substitute(sql, {{"before_end", "$2::bytea IS NULL"}, {"l_before_end", "$2::bytea IS NULL"}}));
+  };
+  add_range("dlock_list", kListSql);
   add("dlock_ping", "", kPingSql);
-  add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
+  add_range("dlock_waiters", kWaitersSql);
   add("dlock_mark_done", "(bytea, text, bigint)", kMarkDoneSql);
   add("dlock_is_done", "(bytea)", kIsDoneSql);
-  add("dlock_count", "(bytea, bytea)", kCountSql);
+  add_range("dlock_count", kCountSql);
   add("dlock_record_break", "(bytea, text, bigint, text, text, bigint, bigint)", kRecordBreakSql);
-  add("dlock_breaks", "(bytea, bytea)", kBreaksSql);
+  add_range("dlock_breaks", kBreaksSql);
   return prepare + "END\n$dlock_prepare$;\n";
 }
 
