@@ -583,7 +583,27 @@ void PostgresBackend::SweepLoop(std::stop_token stop) {
   }
   std::unique_lock busy(mu_, std::defer_lock);
   if (!busy.try_lock_until(deadline) || awaiting_stale_reply_ || !conn_) return;
+  // Usually there is nothing to sweep: ask first with a small prepared
+  // statement rather than have the server compile the sweep's DO block
+  // while the next `dlock exec` in line is being granted.
+  if (!SweepDueLocked(deadline)) return;
   (void)SweepOn(conn_, deadline);
+}
+
+bool PostgresBackend::SweepDueLocked(SteadyTime deadline) {
+  Params params;
+  params.Int(kSweepEvery.count());
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  params.Fill(&values, &lengths);
+  if (PQsendQueryPrepared(conn_.get(), "dlock_sweep_due", params.size(), values.data(),
+                          lengths.data(), params.formats(), 0) == 0) {
+    return false;
+  }
+  auto due = Await(conn_.get(), deadline, "ask whether to sweep", options_.describe);
+  // Cut off or failed: the connection goes with the backend anyway.
+  return due.ok() && PQntuples(due->get()) == 1 && PQnfields(due->get()) == 1 &&
+         Value(due->get(), 0, 0) == "t";
 }
 
 // One batch on `conn` (opened first when null; dropped after a failure

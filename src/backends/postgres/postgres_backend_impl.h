@@ -149,6 +149,9 @@ class PostgresBackend final : public Backend {
   void SweepLoop(std::stop_token stop);
   void NoteReleaseForSweep();
   Result<std::int64_t> SweepOn(PgConnHandle& conn, SteadyTime deadline);
+  // With mu_ held, on the operations connection: whether a sweep would
+  // delete anything now (false when that cannot be told).
+  bool SweepDueLocked(SteadyTime deadline);
 
   // The last release by this backend of a key, which NOTIFYed the head of
   // its queue: a waiting acquire of that key that begins at once (a process

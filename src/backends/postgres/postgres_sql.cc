@@ -722,6 +722,23 @@ constexpr const char* kFreeRowSql =
     "WHERE (e->>'u')::timestamptz > clock_timestamp()) "
     "AND l.key <> '\\x00646c6f636b2070696e67'::bytea)";
 
+// Whether the sweep would find anything to delete now ($1: kSweepSql's
+// idle, in ms): what a closing backend asks before it sweeps. The sweep is
+// a DO block, which the server compiles at each run (1.3 ms of its time),
+// and a closing `dlock exec` runs it just as the next one in line is being
+// granted. A looser test than the sweep's own (sharers and lock-delays
+// aside), so that it costs little to plan: a "yes" too many costs one
+// sweep that deletes nothing.
+constexpr const char* kSweepDueSql = R"sql(
+SELECT EXISTS (SELECT 1 FROM {t} AS l
+               WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                 AND (l.acquired_at IS NULL
+                      OR l.acquired_at <= clock_timestamp() - $1 * interval '1 millisecond')
+                 AND l.key <> '\x00646c6f636b2070696e67'::bytea)
+    OR EXISTS (SELECT 1 FROM {q} WHERE expires_at <= clock_timestamp())
+    OR EXISTS (SELECT 1 FROM {d} WHERE keep_until <= clock_timestamp())
+)sql";
+
 // Backend::StoredObjects: rows and queue places of keys in [$1, $2), the
 // ping row aside.
 constexpr const char* kCountSql = R"sql(
@@ -813,6 +830,7 @@ std::string PrepareStatementsSql(const TableNames& tables) {
   add_range("dlock_count", kCountSql);
   add("dlock_record_break", "(bytea, text, bigint, text, text, bigint, bigint)", kRecordBreakSql);
   add_range("dlock_breaks", kBreaksSql);
+  add("dlock_sweep_due", "(bigint)", kSweepDueSql);
   return prepare + "END\n$dlock_prepare$;\n";
 }
 

@@ -67,8 +67,8 @@ std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseco
 // dlock_renew, dlock_keep_places, dlock_list, dlock_ping, dlock_waiters,
 // dlock_mark_done, dlock_is_done, dlock_count, dlock_record_break,
 // dlock_breaks (the four listings also as <name>_to_end, for a prefix no
-// key is past). One DO block, each statement prepared by its own
-// EXECUTE, so that its source text is its own.
+// key is past), dlock_sweep_due. One DO block, each statement prepared by
+// its own EXECUTE, so that its source text is its own.
 std::string PrepareStatementsSql(const TableNames& tables);
 
 }  // namespace dlock::postgres
