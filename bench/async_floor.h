@@ -20,6 +20,9 @@ struct WriteFloor {
 // written for that store yet (the output then says so).
 std::optional<WriteFloor> PipelinedWriteFloor(std::string_view uri, int writes);
 
+// Each store's, in async_floor_<store>.cc (built when the store is).
+std::optional<WriteFloor> PostgresWriteFloor(std::string_view uri, int writes);
+
 }  // namespace dlock::bench
 
 #endif  // DLOCK_BENCH_ASYNC_FLOOR_H_

@@ -74,17 +74,14 @@ void Listener::WakeThread() {
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
 }
 
-void Listener::ArmLocked(KeyState& state, WaitState& wait, int channel) {
+void Listener::ArmLocked(WaitState& wait, int channel) {
   if (wait.armed) return;
   wait.armed = true;
-  state.owners[wait.owner]++;
   channels_[channel].armed++;
 }
 
-void Listener::Disarm(KeyState& state, WaitState& wait, int channel) {
+void Listener::Disarm(WaitState& wait, int channel) {
   if (!wait.armed) return;
-  auto it = state.owners.find(wait.owner);
-  if (it != state.owners.end() && --it->second <= 0) state.owners.erase(it);
   channels_[channel].armed--;
   channels_[channel].last_used = SteadyClock::now();
   wait.armed = false;
@@ -110,10 +107,10 @@ void Listener::BeforeAttempt(const Waiter& waiter) {
   WaitState& wait = key->second.waits[waiter.id];
   wait.owner = waiter.owner;
   if (listening && !wait.armed) {
-    ArmLocked(key->second, wait, channel);
+    ArmLocked(wait, channel);
     channels_[channel].last_used = SteadyClock::now();
   }
-  wait.seen = key->second.seq;
+  wait.seen = wait.notified;
   wait.attempt_listened = listening;
   wait.wake_at = SteadyTime::max();
   // The core does not try while a wake-up is arranged; should it, the
@@ -126,10 +123,7 @@ void Listener::AfterRefused(const Waiter& waiter) {
   std::lock_guard lock(mu_);
   KeyState& key = keys_[waiter.key_hash];
   auto [wait, inserted] = key.waits.try_emplace(waiter.id);
-  if (inserted) {
-    wait->second.owner = waiter.owner;
-    wait->second.seen = key.seq;
-  }
+  if (inserted) wait->second.owner = waiter.owner;
 }
 
 void Listener::Forget(const Waiter& waiter) {
@@ -138,7 +132,7 @@ void Listener::Forget(const Waiter& waiter) {
   if (key == keys_.end()) return;
   auto& waits = key->second.waits;
   if (auto wait = waits.find(waiter.id); wait != waits.end()) {
-    Disarm(key->second, wait->second, ChannelOf(waiter.key_hash));
+    Disarm(wait->second, ChannelOf(waiter.key_hash));
     waits.erase(wait);
   }
   if (waits.empty()) keys_.erase(key);
@@ -176,7 +170,7 @@ bool Listener::Wait(const Waiter& waiter, SteadyTime until, std::stop_token stop
   const std::uint64_t seen = wait->seen;
   auto woken = [&] {
     if (stopping_ || !healthy_) return true;
-    return mine() == nullptr || keys_.find(key_hash)->second.seq != seen;
+    return mine() == nullptr || mine()->notified != seen;
   };
   for (;;) {
     if (woken() || stop.stop_requested()) return true;
@@ -198,12 +192,12 @@ bool Listener::Notify(const Waiter& waiter, std::function<void()> wake) {
   if (found == key->second.waits.end()) return false;
   WaitState& wait = found->second;
   // Armed, on a channel LISTENed since the attempt began: whatever named
-  // this owner since then moved the key's seq. Otherwise a release may have
+  // this owner since then was counted. Otherwise a release may have
   // gone unheard: arm, and have the core try again once the channel is
   // LISTENed.
   const bool covered = wait.armed && wait.attempt_listened;
   if (!wait.armed) {
-    ArmLocked(key->second, wait, channel);
+    ArmLocked(wait, channel);
     channels_[channel].last_used = SteadyClock::now();
     StartThreadLocked();
   }
@@ -217,7 +211,7 @@ bool Listener::Notify(const Waiter& waiter, std::function<void()> wake) {
     WakeThread();
     return true;
   }
-  if (!covered || key->second.seq != wait.seen || wait.wake_at <= SteadyClock::now()) {
+  if (!covered || wait.notified != wait.seen || wait.wake_at <= SteadyClock::now()) {
     ReadyLocked(waiter.id, wait);
   } else if (wait.wake_at != SteadyTime::max()) {
     timed_.emplace(wait.wake_at, std::pair(waiter.key_hash, waiter.id));
@@ -258,6 +252,18 @@ void Listener::ReadyLocked(std::uint64_t id, WaitState& wait) {
   wait.wake_when_listening = false;
   // The thread runs what it readied before it next sleeps.
   if (std::this_thread::get_id() != thread_.get_id()) WakeThread();
+}
+
+void Listener::NotifyAllLocked() {
+  for (auto& [hash, key] : keys_) {
+    for (auto& [id, wait] : key.waits) wait.notified++;
+  }
+}
+
+bool Listener::Notified(const Waiter& waiter) {
+  std::lock_guard lock(mu_);
+  const WaitState* wait = FindLocked(waiter.key_hash, waiter.id);
+  return wait != nullptr && wait->notified != wait->seen;
 }
 
 void Listener::ReadyAllLocked() {
@@ -311,7 +317,7 @@ bool Listener::Arm(const Waiter& waiter) {
     if (key == keys_.end()) return false;
     auto wait = key->second.waits.find(waiter.id);
     if (wait == key->second.waits.end()) return false;
-    ArmLocked(key->second, wait->second, channel);
+    ArmLocked(wait->second, channel);
     channels_[channel].last_used = SteadyClock::now();
     StartThreadLocked();
     if (healthy_ && channels_[channel].listening) return true;
@@ -392,7 +398,7 @@ bool Listener::TryConnectLocked(SteadyTime deadline) {
     for (int c : armed) channels_[c].listening = true;
     // Whatever was sent while there was no connection is lost: everybody
     // looks again.
-    for (auto& [hash, key] : keys_) key.seq++;
+    NotifyAllLocked();
     ReadyAllLocked();
   }
   cv_.notify_all();
@@ -407,7 +413,7 @@ void Listener::DropConnectionLocked() {
     healthy_ = false;
     outage_ = true;
     for (Channel& c : channels_) c.listening = false;
-    for (auto& [hash, key] : keys_) key.seq++;
+    NotifyAllLocked();
     ReadyAllLocked();
   }
   cv_.notify_all();
@@ -459,13 +465,14 @@ void Listener::DispatchLocked() {
           }
         }
       }
-    } else if (owner.empty() || key->second.owners.count(owner) > 0) {
-      key->second.seq++;
-      woke = true;
+    } else {
       // Only the owner named (or, naming nobody, all): the others' turn has
-      // not come.
+      // not come, and they sleep on, blocked or not.
       for (auto& [id, wait] : key->second.waits) {
-        if (owner.empty() || wait.owner == owner) ReadyLocked(id, wait);
+        if (!owner.empty() && wait.owner != owner) continue;
+        wait.notified++;
+        woke = true;
+        ReadyLocked(id, wait);
       }
     }
   }

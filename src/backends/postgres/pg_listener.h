@@ -5,17 +5,17 @@
 // hash modulo kChannels (two hex digits), with the payload
 // "<16 hex digits of the key hash> <owner at the head of the key's wait
 // queue, or nothing>". A waiter wakes only for its own key, and only when the
-// notification names one of this process's waiting owners for that key or
-// names nobody (no queue: everybody may try). So a release wakes the next
-// waiter in line, not the herd. A grant to a waiter NOTIFYs
+// notification names its owner or nobody (no queue: everybody may try). So a
+// release wakes the next waiter in line, not the herd, whether the waiters
+// of a process block in Wait() or wait with Notify(). A grant to a waiter NOTIFYs
 // "<hash> <next owner in line> <ttl_ms>": that waiter, which may have been
 // refused while the key was free (it was not first), then wakes when the new
 // lease is due to expire, should its holder vanish.
 //
 // No notification may be missed between a refused attempt and the wait for
 // the next release. Before each waiting attempt, BeforeAttempt() notes how
-// many notifications the key has had, and Wait() returns at once if another
-// arrived since; so an attempt must start with its channel LISTENed. When it
+// many notifications for this waiter came, and Wait() returns at once if
+// another arrived since; so an attempt must start with its channel LISTENed. When it
 // is not (the first wait on that channel), the refused attempt's Wait()
 // LISTENs (synchronously) and returns at once, and the core's next attempt
 // is covered. A process that never waits never opens this connection.
@@ -28,10 +28,8 @@
 // Notify() is Wait() without a thread (Acquisition::Notify): the same
 // checks, but instead of blocking it leaves a callback on the waiter's
 // state, which that thread runs, outside the listener's locks, when Wait()
-// would have returned. It is targeted: a notification naming an owner runs
-// only that owner's callbacks (Wait() wakes every waiter of the key in this
-// process and lets them check), so a thousand pending acquisitions of one
-// key cost one attempt per hand-off. A waiter's first wait on a channel
+// would have returned. So a thousand pending acquisitions of one key cost
+// one attempt per hand-off. A waiter's first wait on a channel
 // needs no synchronous LISTEN either: the thread LISTENs, then runs it.
 //
 // Each waiting acquisition is one Waiter, named by an id from NewWaiterId():
@@ -106,12 +104,19 @@ class Listener {
   bool Listening(std::uint64_t key_hash);
   // For tests: callbacks registered or due to run.
   std::size_t PendingWakes();
+  // For tests: whether a notification for the waiter came since its last
+  // attempt (what ends its Wait).
+  bool Notified(const Waiter& waiter);
 
  private:
   struct WaitState {
     std::string owner;
-    bool armed = false;      // counted in owners and channel armed
-    std::uint64_t seen = 0;  // KeyState::seq before the last attempt
+    bool armed = false;  // counted in its channel's armed
+    // Notifications for this wait so far (naming its owner or nobody, and
+    // the connection's losses and returns), and how many before the last
+    // attempt: it wakes when they differ.
+    std::uint64_t notified = 0;
+    std::uint64_t seen = 0;
     // When the lease granted to somebody else since the last attempt is due
     // to expire (a grant's notification to the next in line).
     SteadyTime wake_at = SteadyTime::max();
@@ -122,8 +127,6 @@ class Listener {
     bool wake_when_listening = false;  // ... once the channel is LISTENed
   };
   struct KeyState {
-    std::uint64_t seq = 0;  // relevant notifications so far
-    std::map<std::string, int> owners;         // armed owners -> how many waiters
     std::map<std::uint64_t, WaitState> waits;  // by Waiter::id
   };
   struct Channel {
@@ -141,7 +144,9 @@ class Listener {
   // Makes the waiter's wait armed and its channel LISTENed.
   bool Arm(const Waiter& waiter);
   // With mu_ held: counts the wait as armed on its channel.
-  void ArmLocked(KeyState& state, WaitState& wait, int channel);
+  void ArmLocked(WaitState& wait, int channel);
+  // With mu_ held: every wait looks again (a notification may be lost).
+  void NotifyAllLocked();
   void StartThreadLocked();
   // With mu_ held: the waiter's state, or null.
   WaitState* FindLocked(std::uint64_t key_hash, std::uint64_t id);
@@ -167,7 +172,7 @@ class Listener {
   void DropConnectionLocked();
   void DispatchLocked();
   void UnlistenIdleLocked();
-  void Disarm(KeyState& state, WaitState& wait, int channel);
+  void Disarm(WaitState& wait, int channel);
   void WakeThread();
 
   const ConnInfo info_;

@@ -15,6 +15,8 @@
 
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_util.h"
+#include "backends/postgres/pg_values.h"
+#include "backends/postgres/postgres_backend_impl.h"
 #include "backends/postgres/postgres_sql.h"
 #include "core/duration.h"
 #include "core/tls_files.h"
@@ -23,17 +25,12 @@ namespace dlock::postgres {
 namespace {
 
 using std::chrono::milliseconds;
-using SteadyClock = std::chrono::steady_clock;
 
 // A renewal waits at most this fraction of its shortest TTL (and at least
 // kMinRenewBudget): a renewal answered later is useless anyway (the core
 // retries at ttl/10), and one stuck for long would hold up loss detection.
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
-// A waiting acquire that begins this soon after this backend's own release
-// of the key leaves the nudge to the head that release told (see
-// PostgresBackend::NoteReleased).
-constexpr milliseconds kJustReleased{1000};
 
 // The sweep of free rows (postgres_sql.cc, kSweepSql): how often, and how
 // much at a time. A batch keeps grants out for as long as its DELETE of at
@@ -62,232 +59,6 @@ std::optional<std::string> PrefixEnd(std::string_view prefix) {
   return std::nullopt;
 }
 
-// Parameters of one statement: bytea in binary (any bytes, no escaping),
-// everything else as text.
-class Params {
- public:
-  Params& Bytes(std::string_view value) {
-    Add(std::string(value), 1);
-    return *this;
-  }
-  Params& Text(std::string value) {
-    Add(std::move(value), 0);
-    return *this;
-  }
-  Params& Int(std::int64_t value) { return Text(std::to_string(value)); }
-  Params& Null() {
-    values_.emplace_back();
-    null_.push_back(true);
-    formats_.push_back(0);
-    return *this;
-  }
-
-  int size() const { return static_cast<int>(values_.size()); }
-  // Valid while this object lives and is not changed.
-  void Fill(std::vector<const char*>* values, std::vector<int>* lengths) const {
-    values->clear();
-    lengths->clear();
-    for (std::size_t i = 0; i < values_.size(); ++i) {
-      values->push_back(null_[i] ? nullptr : values_[i].data());
-      lengths->push_back(static_cast<int>(values_[i].size()));
-    }
-  }
-  const int* formats() const { return formats_.data(); }
-
- private:
-  void Add(std::string value, int format) {
-    values_.push_back(std::move(value));
-    null_.push_back(false);
-    formats_.push_back(format);
-  }
-  std::vector<std::string> values_;
-  std::vector<bool> null_;
-  std::vector<int> formats_;
-};
-
-std::string ArrayLiteral(const std::vector<std::string>& items) {
-  // Only hex digits and decimal numbers go in here: nothing to quote.
-  std::string out = "{";
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ',';
-    out += items[i];
-  }
-  return out + "}";
-}
-
-bool IsNull(const PGresult* r, int row, int col) { return PQgetisnull(r, row, col) != 0; }
-std::string Value(const PGresult* r, int row, int col) {
-  return std::string(PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col)));
-}
-std::int64_t IntValue(const PGresult* r, int row, int col) {
-  return std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
-}
-
-class PostgresAcquisition;
-
-class PostgresBackend final : public Backend {
- public:
-  explicit PostgresBackend(PostgresOptions options)
-      : options_(std::move(options)),
-        clock_(options_.clock ? options_.clock : DefaultClock()),
-        tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
-                QuoteIdentifier(options_.table + "_done"),
-                QuoteIdentifier(options_.table + "_tokens"),
-                QuoteIdentifier(options_.table + "_breaks")},
-        listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
-
-  Status Init() {
-    std::unique_lock lock(mu_);
-    DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
-                                                "open the lock store"));
-    sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
-    return Status::Ok();
-  }
-
-  // Always a single attempt, even with queue_ttl > 0: waiters queue only
-  // through Begin.
-  Result<Attempt> TryAcquire(const LeaseRequest& request) override;
-  std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
-  Status Release(std::string_view key, const OwnerId& owner) override;
-  std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
-  Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
-  std::string Describe() const override { return options_.describe; }
-  bool SupportsLockDelay() const override { return true; }
-  bool SupportsSharing() const override { return true; }
-  Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
-  Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
-  Result<bool> IsDone(std::string_view key) override;
-  Status MarkDone(std::string_view key, const OwnerId& owner,
-                  std::chrono::milliseconds keep) override;
-  Status RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) override;
-  Result<std::vector<BreakRecord>> Breaks(std::string_view prefix) override;
-  Status Ping() override { return Run("dlock_ping", Params(), CallDeadline(), "ping").status(); }
-
- private:
-  friend class PostgresAcquisition;
-
-  // What a waiting attempt sends beyond a single attempt's parameters.
-  struct QueueArgs {
-    std::uint64_t key_hash = 0;
-    // False: do not wake the head of the queue when refused on a free key.
-    bool may_nudge = true;
-  };
-
-  SteadyTime CallDeadline() const { return SteadyClock::now() + options_.connect_timeout; }
-
-  // One attempt of a valid request: a single one (queue null) or a waiting
-  // one, which takes or refreshes the owner's place in the queue.
-  Result<Attempt> RunAttempt(const LeaseRequest& request, const QueueArgs* queue);
-  // The general release: frees any holding of `owner` and its place in the
-  // queue, and tells kNotOwner from "nobody holds it".
-  Status ReleaseAndLeaveQueue(std::string_view key, const std::string& owner, SteadyTime deadline);
-  Params ReleaseParams(std::string_view key, const std::string& owner) const;
-  // Acquisition::Wait for a waiter of this backend's listener.
-  bool WaitFor(const Listener::Waiter& waiter, TimePoint until, std::stop_token stop);
-
-  // Runs prepared statement `name` on the operations connection, connecting
-  // first if needed; all of it before `deadline`.
-  Result<PgResultHandle> Run(const char* name, const Params& params, SteadyTime deadline,
-                             const std::string& what);
-  Result<PgResultHandle> RunForPrefix(const char* statement, std::string_view prefix,
-                                      const std::string& what);
-  static Status ReadKeyAndOwner(const PGresult* r, int row, const std::string& table,
-                                const std::string& what, std::string* key, OwnerId* owner);
-  Status EnsureConnectedLocked(SteadyTime deadline, const std::string& what);
-  // Checks the tables (creating or migrating them when needed) and
-  // prepares the statements on a new connection.
-  Status SetUpSessionLocked(PGconn* conn, SteadyTime deadline);
-  // Whether the tables must be created or migrated; kFailedPrecondition
-  // when one exists but is not dlock's.
-  Result<bool> CheckTablesLocked(PGconn* conn, SteadyTime deadline);
-  Status CreateTablesLocked(PGconn* conn, SteadyTime deadline);
-
-  // Deleting the rows of keys nobody holds (SweepSql): every kSweepEvery,
-  // while this backend released something not yet swept, in batches while
-  // they come back full (a bounded number per round); and once as it
-  // closes.
-  void SweepLoop(std::stop_token stop);
-  void NoteReleaseForSweep();
-  Result<std::int64_t> SweepOn(PgConnHandle& conn, SteadyTime deadline);
-
-  // The last release by this backend of a key, which NOTIFYed the head of
-  // its queue: a waiting acquire of that key that begins at once (a process
-  // queueing again right after its release) need not nudge the head on its
-  // first attempt: that release told the head, and the head, if refused
-  // because another place turned out first, nudges that one itself. Saves
-  // a NOTIFY (a database-wide lock at commit, and a signal to every
-  // listener) per contended hand-off.
-  void NoteReleased(std::string_view key) {
-    std::lock_guard lock(releases_mu_);
-    if (recent_releases_.size() > 1024) recent_releases_.clear();
-    recent_releases_[std::string(key)] = SteadyClock::now();
-  }
-  // Whether this backend released the key within kJustReleased; forgets
-  // that release.
-  bool TakeRecentRelease(std::string_view key) {
-    std::lock_guard lock(releases_mu_);
-    auto it = recent_releases_.find(std::string(key));
-    if (it == recent_releases_.end()) return false;
-    const bool recent = SteadyClock::now() - it->second < kJustReleased;
-    recent_releases_.erase(it);
-    return recent;
-  }
-
-  const PostgresOptions options_;
-  const std::shared_ptr<Clock> clock_;
-  const TableNames tables_;
-
-  std::mutex releases_mu_;
-  std::map<std::string, SteadyTime> recent_releases_;
-
-  TimedMutex mu_;  // guards conn_ and the two below
-  PgConnHandle conn_;
-  bool awaiting_stale_reply_ = false;  // a timed-out statement's reply is due
-  SteadyTime stale_since_{};
-
-  Listener listener_;
-  // When this backend last released a key or wrote a record that expires
-  // (steady clock ticks); 0 when every row it freed has been swept since.
-  std::atomic<SteadyTime::rep> released_at_{0};
-  std::jthread sweeper_;  // last: stopped and joined before the rest goes
-};
-
-// One acquire of one key by one owner (Backend::Begin). A waiting one
-// (queue_ttl > 0) keeps a place in the key's queue between its attempts and
-// waits as a Listener waiter; a single one (queue_ttl 0) is one TryAcquire
-// per Try. Its calls may come from different threads, one after the other.
-class PostgresAcquisition final : public Acquisition {
- public:
-  PostgresAcquisition(PostgresBackend& backend, LeaseRequest request);
-  ~PostgresAcquisition() override;
-
-  Result<Attempt> Try() override;
-  bool Wait(TimePoint until, std::stop_token stop) override;
-  // Wait's callback form, over the same listener (Listener::Notify).
-  bool Notify(std::function<void()> wake) override;
-  void StopNotify() override;
-  void Abandon() override;
-
- private:
-  bool waiting() const { return request_.queue_ttl > milliseconds(0); }
-  // One attempt; a waiting one first tells the listener.
-  Result<Attempt> Send();
-
-  PostgresBackend& backend_;
-  const LeaseRequest request_;
-  const Status valid_;  // the request's validation
-  const Listener::Waiter waiter_;
-  // False for the first attempt of an acquire that follows this backend's
-  // own release of the key (PostgresBackend::NoteReleased).
-  bool may_nudge_ = true;
-  // A waiting attempt was sent and no grant answered it: the owner may
-  // have a place in the queue.
-  bool may_hold_place_ = false;
-  // The last attempt's outcome is unknown: it may have granted.
-  bool may_be_granted_ = false;
-  bool granted_ = false;
-};
-
 // Runs `sql` on a connection being set up (before any PREPARE), with text
 // parameters.
 Result<PgResultHandle> Exec(PGconn* conn, const std::string& sql,
@@ -301,6 +72,25 @@ Result<PgResultHandle> Exec(PGconn* conn, const std::string& sql,
                                            nullptr, values.data(), nullptr, nullptr, 0);
   if (sent == 0) return FromPg(conn, nullptr, what, where);
   return Await(conn, deadline, what, where);
+}
+
+}  // namespace
+
+PostgresBackend::PostgresBackend(PostgresOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : DefaultClock()),
+      tables_{QuoteIdentifier(options_.table), QuoteIdentifier(options_.table + "_queue"),
+              QuoteIdentifier(options_.table + "_done"),
+              QuoteIdentifier(options_.table + "_tokens"),
+              QuoteIdentifier(options_.table + "_breaks")},
+      listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
+
+Status PostgresBackend::Init() {
+  std::unique_lock lock(mu_);
+  DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
+                                              "open the lock store"));
+  sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
+  return Status::Ok();
 }
 
 Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
@@ -372,8 +162,8 @@ Status PostgresBackend::EnsureConnectedLocked(SteadyTime deadline, const std::st
   return Status::Ok();
 }
 
-Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& params,
-                                            SteadyTime deadline, const std::string& what) {
+Result<std::unique_lock<TimedMutex>> PostgresBackend::TakeConnection(SteadyTime deadline,
+                                                                     const std::string& what) {
   std::unique_lock lock(mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) {
     return UnavailableError(what + " (" + options_.describe + ")" +
@@ -396,6 +186,12 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
     awaiting_stale_reply_ = false;
   }
   DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(deadline, what));
+  return lock;
+}
+
+Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& params,
+                                            SteadyTime deadline, const std::string& what) {
+  DLOCK_ASSIGN_OR_RETURN(std::unique_lock<TimedMutex> lock, TakeConnection(deadline, what));
   std::vector<const char*> values;
   std::vector<int> lengths;
   params.Fill(&values, &lengths);
@@ -418,6 +214,15 @@ Result<PgResultHandle> PostgresBackend::Run(const char* name, const Params& para
   return result;
 }
 
+Result<PipelineOutcome> PostgresBackend::RunMany(std::span<const PreparedCall> calls,
+                                                 SteadyTime deadline, const std::string& what) {
+  DLOCK_ASSIGN_OR_RETURN(std::unique_lock<TimedMutex> lock, TakeConnection(deadline, what));
+  auto outcome = RunPipeline(conn_.get(), calls, deadline, what, options_.describe);
+  // Cut off mid-pipeline, the connection is in no state to reuse.
+  if (!outcome.ok()) conn_.reset();
+  return outcome;
+}
+
 Status ValidateRequest(const LeaseRequest& request) {
   DLOCK_RETURN_IF_ERROR(ValidateKey(request.key));
   DLOCK_RETURN_IF_ERROR(ValidateTtl(request.ttl));
@@ -433,8 +238,6 @@ Status ValidateRequest(const LeaseRequest& request) {
   return Status::Ok();
 }
 
-// Both acquire forms answer (token or NULL, ms the holder has left or NULL),
-// the lean form with a third column.
 Result<Attempt> ReadAttempt(const PGresult* r, int columns, const std::string& what,
                             const std::string& where) {
   DLOCK_RETURN_IF_ERROR(CheckShape(r, columns, 1, what, where));
@@ -453,8 +256,7 @@ Result<Attempt> PostgresBackend::TryAcquire(const LeaseRequest& request) {
   return RunAttempt(request, nullptr);
 }
 
-Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const QueueArgs* queue) {
-  const bool waiting = queue != nullptr;
+Params PostgresBackend::AttemptParams(const LeaseRequest& request, const QueueArgs* queue) const {
   Params params;
   params.Bytes(request.key)
       .Text(request.owner.ToString())
@@ -462,25 +264,75 @@ Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const Q
       .Int(request.lock_delay.count())
       .Text(request.label)
       .Int(static_cast<std::int64_t>(request.limit));
-  if (waiting) {
+  if (queue != nullptr) {
     params.Int(request.queue_ttl.count())
         .Text(ChannelName(options_.table, queue->key_hash))
         .Text(KeyHashText(queue->key_hash))
         .Text(queue->may_nudge ? "t" : "f");
   }
+  return params;
+}
+
+SingleForm FirstSingleForm(const LeaseRequest& request) {
+  return request.limit == 1 ? SingleForm::kLean : SingleForm::kFresh;
+}
+
+SingleForm NextSingleForm(SingleForm form) {
+  return form == SingleForm::kLean ? SingleForm::kFresh : SingleForm::kTemplate;
+}
+
+const char* SingleStatement(SingleForm form) {
+  switch (form) {
+    case SingleForm::kLean: return "dlock_acquire_once_lean";
+    case SingleForm::kFresh: return "dlock_acquire_once_fresh";
+    case SingleForm::kTemplate: break;
+  }
+  return "dlock_acquire_once";
+}
+
+Result<std::optional<Attempt>> ReadSingle(SingleForm form, const PGresult* r,
+                                          const std::string& what, const std::string& where) {
+  switch (form) {
+    case SingleForm::kLean:
+      DLOCK_RETURN_IF_ERROR(CheckShape(r, 3, 1, what, where));
+      if (Value(r, 0, 2) == "t") return std::optional<Attempt>();  // no row, or sharers
+      break;
+    case SingleForm::kFresh: {
+      DLOCK_RETURN_IF_ERROR(CheckShape(r, 1, 0, what, where));
+      if (PQntuples(r) == 0) return std::optional<Attempt>();  // a row, or waiters
+      Attempt granted;
+      granted.granted = true;
+      granted.token = static_cast<FencingToken>(IntValue(r, 0, 0));
+      return std::optional<Attempt>(granted);
+    }
+    case SingleForm::kTemplate:
+      break;
+  }
+  DLOCK_ASSIGN_OR_RETURN(Attempt attempt,
+                         ReadAttempt(r, form == SingleForm::kLean ? 3 : 2, what, where));
+  return std::optional<Attempt>(attempt);
+}
+
+Result<Attempt> PostgresBackend::RunAttempt(const LeaseRequest& request, const QueueArgs* queue) {
+  const Params params = AttemptParams(request, queue);
   const std::string what = "acquire " + request.key;
   const SteadyTime deadline = CallDeadline();
+  if (queue == nullptr) {
+    for (SingleForm form = FirstSingleForm(request);; form = NextSingleForm(form)) {
+      DLOCK_ASSIGN_OR_RETURN(PgResultHandle r, Run(SingleStatement(form), params, deadline, what));
+      DLOCK_ASSIGN_OR_RETURN(std::optional<Attempt> decided,
+                             ReadSingle(form, r.get(), what, options_.describe));
+      if (decided) return *decided;
+    }
+  }
   if (request.limit == 1) {
     // The lean form first; the template when it cannot decide (no row for
     // the key yet, or sharers in it).
-    DLOCK_ASSIGN_OR_RETURN(
-        PgResultHandle lean,
-        Run(waiting ? "dlock_acquire_lean" : "dlock_acquire_once_lean", params, deadline, what));
+    DLOCK_ASSIGN_OR_RETURN(PgResultHandle lean, Run("dlock_acquire_lean", params, deadline, what));
     DLOCK_RETURN_IF_ERROR(CheckShape(lean.get(), 3, 1, what, options_.describe));
     if (Value(lean.get(), 0, 2) != "t") return ReadAttempt(lean.get(), 3, what, options_.describe);
   }
-  DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run(waiting ? "dlock_acquire" : "dlock_acquire_once",
-                                                  params, deadline, what));
+  DLOCK_ASSIGN_OR_RETURN(PgResultHandle full, Run("dlock_acquire", params, deadline, what));
   return ReadAttempt(full.get(), 2, what, options_.describe);
 }
 
@@ -513,7 +365,10 @@ Status PostgresBackend::ReleaseAndLeaveQueue(std::string_view key, const std::st
   const std::string what = "release " + std::string(key);
   DLOCK_ASSIGN_OR_RETURN(PgResultHandle result,
                          Run("dlock_release", ReleaseParams(key, owner), deadline, what));
-  const PGresult* r = result.get();
+  return ReadRelease(result.get(), what);
+}
+
+Status PostgresBackend::ReadRelease(const PGresult* r, const std::string& what) {
   NoteReleaseForSweep();
   DLOCK_RETURN_IF_ERROR(CheckShape(r, 2, 1, what, options_.describe));
   if (IntValue(r, 0, 0) > 0) return Status::Ok();
@@ -675,10 +530,10 @@ Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
   params.Bytes(prefix);
   if (end) {
     params.Bytes(*end);
-  } else {
-    params.Null();
+    return Run(statement, params, CallDeadline(), what);
   }
-  return Run(statement, params, CallDeadline(), what);
+  params.Null();
+  return Run((std::string(statement) + "_to_end").c_str(), params, CallDeadline(), what);
 }
 
 Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
@@ -728,7 +583,27 @@ void PostgresBackend::SweepLoop(std::stop_token stop) {
   }
   std::unique_lock busy(mu_, std::defer_lock);
   if (!busy.try_lock_until(deadline) || awaiting_stale_reply_ || !conn_) return;
+  // Usually there is nothing to sweep: ask first with a small prepared
+  // statement rather than have the server compile the sweep's DO block
+  // while the next `dlock exec` in line is being granted.
+  if (!SweepDueLocked(deadline)) return;
   (void)SweepOn(conn_, deadline);
+}
+
+bool PostgresBackend::SweepDueLocked(SteadyTime deadline) {
+  Params params;
+  params.Int(kSweepEvery.count());
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  params.Fill(&values, &lengths);
+  if (PQsendQueryPrepared(conn_.get(), "dlock_sweep_due", params.size(), values.data(),
+                          lengths.data(), params.formats(), 0) == 0) {
+    return false;
+  }
+  auto due = Await(conn_.get(), deadline, "ask whether to sweep", options_.describe);
+  // Cut off or failed: the connection goes with the backend anyway.
+  return due.ok() && PQntuples(due->get()) == 1 && PQnfields(due->get()) == 1 &&
+         Value(due->get(), 0, 0) == "t";
 }
 
 // One batch on `conn` (opened first when null; dropped after a failure
@@ -871,6 +746,8 @@ Result<std::vector<BreakRecord>> PostgresBackend::Breaks(std::string_view prefix
   }
   return records;
 }
+
+namespace {
 
 // [a-z_][a-z0-9_]{0,55}: a plain identifier that needs no quoting rules
 // beyond double quotes, and leaves room for the "_tokens" suffix.

@@ -5,16 +5,24 @@
 namespace dlock::postgres {
 
 // Session set-up, one round trip: do the tables exist and are they dlock's;
-// and a session that would commit asynchronously (synchronous_commit=off
+// a session that would commit asynchronously (synchronous_commit=off
 // could lose the last grants, and so reissue a token, in a server crash)
-// commits durably instead.
+// commits durably instead; and the session plans each statement once
+// (plan_cache_mode). By default PostgreSQL plans a prepared statement
+// afresh at each of its first five runs, and most dlock sessions are short
+// (`dlock exec`): a waiter's grant was planned anew in the middle of every
+// hand-off, 0.2-0.7 ms of the server's time for the acquire's plan
+// (docs/benchmarks-postgres.md, Session 7). Every statement is written to
+// have a good generic plan (keys found by equality, or by a range of two
+// parameters).
 const char* const kCheckSql = R"sql(
 SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class'),
        to_regclass($2) IS NOT NULL, obj_description(to_regclass($2), 'pg_class'),
        CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', false) END,
        to_regclass($3) IS NOT NULL, obj_description(to_regclass($3), 'pg_class'),
-       to_regclass($4) IS NOT NULL, obj_description(to_regclass($4), 'pg_class')
+       to_regclass($4) IS NOT NULL, obj_description(to_regclass($4), 'pg_class'),
+       set_config('plan_cache_mode', 'force_generic_plan', false)
 )sql";
 
 namespace {
@@ -307,6 +315,29 @@ SELECT (SELECT token FROM granted),
        NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND sharers = '[]'::jsonb){queue_counts}
 )sql";
 
+// The fresh form: a single attempt (any limit) on a key without a row —
+// never granted, or its row swept — when nobody else has a live place in
+// its queue, which the template would grant as here: the row made with the
+// sequence's next token. Nothing returned when the key has a row (made
+// meanwhile too: the insert then waits for it and does nothing) or others
+// wait; the template decides then. The sequence is read only when the row
+// is to be made. A statement a fraction of the template's size: the
+// template's plan is large, and preparing its executor for each run is
+// most of what a grant of a new key costs the server
+// (docs/benchmarks-postgres.md, Session 7).
+constexpr const char* kAcquireFreshSql = R"sql(
+INSERT INTO {t} (key, owner, token, holder_token, expires_at, acquired_at, ttl_ms,
+                 lock_delay_ms, label, holder_limit, sharers, layout)
+SELECT $1, $2, n.token, n.token, c.now + $3 * interval '1 millisecond', c.now, $3, $4, $5, $6,
+       '[]', 3
+FROM (SELECT clock_timestamp() AS now) AS c, (SELECT nextval('{s}') AS token) AS n
+WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1)
+  AND NOT EXISTS (SELECT 1 FROM {q} WHERE key = $1 AND owner <> $2
+                                      AND expires_at > clock_timestamp())
+ON CONFLICT (key) DO NOTHING
+RETURNING holder_token
+)sql";
+
 // The lean forms' one placeholder: our own live holding (a retried request),
 // on the row `l` being updated at `c.now`.
 const std::map<std::string, std::string>& LeanConditions() {
@@ -531,6 +562,20 @@ WHERE l.key = decode(r.key_hex, 'hex')
 RETURNING encode(l.key, 'hex'), r.owner
 )sql";
 
+// Keep waiters' places (Backend::KeepPlaces), one statement for a batch:
+// $1 keys (hex), $2 owners, $3 queue ttls in ms, as arrays. Only a live
+// place is extended, by the server's clock: a lapsed one has lost its turn
+// (an attempt would queue it again at the back), and a holder has none (a
+// waiting grant deletes its owner's place). The locks table is not
+// touched, so no holding is. The queue is UNLOGGED: no WAL flush.
+constexpr const char* kKeepPlacesSql = R"sql(
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+UPDATE {q} AS w SET expires_at = c.now + r.ttl_ms * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms), c
+WHERE w.key = decode(r.key_hex, 'hex') AND w.owner = r.owner AND w.expires_at > c.now
+RETURNING encode(w.key, 'hex'), w.owner
+)sql";
+
 // Ping (`dlock bench`'s floor): one durable single-row write of the kind a
 // grant is, on a row no lock can use (its key starts with a NUL byte, which
 // lock keys never hold, and it never has an owner).
@@ -550,7 +595,7 @@ SELECT encode(l.key, 'hex'), l.owner, coalesce(l.holder_token, l.token),
        floor(extract(epoch FROM c.now - l.acquired_at) * 1000)::bigint,
        coalesce(l.label, ''), l.holder_limit
 FROM {t} AS l, c
-WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+WHERE l.key >= $1 AND {l_before_end}
   AND l.owner IS NOT NULL AND l.expires_at > c.now
 UNION ALL
 SELECT encode(l.key, 'hex'), e->>'o', (e->>'t')::bigint,
@@ -559,7 +604,7 @@ SELECT encode(l.key, 'hex'), e->>'o', (e->>'t')::bigint,
        floor(extract(epoch FROM c.now - (e->>'a')::timestamptz) * 1000)::bigint,
        e->>'b', (e->>'l')::bigint
 FROM {t} AS l, c, jsonb_array_elements(l.sharers) AS e
-WHERE l.key >= $1 AND ($2::bytea IS NULL OR l.key < $2)
+WHERE l.key >= $1 AND {l_before_end}
   AND (e->>'x')::timestamptz > c.now
 ORDER BY 1, 3
 )sql";
@@ -568,7 +613,7 @@ constexpr const char* kWaitersSql = R"sql(
 SELECT encode(key, 'hex'), owner, holder_limit, label,
        floor(extract(epoch FROM clock_timestamp() - enqueued_at) * 1000)::bigint
 FROM {q}
-WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND expires_at > clock_timestamp()
+WHERE key >= $1 AND {before_end} AND expires_at > clock_timestamp()
 ORDER BY key, enqueued_at, owner
 )sql";
 
@@ -610,7 +655,7 @@ constexpr const char* kBreaksSql = R"sql(
 SELECT encode(key, 'hex'), owner, token, label, broken_by, break_token,
        floor(extract(epoch FROM at) * 1000)::bigint
 FROM {b}
-WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+WHERE key >= $1 AND {before_end}
   AND (keep_until IS NULL OR keep_until > clock_timestamp())
 ORDER BY key, at
 )sql";
@@ -677,14 +722,31 @@ constexpr const char* kFreeRowSql =
     "WHERE (e->>'u')::timestamptz > clock_timestamp()) "
     "AND l.key <> '\\x00646c6f636b2070696e67'::bytea)";
 
+// Whether the sweep would find anything to delete now ($1: kSweepSql's
+// idle, in ms): what a closing backend asks before it sweeps. The sweep is
+// a DO block, which the server compiles at each run (1.3 ms of its time),
+// and a closing `dlock exec` runs it just as the next one in line is being
+// granted. A looser test than the sweep's own (sharers and lock-delays
+// aside), so that it costs little to plan: a "yes" too many costs one
+// sweep that deletes nothing.
+constexpr const char* kSweepDueSql = R"sql(
+SELECT EXISTS (SELECT 1 FROM {t} AS l
+               WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                 AND (l.acquired_at IS NULL
+                      OR l.acquired_at <= clock_timestamp() - $1 * interval '1 millisecond')
+                 AND l.key <> '\x00646c6f636b2070696e67'::bytea)
+    OR EXISTS (SELECT 1 FROM {q} WHERE expires_at <= clock_timestamp())
+    OR EXISTS (SELECT 1 FROM {d} WHERE keep_until <= clock_timestamp())
+)sql";
+
 // Backend::StoredObjects: rows and queue places of keys in [$1, $2), the
 // ping row aside.
 constexpr const char* kCountSql = R"sql(
-SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2)
+SELECT (SELECT count(*) FROM {t} WHERE key >= $1 AND {before_end}
           AND key <> '\x00646c6f636b2070696e67'::bytea)
-     + (SELECT count(*) FROM {q} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
-     + (SELECT count(*) FROM {d} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
-     + (SELECT count(*) FROM {b} WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2))
+     + (SELECT count(*) FROM {q} WHERE key >= $1 AND {before_end})
+     + (SELECT count(*) FROM {d} WHERE key >= $1 AND {before_end})
+     + (SELECT count(*) FROM {b} WHERE key >= $1 AND {before_end})
 )sql";
 
 std::string Substitute(std::string text, const std::map<std::string, std::string>& values) {
@@ -745,18 +807,30 @@ std::string PrepareStatementsSql(const TableNames& tables) {
       Substitute(AcquireSql(kAcquireLeanTemplate, true), LeanConditions()));
   add("dlock_acquire_once_lean", once_types,
       Substitute(AcquireSql(kAcquireLeanTemplate, false), LeanConditions()));
+  add("dlock_acquire_once_fresh", once_types, kAcquireFreshSql);
   add("dlock_release", "(bytea, text, text, text)", Substitute(kReleaseSql, ReleaseConditions()));
   add("dlock_release_lean", "(bytea, text, text, text)",
       Substitute(kReleaseLeanSql, ReleaseConditions()));
   add("dlock_renew", "(text[], text[], bigint[])", kRenewSql);
-  add("dlock_list", "(bytea, bytea)", kListSql);
+  add("dlock_keep_places", "(text[], text[], bigint[])", kKeepPlacesSql);
+  // Each listing in two forms: keys in [$1, $2), and from $1 on (no key
+  // is past the prefix; $2 is NULL). One form with "($2 IS NULL OR key <
+  // $2)" would have a generic plan that scans the whole table.
+  auto add_range = [&](const std::string& name, const char* sql) {
+    add(name.c_str(), "(bytea, bytea)",
+        Substitute(sql, {{"before_end", "key < $2"}, {"l_before_end", "l.key < $2"}}));
+    add((name + "_to_end").c_str(), "(bytea, bytea)",
+        Substitute(sql, {{"before_end", "$2::bytea IS NULL"}, {"l_before_end", "$2::bytea IS NULL"}}));
+  };
+  add_range("dlock_list", kListSql);
   add("dlock_ping", "", kPingSql);
-  add("dlock_waiters", "(bytea, bytea)", kWaitersSql);
+  add_range("dlock_waiters", kWaitersSql);
   add("dlock_mark_done", "(bytea, text, bigint)", kMarkDoneSql);
   add("dlock_is_done", "(bytea)", kIsDoneSql);
-  add("dlock_count", "(bytea, bytea)", kCountSql);
+  add_range("dlock_count", kCountSql);
   add("dlock_record_break", "(bytea, text, bigint, text, text, bigint, bigint)", kRecordBreakSql);
-  add("dlock_breaks", "(bytea, bytea)", kBreaksSql);
+  add_range("dlock_breaks", kBreaksSql);
+  add("dlock_sweep_due", "(bigint)", kSweepDueSql);
   return prepare + "END\n$dlock_prepare$;\n";
 }
 

@@ -63,10 +63,12 @@ std::string SweepSql(const TableNames& tables, int batch, std::chrono::milliseco
 
 // PREPAREs every statement the backend runs: dlock_acquire,
 // dlock_acquire_once, dlock_acquire_lean, dlock_acquire_once_lean,
-// dlock_release, dlock_release_lean, dlock_renew, dlock_list, dlock_ping,
-// dlock_waiters, dlock_mark_done, dlock_is_done, dlock_count,
-// dlock_record_break, dlock_breaks. One DO block, each statement
-// prepared by its own EXECUTE, so that its source text is its own.
+// dlock_acquire_once_fresh, dlock_release, dlock_release_lean,
+// dlock_renew, dlock_keep_places, dlock_list, dlock_ping, dlock_waiters,
+// dlock_mark_done, dlock_is_done, dlock_count, dlock_record_break,
+// dlock_breaks (the four listings also as <name>_to_end, for a prefix no
+// key is past), dlock_sweep_due. One DO block, each statement prepared by
+// its own EXECUTE, so that its source text is its own.
 std::string PrepareStatementsSql(const TableNames& tables);
 
 }  // namespace dlock::postgres

@@ -29,6 +29,7 @@
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_util.h"
 #include "backends/postgres/postgres_backend.h"
+#include "backends/postgres/postgres_sql.h"
 #include "core/registry.h"
 #include "core/uri.h"
 #include "dlock/client.h"
@@ -995,6 +996,33 @@ TEST_F(PostgresBackendTest, PingWritesARowNoLockCanUse) {
   auto all = b->List("");
   ASSERT_TRUE(all.ok()) << all.status().ToString();
   for (const HolderInfo& h : *all) EXPECT_NE(h.key.front(), '\0') << "ping row listed";
+}
+
+// dlock's sessions plan each statement once, generically (plan_cache_mode
+// in kCheckSql). A listing of a prefix must then still find its keys by
+// the key's index: with "$2 IS NULL OR key < $2", the generic plan scanned
+// the whole locks table.
+TEST_F(PostgresBackendTest, ListingsHaveGenericPlansThatUseTheKeyIndex) {
+  const std::string table = Unique("plans");
+  ASSERT_NE(Raw(WithParam(ServerUri(), "table=" + table)), nullptr);  // makes the tables
+  auto admin = AdminConnect();
+  const std::string locks = "\"" + table + "\"";
+  Query(admin.get(), "INSERT INTO " + locks + " (key, token, layout) SELECT convert_to('fill/' "
+                     "|| g, 'UTF8'), 1, 3 FROM generate_series(1, 20000) AS g");
+  Query(admin.get(), "ANALYZE " + locks);
+  Query(admin.get(), "SET plan_cache_mode = force_generic_plan");
+  auto quoted = [&](const std::string& suffix) { return "\"" + table + suffix + "\""; };
+  Query(admin.get(), PrepareStatementsSql({quoted(""), quoted("_queue"), quoted("_done"),
+                                           quoted("_tokens"), quoted("_breaks")}));
+  for (const char* listing : {"dlock_list", "dlock_waiters", "dlock_count", "dlock_breaks"}) {
+    PGresult* r = PQexec(admin.get(), ("EXPLAIN EXECUTE " + std::string(listing) +
+                                       "('fill/1', 'fill/2')").c_str());
+    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQresultErrorMessage(r);
+    std::string plan;
+    for (int row = 0; row < PQntuples(r); ++row) plan += std::string(PQgetvalue(r, row, 0)) + "\n";
+    PQclear(r);
+    EXPECT_EQ(plan.find("Seq Scan on " + table + " "), std::string::npos) << listing << ":\n" << plan;
+  }
 }
 
 TEST_F(PostgresBackendTest, KeysAreBytesNotText) {

@@ -162,6 +162,36 @@ TEST_F(PostgresNotifyTest, ANotificationWakesOnlyTheOwnerItNames) {
   EXPECT_EQ(l->PendingWakes(), 0u);
 }
 
+// A blocking Wait() is as targeted as Notify(): a notification naming one
+// owner ends that owner's wait only, one naming nobody every wait. (Each
+// release used to end the Wait() of every waiter of the key in the
+// process, and all but the head were then refused: a herd.)
+TEST_F(PostgresNotifyTest, ANotificationEndsOnlyTheBlockingWaitOfTheOwnerItNames) {
+  ListenerUnderTest l(KeyHash(Unique("k")));
+  const auto a = l.NewWaiter("1-1"), b = l.NewWaiter("2-2");
+  Wakes a_wakes;
+  Settle(l, a, a_wakes);
+  l.Refused(a);
+  l.Refused(b);
+  std::atomic<bool> a_waited{false};
+  {
+    std::jthread waiting([&](std::stop_token stop) {
+      (void)l->Wait(a, Steady::now() + kPatience, stop);
+      a_waited = true;
+    });
+    l.Send("1-1");
+    ASSERT_TRUE(Eventually([&] { return l->Notified(a); }, kPatience)) << "1-1 was not told";
+    // Both waits were judged under one lock: b's is final.
+    EXPECT_FALSE(l->Notified(b)) << "the notification naming 1-1 ended the wait of 2-2";
+    EXPECT_TRUE(Eventually([&] { return a_waited.load(); }, kPatience)) << "1-1 waits on";
+  }
+  l.Send("");
+  EXPECT_TRUE(Eventually([&] { return l->Notified(b); }, kPatience))
+      << "a notification naming nobody did not end every wait";
+  l->Forget(a);
+  l->Forget(b);
+}
+
 // The release comes after the attempt began but before the Notify: the
 // Notify must answer at once, or the waiter sleeps out its refresh.
 TEST_F(PostgresNotifyTest, ANotificationBetweenAttemptAndNotifyIsNotLost) {
