@@ -36,10 +36,23 @@ NextStep AcquireProgress::After(const Result<Attempt>& attempt, TimePoint now) {
     if (wait_ && !held_since_) held_since_ = now;
   }
   if (now >= deadline_) return {NextStep::Kind::kFail, GaveUp(attempt)};
-  TimePoint until = places_kept_ ? deadline_ : std::min(deadline_, now + kQueueTtl / 3);
   const milliseconds holder_left = attempt.ok() ? attempt->holder_ttl_remaining : milliseconds(0);
+  TimePoint until = deadline_;
+  if (const std::optional<Duration> bound = PlaceBound(holder_left)) {
+    until = std::min(until, now + *bound);
+  }
   if (holder_left > milliseconds(0)) until = std::min(until, now + holder_left);
   return {NextStep::Kind::kWait, Status::Ok(), until, attempt.ok()};
+}
+
+std::optional<Duration> AcquireProgress::PlaceBound(milliseconds holder_left) const {
+  // An attempt keeps the place unless the PlaceKeeper does.
+  if (!places_kept_) return kQueueTtl / 3;
+  // Refused with no holder known: a place ahead blocks it. If that place's
+  // waiter died, the place lapses within kQueueTtl, and not every store
+  // notifies a lapse (only a release), so look again by then.
+  if (holder_left == milliseconds(0)) return kQueueTtl;
+  return std::nullopt;  // the holder's lease end bounds it
 }
 
 Status AcquireProgress::GaveUp(const Result<Attempt>& attempt) const {

@@ -57,6 +57,8 @@ class AcquireProgress {
 
  private:
   Status GaveUp(const Result<Attempt>& attempt) const;
+  // How long a waiting attempt may rest for its queue place's sake.
+  std::optional<Duration> PlaceBound(std::chrono::milliseconds holder_left) const;
 
   std::string key_;
   std::chrono::milliseconds wait_for_;

@@ -224,5 +224,24 @@ TEST_F(PlaceKeeperTest, ClosingTheClientEndsTheKeeping) {
   EXPECT_EQ(plan_->KeepPlacesCalls(), calls);
 }
 
+// With its place kept for it, a waiter still looks again within kQueueTtl
+// when its refusal named no holder: a place ahead blocks it, and if that
+// waiter died, only an attempt after its place lapsed finds the key free
+// (a store need not notify a lapse). Behind a holder, the holder's lease
+// end is the bound.
+TEST(AcquireProgressTest, AKeptPlaceRefusedWithNoHolderLooksAgainWithinAQueueTtl) {
+  const TimePoint now = TimePoint{} + seconds(100);
+  const TimePoint deadline = now + seconds(60);
+  internal::AcquireProgress progress("k", AcquireOptions{}, true, deadline, /*places_kept=*/true);
+  const internal::NextStep behind_place = progress.After(Attempt{}, now);
+  ASSERT_EQ(behind_place.kind, internal::NextStep::Kind::kWait);
+  EXPECT_EQ(behind_place.until, now + internal::kQueueTtl);
+  Attempt behind_holder;
+  behind_holder.holder_ttl_remaining = seconds(20);
+  const internal::NextStep step = progress.After(behind_holder, now);
+  ASSERT_EQ(step.kind, internal::NextStep::Kind::kWait);
+  EXPECT_EQ(step.until, now + seconds(20));
+}
+
 }  // namespace
 }  // namespace dlock
