@@ -222,9 +222,11 @@ class DLOCK_EXPORT Backend {
   // kNotFound place is not re-created: the waiter's next Try takes a new
   // one, at the back. When KeepsPlaces() is true an asynchronous waiter
   // makes no attempt to refresh its place, only when notified, at the
-  // holder's lease end or at its deadline: so the store's Notify must also
-  // say when a waiter reaches the head because a place ahead of it lapsed
-  // (its waiter died), as it does for a release.
+  // holder's lease end (Attempt::holder_ttl_remaining), kQueueTtl after a
+  // refusal that named no holder (a place ahead blocks it, and its waiter
+  // may have died), or at its deadline. So a Try after a place ahead lapsed
+  // must not count it; a store whose Notify also tells of such a lapse
+  // (SQLite) hands the key on sooner.
   virtual std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
   virtual bool KeepsPlaces() const { return false; }
 

@@ -9,9 +9,12 @@
 #ifndef DLOCK_TESTS_CONFORMANCE_KEEP_PLACES_CASES_H_
 #define DLOCK_TESTS_CONFORMANCE_KEEP_PLACES_CASES_H_
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -212,6 +215,99 @@ inline void KeepPlacesAnswersNotFoundWithoutAPlace(const OpenBackend& open,
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(kept[0].code(), StatusCode::kNotFound) << "a place kept after its waiter left";
   EXPECT_TRUE(store->Release(key, holder.owner).ok());
+}
+
+// Waits, as the core's asynchronous waiter does, until `waiter`'s store
+// says another Try may succeed or `rest` passes (the core's own bound:
+// the holder's lease end, or kQueueTtl when the attempt named no holder),
+// keeping `request`'s place meanwhile as the core's PlaceKeeper would. A
+// store that cannot notify is polled, as the core polls it. False when
+// `until` came first. `longest_gap` gets the longest time between keeps.
+inline bool WaitKeeping(Backend& store, Acquisition& waiter, const LeaseRequest& request,
+                        TimePoint rest, TimePoint until, Duration& longest_gap) {
+  struct Woken {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;
+  };
+  auto woken = std::make_shared<Woken>();
+  const bool notifies = waiter.Notify([woken] {
+    std::lock_guard lock(woken->mu);
+    woken->woken = true;
+    woken->cv.notify_all();
+  });
+  auto last_kept = MonotonicClock::now();
+  std::unique_lock lock(woken->mu);
+  while (!woken->woken && MonotonicClock::now() < until) {
+    woken->cv.wait_for(lock, request.queue_ttl / 5, [&] { return woken->woken; });
+    // Polled, or the core's bound: try again.
+    if (!notifies || MonotonicClock::now() >= rest) woken->woken = true;
+    if (woken->woken) break;
+    lock.unlock();
+    (void)KeepOne(store, request);
+    longest_gap = std::max(longest_gap, MonotonicClock::now() - last_kept);
+    last_kept = MonotonicClock::now();
+    lock.lock();
+  }
+  const bool got = woken->woken;
+  lock.unlock();
+  if (notifies) waiter.StopNotify();
+  return got;
+}
+
+// A waiter ahead that dies (never attempts again, never leaves) has its
+// place lapse; the waiter behind it, whose place is kept without attempts,
+// is granted the free key by the attempt the store's Notify or the core's
+// bound (kQueueTtl after a refusal that named no holder) brings: a Try
+// after a lapse must not find the lapsed place still ahead.
+inline void ALapsedPlaceAheadWakesTheWaiterBehindIt(const OpenBackend& open,
+                                                   const std::string& key) {
+  using std::chrono::milliseconds;
+  auto holder_store = open(), dead_store = open(), waiter_store = open();
+  ASSERT_TRUE(holder_store && dead_store && waiter_store);
+  const LeaseRequest holder{key, OwnerId(1, 1), milliseconds(20'000)};
+  auto held = GrantUntilAnswered(*holder_store, holder);
+  ASSERT_TRUE(held.ok() && held->granted) << held.status().ToString();
+  // A short lease too: a store that hands the key on at a release may
+  // have handed it to the dead waiter, whose lease must then run out.
+  LeaseRequest dead = Waiter(key, OwnerId(2, 2), milliseconds(1000));
+  dead.ttl = milliseconds(1000);
+  auto dead_waiter = dead_store->Begin(dead);
+  auto dead_queued = TryUntilAnswered(*dead_waiter);
+  ASSERT_TRUE(dead_queued.ok() && !dead_queued->granted) << dead_queued.status().ToString();
+  const LeaseRequest behind = Waiter(key, OwnerId(3, 3), milliseconds(2000));
+  auto waiter = waiter_store->Begin(behind);
+  auto turn = TryUntilAnswered(*waiter);
+  ASSERT_TRUE(turn.ok() && !turn->granted) << turn.status().ToString();
+  ASSERT_TRUE(holder_store->Release(key, holder.owner).ok());
+  // Far beyond the dead place's queue_ttl: reaching it means nobody woke
+  // the waiter. It bounds how long a failure takes, not a success.
+  const auto until = MonotonicClock::now() + milliseconds(20'000);
+  Duration longest_gap{0};
+  auto rest_after = [&](const Attempt& refused) {
+    const Duration bound = refused.holder_ttl_remaining > milliseconds(0)
+                               ? Duration(refused.holder_ttl_remaining)
+                               : Duration(milliseconds(3000));  // the core's kQueueTtl
+    return MonotonicClock::now() + bound;
+  };
+  while (turn.ok() && !turn->granted &&
+         WaitKeeping(*waiter_store, *waiter, behind, rest_after(*turn), until, longest_gap)) {
+    turn = TryUntilAnswered(*waiter);
+  }
+  const bool granted = turn.ok() && turn->granted;
+  if (granted) {
+    EXPECT_TRUE(waiter_store->Release(key, behind.owner).ok());
+  } else {
+    waiter->Abandon();
+  }
+  dead_waiter->Abandon();
+  if (longest_gap >= behind.queue_ttl) {
+    GTEST_SKIP() << "the machine stalled " << std::chrono::duration<double>(longest_gap).count()
+                 << " s between two keeps, longer than the place's queue_ttl";
+  }
+  ASSERT_TRUE(turn.ok()) << turn.status().ToString();
+  EXPECT_TRUE(granted) << "20 s after the release, the waiter behind a dead waiter's lapsed "
+                          "place was still refused";
 }
 
 }  // namespace dlock::testing

@@ -37,5 +37,9 @@ TEST_F(KeepPlacesConformanceTest, AnOwnerWithoutAPlaceIsNotFound) {
   testing::KeepPlacesAnswersNotFoundWithoutAPlace(Open(), UniqueKey("keep-none"));
 }
 
+TEST_F(KeepPlacesConformanceTest, ALapsedPlaceAheadWakesTheWaiterBehindIt) {
+  testing::ALapsedPlaceAheadWakesTheWaiterBehindIt(Open(), UniqueKey("keep-lapsed"));
+}
+
 }  // namespace
 }  // namespace dlock

@@ -34,5 +34,9 @@ TEST_F(InMemoryKeepPlacesTest, AnOwnerWithoutAPlaceIsNotFound) {
   testing::KeepPlacesAnswersNotFoundWithoutAPlace(Open(), "keep-none");
 }
 
+TEST_F(InMemoryKeepPlacesTest, ALapsedPlaceAheadWakesTheWaiterBehindIt) {
+  testing::ALapsedPlaceAheadWakesTheWaiterBehindIt(Open(), "keep-lapsed");
+}
+
 }  // namespace
 }  // namespace dlock
