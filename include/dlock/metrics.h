@@ -59,7 +59,7 @@ inline bool IsLockAnswer(StatusCode code) {
          code == StatusCode::kNotOwner || code == StatusCode::kLeaseLost;
 }
 
-inline constexpr std::size_t kStatusCodes = static_cast<std::size_t>(StatusCode::kInternal) + 1;
+inline constexpr std::size_t kStatusCodes = static_cast<std::size_t>(StatusCode::kNotFound) + 1;
 
 struct ClientMetrics {
   Histogram acquire;   // a call to Acquire or TryAcquire, to its grant

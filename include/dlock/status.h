@@ -22,6 +22,8 @@
 //   kDataLoss          state dlock keeps (a fence's record) is damaged; a
 //                      person must look before anything is retried
 //   kInternal          a bug in dlock
+//   kNotFound          what was to be kept is gone (a waiter's place in a
+//                      queue: Backend::KeepPlaces); attempt again
 //
 // Thread-safety: Status and Result are values; const use from many threads is
 // safe.
@@ -52,6 +54,7 @@ enum class StatusCode {
   kFailedPrecondition,
   kDataLoss,
   kInternal,
+  kNotFound,
 };
 
 // "LockHeld", "Unavailable", ...
@@ -96,6 +99,7 @@ inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, st
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 
 // A T or a non-OK Status, shaped like std::expected (C++23) so that code can
 // move to it later without churn.

@@ -20,6 +20,7 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kCancelled: return 130;
     case StatusCode::kDataLoss: return kExitDamaged;
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kNotFound:  // a backend's answer to the core, never a command's
     case StatusCode::kInternal: return kExitSoftware;
   }
   return kExitSoftware;

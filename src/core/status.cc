@@ -17,6 +17,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kDataLoss: return "DataLoss";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kNotFound: return "NotFound";
   }
   return "Unknown";
 }
