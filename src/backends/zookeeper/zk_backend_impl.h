@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -178,6 +179,9 @@ struct ZooKeeperBackendImpl {
   // The heartbeat starts with the first lease or acquisition.
   void WakeKeeperForHeartbeatLocked();
   MultiOp Heartbeat() const;
+
+  // Backend::KeepPlaces: moves each waiter's expires_at, no request.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
 
   // --- listing (zookeeper_backend.cc) ------------------------------------
 

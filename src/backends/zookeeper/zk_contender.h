@@ -152,6 +152,11 @@ struct Contender {
 // Unsure); null in the others.
 const OwnNode* NodeOf(const Contender::Standing& standing);
 
+// Whether `standing` has a place in the queue, or is making one: a node
+// that waits (or is at the head, not yet granted), or may exist (Creating,
+// Unsure). Not a holding.
+bool HasPlace(const Contender::Standing& standing);
+
 // Whether `q` has an exists watch on the node at `path`.
 bool Watches(const Contender::Queued& q, const std::string& path);
 

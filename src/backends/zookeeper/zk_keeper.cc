@@ -2,6 +2,8 @@
 // nodes whose lease or queue place ran out while the session lives on, or
 // whose delete could not be confirmed, and the wake-ups (Notify) no watch
 // will give: a lapsed place, a head, the end of a lock-delay.
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "backends/zookeeper/zk_backend_impl.h"
@@ -89,6 +91,40 @@ void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
   }
 }
 
+// Keeping a place is local: a waiter's node lives as long as the session,
+// which the ensemble keeps only while the client's I/O thread is heard from
+// (its pings, our heartbeat), and the queue_ttl on top of that is this
+// backend's own, enforced by the reaping below. So a place is kept by
+// moving its expiry, with no request. A dead or paused process still loses
+// its places: its session ends (the ensemble deletes its ephemeral nodes),
+// and a live one that stops keeping a place (a core whose timer is stuck,
+// an acquisition dropped without Abandon) has it reaped at expires_at.
+std::vector<Status> ZooKeeperBackendImpl::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  std::vector<Status> out;
+  out.reserve(waiters.size());
+  std::lock_guard lock(mu);
+  const TimePoint now = Now();
+  // The contenders with a place on the live session, by key and owner.
+  std::map<std::pair<std::string_view, OwnerId>, Contender*> placed;
+  if (session && !session->dead()) {
+    for (const auto& c : contenders) {
+      if (c->gen == gen && HasPlace(c->standing)) placed[{c->key, c->owner}] = c.get();
+    }
+  }
+  for (const LeaseRequest& w : waiters) {
+    const auto it = placed.find({w.key, w.owner});
+    if (it == placed.end()) {
+      out.push_back(NotFoundError("owner " + w.owner.ToString() + " has no place in the queue of key " +
+                                  Quoted(w.key) + " (it lapsed, its session ended, or it holds)"));
+      continue;
+    }
+    // Never shortened: an attempt in progress may have set a later one.
+    it->second->expires_at = std::max(it->second->expires_at, now + w.queue_ttl);
+    out.push_back(Status::Ok());
+  }
+  return out;
+}
+
 // A finished delete whose outcome is unknown goes back, to be looked for by
 // the owner's guid.
 void ZooKeeperBackendImpl::CollectFinishedDeletesLocked(TimePoint now) {
@@ -159,9 +195,7 @@ bool ZooKeeperBackendImpl::OwnerStillThereLocked(const Reap& r) const {
   if (h != holdings.end() && h->second->gen == r.gen) return true;
   for (const auto& c : contenders) {
     if (c->owner != r.owner || c->lock_path != r.lock_path || c->gen != r.gen) continue;
-    if (std::holds_alternative<Contender::Creating>(c->standing) || c->Node() != nullptr) {
-      return true;
-    }
+    if (HasPlace(c->standing)) return true;
   }
   return false;
 }

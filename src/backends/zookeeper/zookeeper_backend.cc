@@ -145,8 +145,7 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
 bool ZooKeeperBackendImpl::SessionInUseLocked() const {
   if (!holdings.empty()) return true;
   return std::any_of(contenders.begin(), contenders.end(), [&](const auto& c) {
-    return c->gen == gen &&
-           (std::holds_alternative<Contender::Creating>(c->standing) || c->Node() != nullptr);
+    return c->gen == gen && HasPlace(c->standing);
   });
 }
 
@@ -407,6 +406,10 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
                                          : "owner " + holder.ToString()));
   }
   return Status::Ok();
+}
+
+std::vector<Status> ZooKeeperBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  return impl_->KeepPlaces(waiters);
 }
 
 std::vector<Status> ZooKeeperBackend::Renew(std::span<const LeaseRequest> leases) {

@@ -84,6 +84,9 @@ class ZooKeeperBackend final : public Backend {
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  // Keeping a place needs no request (zk_keeper.cc says why).
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
