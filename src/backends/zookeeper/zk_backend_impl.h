@@ -6,6 +6,7 @@
 //
 // Files: zookeeper_backend.cc (sessions, events, the Backend calls),
 // zk_acquisition.cc (the lock recipe: create, look, watch, grant),
+// zk_watches.cc (the waiters' watches and Notify wake-ups),
 // zk_lock_delay.cc (markers left by lost holdings), zk_keeper.cc (the
 // heartbeat and the reaping of expired nodes), zk_done.cc (run-once
 // records), zk_breaks.cc (break records), zk_footprint.cc (counting what
@@ -139,6 +140,13 @@ struct ZooKeeperBackendImpl {
   // Registers an acquisition's contender for watch events and the keeper
   // (zk_keeper.cc); the acquisition removes it when it ends.
   void AddContender(const std::shared_ptr<Contender>& c);
+  // For a contender AtHead: how long lock-delays left by lost holdings
+  // still keep the key (zero: none; then our own marker, if we carry a
+  // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
+  Result<std::chrono::milliseconds> ClearLockDelays(const Live& live, Contender& c);
+
+  // --- waiters' watches and wake-ups (zk_watches.cc) ---------------------
+
   // A watch event for `c` (a node it watches went or changed, or the lock
   // path's children changed): true when its waiter should wake; `look` set
   // when it must look at its siblings again.
@@ -160,10 +168,6 @@ struct ZooKeeperBackendImpl {
   // Moves `c`'s wake-up into `out` when it is due.
   void TakeWakeLocked(Contender& c, TimePoint now, Wakes& out);
   static void RunWakes(Wakes& wakes);
-  // For a contender AtHead: how long lock-delays left by lost holdings
-  // still keep the key (zero: none; then our own marker, if we carry a
-  // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
-  Result<std::chrono::milliseconds> ClearLockDelays(const Live& live, Contender& c);
 
   // --- held leases (zookeeper_backend.cc) --------------------------------
 
