@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "backends/zookeeper/zk_backend_impl.h"
@@ -76,6 +78,12 @@ class ZkAcquisition final : public Acquisition {
   Result<Step> TakeStep(const Live& live);
   Result<Step> HeldAlreadyLocked();
   Status StartCreate(const Live& live);
+  Status FinishLooks(const Live& live, const Contender::NoNode& looks);
+  // Sends our node's create and a look behind it; `path_data`: the lock
+  // path is missing, and is created first, with this data (and its
+  // parents before it, with `parents`).
+  void SendCreate(const Live& live, std::optional<std::string_view> path_data,
+                  bool parents = false);
   Status FinishCreate(const Live& live, const Contender::Creating& creating);
   Status Look(const Live& live, const OwnNode& node);
   Status Place(const Live& live, OwnNode node, const Reply& children);
@@ -168,7 +176,8 @@ Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
       c_->expires_at = t + queue_ttl_;
       return Step(Attempt{});
     }
-    if (std::holds_alternative<Contender::NoNode>(c_->standing) ||
+    const auto* none = std::get_if<Contender::NoNode>(&c_->standing);
+    if ((none != nullptr && none->children == nullptr) ||
         std::holds_alternative<Contender::Granted>(c_->standing)) {
       DLOCK_ASSIGN_OR_RETURN(const Step held, HeldAlreadyLocked());
       if (held) return held;
@@ -177,8 +186,8 @@ Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
     now = c_->standing;
   }
   Status st;
-  if (std::holds_alternative<Contender::NoNode>(now)) {
-    st = StartCreate(live);
+  if (const auto* none = std::get_if<Contender::NoNode>(&now)) {
+    st = none->children ? FinishLooks(live, *none) : StartCreate(live);
   } else if (const auto* creating = std::get_if<Contender::Creating>(&now)) {
     st = FinishCreate(live, *creating);
   } else if (std::holds_alternative<Contender::AtHead>(now)) {
@@ -222,14 +231,73 @@ Result<ZkAcquisition::Step> ZkAcquisition::HeldAlreadyLocked() {
 }
 
 Status ZkAcquisition::StartCreate(const Live& live) {
-  // The create and a look at the siblings go out back to back: the server
-  // answers the read after applying the write, so one round trip tells both
-  // our sequence and who is ahead.
-  auto create = live.session->Create(c_->PathOf(c_->prefix), c_->data, ZOO_EPHEMERAL_SEQUENTIAL);
+  bool known;
+  {
+    std::lock_guard lock(m_->mu);
+    known = m_->PathKnownLocked(c_->lock_path);
+  }
+  if (known) {
+    SendCreate(live, std::nullopt);
+    return Status::Ok();
+  }
+  // Not known to exist (a key new to this backend, or one whose path it
+  // deleted): look at it, and at the lock-delay markers a missing path must
+  // be flagged for, before creating it. Reads, where a create under a
+  // missing path would be a failed write and a round trip more.
+  std::shared_ptr<Op> markers;
+  if (!c_->delay_path.empty()) markers = live.session->Children(c_->delay_path);
   auto children = live.session->Children(c_->lock_path);
   std::lock_guard lock(m_->mu);
-  c_->standing = Contender::Creating{std::move(create), std::move(children)};
+  c_->standing = Contender::NoNode{std::move(children), std::move(markers)};
   return Status::Ok();
+}
+
+Status ZkAcquisition::FinishLooks(const Live& live, const Contender::NoNode& looks) {
+  const Reply* kids = looks.children->Wait(m_->attempt_timeout);  // the later: answered after the markers
+  const Reply* marks = looks.markers ? looks.markers->Wait(std::chrono::nanoseconds(0)) : nullptr;
+  {
+    std::lock_guard lock(m_->mu);
+    const auto* still = std::get_if<Contender::NoNode>(&c_->standing);
+    if (still == nullptr || still->children != looks.children) {
+      return UnavailableError("the attempt on " + c_->lock_path + " was overtaken; retrying");
+    }
+    c_->standing = Contender::NoNode{};
+    if (kids != nullptr && kids->rc == ZOK) m_->NotePathLocked(c_->lock_path, true);
+  }
+  if (kids == nullptr) return ReplyError(kids, "the look at " + c_->lock_path, m_->attempt_timeout);
+  if (kids->rc == ZOK) {
+    SendCreate(live, std::nullopt);
+    return Status::Ok();
+  }
+  if (kids->rc != ZNONODE) return ZkError(kids->rc, "listing " + c_->lock_path);
+  DLOCK_ASSIGN_OR_RETURN(const std::string_view data, LockPathData(*c_, marks, m_->attempt_timeout));
+  SendCreate(live, data);
+  return Status::Ok();
+}
+
+void ZkAcquisition::SendCreate(const Live& live, std::optional<std::string_view> path_data,
+                               bool parents) {
+  // The create and a look at the siblings go out back to back: the server
+  // answers the read after applying the write, so one round trip tells both
+  // our sequence and who is ahead. A missing lock path is created ahead of
+  // them (a container, as Curator makes it; its create fails harmlessly if
+  // someone made it meanwhile), and, when its parents were missing too,
+  // they are ahead of it: the chroot persistent, containers below.
+  Contender::Creating creating;
+  if (path_data) {
+    const std::string& path = c_->lock_path;
+    for (std::size_t i = 1; parents && i < path.size(); ++i) {
+      if (path[i] != '/') continue;
+      const bool in_chroot = i <= m_->options.chroot.size();
+      creating.parents.push_back(live.session->Create(path.substr(0, i), "", in_chroot ? 0 : ZOO_CONTAINER));
+    }
+    creating.path = live.session->Create(path, *path_data, ZOO_CONTAINER);
+    creating.path_data = *path_data;
+  }
+  creating.create = live.session->Create(c_->PathOf(c_->prefix), c_->data, ZOO_EPHEMERAL_SEQUENTIAL);
+  creating.children = live.session->Children(c_->lock_path);
+  std::lock_guard lock(m_->mu);
+  c_->standing = std::move(creating);
 }
 
 Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& creating) {
@@ -243,6 +311,7 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
                             " within " + FormatDuration(m_->attempt_timeout) +
                             "; a retry finds the node by its guid");
   }
+  const Reply* made = creating.path ? creating.path->Wait(std::chrono::nanoseconds(0)) : nullptr;
   const OwnNode node{Basename(r->path), static_cast<FencingToken>(r->stat.czxid)};
   {
     std::lock_guard lock(m_->mu);
@@ -257,8 +326,24 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
     } else {
       c_->standing = Contender::NoNode{};
     }
+    if (r->rc == ZOK || r->rc == ZNONODE) m_->NotePathLocked(under, r->rc == ZOK);
   }
-  if (r->rc == ZNONODE) return m_->CreateLockPath(live, *c_);
+  if (r->rc == ZNONODE) {
+    // The path went since (a known one: the next step looks again), or its
+    // parents are missing too (its own create failed): made with them.
+    if (made == nullptr || made->rc != ZNONODE) return Status::Ok();
+    for (const auto& parent : creating.parents) {
+      const Reply* pr = parent->Wait(std::chrono::nanoseconds(0));
+      if (pr != nullptr && pr->rc != ZOK && pr->rc != ZNODEEXISTS && !OutcomeUnknown(pr->rc)) {
+        return ZkError(pr->rc, "creating the parents of " + under);
+      }
+    }
+    SendCreate(live, creating.path_data, /*parents=*/true);
+    return Status::Ok();
+  }
+  if (made != nullptr && made->rc != ZOK && made->rc != ZNODEEXISTS && r->rc != ZOK) {
+    return ZkError(made->rc, "creating " + under);
+  }
   if (OutcomeUnknown(r->rc)) {
     return ZkError(r->rc, "creating a lock node under " + under +
                               " (outcome unknown; a retry finds it by its guid)");

@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -101,6 +102,15 @@ struct Reap {
   TimePoint due{};
 };
 
+// The data of a lock path once a holding with a lock-delay was made there.
+inline constexpr std::string_view kKeyHadDelays = "dlock:lock-delay";
+
+// The data to make `c`'s missing lock path with, from the listing of its
+// lock-delay markers (`marks`; null: not answered within `timeout`):
+// kKeyHadDelays when markers remain (zk_lock_delay.cc).
+Result<std::string_view> LockPathData(const Contender& c, const Reply* marks,
+                                      std::chrono::milliseconds timeout);
+
 // The node `c` has, or may have (Creating, or Unsure by guid), for the
 // keeper to delete at `due`; nullopt when it has none.
 std::optional<Reap> NodeToReap(const Contender& c, TimePoint due);
@@ -127,9 +137,12 @@ struct ZooKeeperBackendImpl {
   // Whether any node of ours is (or may be) on the current session.
   bool SessionInUseLocked() const;
   Status CreateParents(const Live& live, const std::string& path, std::string_view leaf_data = {});
-  // The missing lock path of `c`, flagged (kKeyHadDelays) when markers of
-  // lost holdings wait in its delay path (zk_lock_delay.cc).
-  Status CreateLockPath(const Live& live, const Contender& c);
+  // Lock paths known to exist: a node of this backend was made under each,
+  // and it has not seen the path go (or deleted it) since. An acquisition
+  // of a key whose path is not known looks before it creates: a create
+  // under a missing path is a failed write and one more round trip.
+  bool PathKnownLocked(const std::string& lock_path) const;
+  void NotePathLocked(const std::string& lock_path, bool exists);
   // Deletes every node of `owner` (by its guid) under `lock_path`; `found`
   // says whether there was one, `others` (if given) gets the rest.
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
@@ -237,6 +250,11 @@ struct ZooKeeperBackendImpl {
   // Nodes the keeper is deleting (async), and those it is still to delete.
   std::vector<std::pair<std::shared_ptr<Op>, Reap>> reaping;
   std::vector<Reap> to_reap;
+  // PathKnownLocked's paths, each with its place in known_order, which
+  // keeps them oldest first so that the oldest are forgotten first.
+  std::unordered_map<std::string, std::uint64_t> known_paths;
+  std::deque<std::pair<std::uint64_t, std::string>> known_order;
+  std::uint64_t known_next = 0;
   // Lock paths a release of this backend deleted within kReuseWindow, and
   // when (DeletesPathAtRelease); the same, oldest first, for forgetting.
   std::map<std::string, TimePoint> emptied_paths;

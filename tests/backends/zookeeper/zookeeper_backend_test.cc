@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -125,6 +126,15 @@ class Observer {
     }
     ADD_FAILURE() << "could not read the ensemble's clock";
     return 0;
+  }
+  // The zxid of a write of its own: the ensemble's count of writes so far
+  // (each write, applied or refused, is one transaction).
+  std::int64_t Zxid() {
+    static std::atomic<int> n{0};
+    const std::string path = FixtureOptions().chroot + "/zk-test-zxid-" + std::to_string(++n);
+    auto op = session_->Create(path, "", ZOO_EPHEMERAL);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK ? r->stat.czxid : 0;
   }
   std::vector<std::string> Children(const std::string& path) {
     auto sync = session_->Sync(path);
@@ -717,6 +727,36 @@ TEST(ZooKeeperBackendTest, AKeyHeldAloneTakesItsLockPathWithItsRelease) {
   }, std::chrono::seconds(20))) << "the waiter was not granted: " << next.status().ToString();
   EXPECT_TRUE(zk.Exists(*LockPath(FixtureOptions().chroot, busy))) << "the waiter's path went";
   ASSERT_TRUE(other->Release(busy, second).ok());
+}
+
+// A key whose lock path is missing (a new key, or one whose path went with
+// its last release) costs two writes, its path and its node, made together
+// after a look at the path and its lock-delay markers. Before, a create
+// failed on the missing path, and every parent up to the chroot was
+// created again (failing, but each a write), then the create was sent
+// again: seven writes for a key three levels below the chroot.
+TEST(ZooKeeperBackendTest, AKeyWithoutItsLockPathCostsTwoWrites) {
+  Observer zk;
+  auto backend = OpenZooKeeper(FixtureOptions());
+  const OwnerId holder = NewOwner();
+  auto warm = Answered(*backend, Req(UniqueKey("writes/warm"), holder));  // session, parents
+  ASSERT_TRUE(warm.ok() && warm->granted) << warm.status().ToString();
+  std::int64_t fewest = std::numeric_limits<std::int64_t>::max();
+  // The fewest of three: another client's writes (or our heartbeat) can
+  // only add to a count. Released after all three: a release's delete of
+  // the emptied path is not waited for, and would land in the next count.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(UniqueKey("writes/" + std::to_string(i)));
+    const std::int64_t before = zk.Zxid();
+    auto granted = backend->TryAcquire(Req(keys.back(), holder));
+    const std::int64_t after = zk.Zxid();
+    ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    fewest = std::min(fewest, after - before - 1);
+  }
+  for (const auto& key : keys) EXPECT_TRUE(backend->Release(key, holder).ok());
+  EXPECT_TRUE(backend->Release(UniqueKey("writes/warm"), holder).ok());
+  EXPECT_EQ(fewest, 2) << "writes to acquire a key without its lock path";
 }
 
 // A reader granted alone would delete the path at its release; a second
