@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "backends/zookeeper/zk_backend_impl.h"
 #include "core/duration.h"
@@ -72,11 +73,28 @@ class ZkAcquisition final : public Acquisition {
   void StopNotify() override;
   void Abandon() override;
 
- private:
   using Step = std::optional<Attempt>;  // an answer, or nullopt: take the next step
 
+  // For TryEach's rounds: takes steps until an answer, or until requests
+  // are in flight that the next step would wait for (nullopt); `steps`
+  // counts them across calls. Waits end by `round_end`.
+  Result<Step> Advance(const Live& live, TimePoint round_end, int& steps);
+  const Status& invalid() const { return invalid_; }
+  // Waits for the delete of a refused single attempt's node, if one was
+  // sent, by `round_end`.
+  void FinishWithdraw(TimePoint round_end) {
+    round_end_ = round_end;
+    AwaitWithdraw();
+  }
+
+ private:
   Result<Step> TakeStep(const Live& live);
   Result<Step> HeldAlreadyLocked();
+  // The most a wait for one reply may take now: the attempt's bound, or
+  // what is left of TryEach's round.
+  std::chrono::nanoseconds Bound() const;
+  // True when requests are in flight that the next step waits for.
+  bool AwaitingLocked() const;
   Status StartCreate(const Live& live);
   Status FinishLooks(const Live& live, const Contender::NoNode& looks);
   // Sends our node's create and a look behind it; `path_data`: the lock
@@ -92,6 +110,7 @@ class ZkAcquisition final : public Acquisition {
   Step Grant();
   Attempt NotYet(const Live& live, milliseconds delayed);
   void Withdraw(const Live& live);
+  void AwaitWithdraw();
   void Leave(const Live& live, const Contender::Standing& was);
   void ForgetNode();
   // Sets the watches of a queued contender not yet watching (mu held by
@@ -103,6 +122,14 @@ class ZkAcquisition final : public Acquisition {
   const milliseconds ttl_;
   const milliseconds queue_ttl_;  // zero: a single attempt, no place kept
   Status invalid_;                // the key has no lock path
+  TimePoint round_end_ = TimePoint::max();  // Advance's; max: a Try's own bounds
+  // The delete of a refused single attempt's node, in flight.
+  struct Withdrawal {
+    std::shared_ptr<Op> del;
+    std::string name;
+    std::uint64_t gen = 0;
+  };
+  std::optional<Withdrawal> withdrawing_;
 };
 
 ZkAcquisition::ZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m, const LeaseRequest& r)
@@ -135,15 +162,32 @@ ZkAcquisition::~ZkAcquisition() {
   wake = std::exchange(c_->wake, nullptr);
   m_->contenders.erase(c_);
   // Dropped without Abandon: a waiter that died. Its node lapses with its
-  // place, queue_ttl after its last attempt.
-  const TimePoint due = c_->expires_at != TimePoint{} ? c_->expires_at : m_->Now();
+  // place, queue_ttl after its last attempt. A single attempt has a node
+  // left only when an answer was lost: its owner's retry, which finds the
+  // node by its guid and keeps it, comes first.
+  const TimePoint due = c_->expires_at != TimePoint{} ? c_->expires_at
+                                                      : m_->Now() + m_->attempt_timeout * 2;
   if (std::optional<Reap> reap = NodeToReap(*c_, due)) m_->ReapLaterLocked(std::move(*reap));
 }
 
 Result<Attempt> ZkAcquisition::Try() {
   DLOCK_RETURN_IF_ERROR(invalid_);
   DLOCK_ASSIGN_OR_RETURN(const Live live, m_->EnsureSession(ttl_));
-  {
+  int steps = 0;
+  for (;;) {
+    Result<Step> answer = Advance(live, TimePoint::max(), steps);
+    if (answer.ok() && !*answer) continue;
+    AwaitWithdraw();
+    if (!answer.ok()) return answer.status();
+    return **answer;
+  }
+}
+
+Result<ZkAcquisition::Step> ZkAcquisition::Advance(const Live& live, TimePoint round_end,
+                                                   int& steps) {
+  DLOCK_RETURN_IF_ERROR(invalid_);
+  round_end_ = round_end;
+  if (steps == 0) {
     std::lock_guard lock(m_->mu);
     if (std::holds_alternative<Contender::Abandoned>(c_->standing)) {
       return FailedPreconditionError("the acquisition of key " + Quoted(c_->key) +
@@ -155,11 +199,26 @@ Result<Attempt> ZkAcquisition::Try() {
       c_->gen = live.gen;
     }
   }
-  for (int step = 0; step < kMaxSteps; ++step) {
+  while (steps < kMaxSteps) {
+    ++steps;
     DLOCK_ASSIGN_OR_RETURN(const Step answer, TakeStep(live));
-    if (answer) return *answer;
+    if (answer) return answer;
+    std::lock_guard lock(m_->mu);
+    if (round_end != TimePoint::max() && AwaitingLocked()) return Step();
   }
   return UnavailableError("the lock node under " + c_->lock_path + " kept changing; retrying");
+}
+
+std::chrono::nanoseconds ZkAcquisition::Bound() const {
+  if (round_end_ == TimePoint::max()) return m_->attempt_timeout;
+  return std::clamp<std::chrono::nanoseconds>(round_end_ - MonotonicClock::now(),
+                                              std::chrono::nanoseconds(0), m_->attempt_timeout);
+}
+
+bool ZkAcquisition::AwaitingLocked() const {
+  if (std::holds_alternative<Contender::Creating>(c_->standing)) return true;
+  const auto* none = std::get_if<Contender::NoNode>(&c_->standing);
+  return none != nullptr && none->children != nullptr;
 }
 
 Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
@@ -182,7 +241,13 @@ Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
       DLOCK_ASSIGN_OR_RETURN(const Step held, HeldAlreadyLocked());
       if (held) return held;
     }
-    c_->expires_at = t + std::max<milliseconds>(queue_ttl_, m_->attempt_timeout * 2);
+    // A waiter's node lapses if no attempt comes back for it. A single
+    // attempt's does not: its acquisition ends with the call that made it,
+    // and its end reaps what is left (TryEach's rounds may take longer
+    // than one attempt's bound).
+    c_->expires_at = queue_ttl_ > milliseconds(0)
+                         ? t + std::max<milliseconds>(queue_ttl_, m_->attempt_timeout * 2)
+                         : TimePoint{};
     now = c_->standing;
   }
   Status st;
@@ -253,7 +318,7 @@ Status ZkAcquisition::StartCreate(const Live& live) {
 }
 
 Status ZkAcquisition::FinishLooks(const Live& live, const Contender::NoNode& looks) {
-  const Reply* kids = looks.children->Wait(m_->attempt_timeout);  // the later: answered after the markers
+  const Reply* kids = looks.children->Wait(Bound());  // the later: answered after the markers
   const Reply* marks = looks.markers ? looks.markers->Wait(std::chrono::nanoseconds(0)) : nullptr;
   {
     std::lock_guard lock(m_->mu);
@@ -304,8 +369,8 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
   const std::string& under = c_->lock_path;
   // The read's reply comes after the create's: waiting for it first wakes
   // this thread once, not twice.
-  if (creating.children) (void)creating.children->Wait(m_->attempt_timeout);
-  const Reply* r = creating.create->Wait(m_->attempt_timeout);
+  if (creating.children) (void)creating.children->Wait(Bound());
+  const Reply* r = creating.create->Wait(Bound());
   if (r == nullptr) {
     return UnavailableError("ZooKeeper did not answer the create of a lock node under " + under +
                             " within " + FormatDuration(m_->attempt_timeout) +
@@ -357,7 +422,7 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
 
 Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
   auto op = live.session->Children(c_->lock_path);
-  const Reply* r = op->Wait(m_->attempt_timeout);
+  const Reply* r = op->Wait(Bound());
   if (r == nullptr) {
     return UnavailableError("ZooKeeper did not list " + c_->lock_path + " within " +
                             FormatDuration(m_->attempt_timeout));
@@ -413,7 +478,7 @@ Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& childre
 // The czxid of our node `name`; 0 when it is gone.
 Result<FencingToken> ZkAcquisition::ReadToken(const Live& live, const std::string& name) {
   auto op = live.session->Exists(c_->PathOf(name), false);
-  const Reply* r = op->Wait(m_->attempt_timeout);
+  const Reply* r = op->Wait(Bound());
   if (r == nullptr) return UnavailableError("ZooKeeper did not answer within the attempt");
   if (r->rc == ZNONODE) return FencingToken{0};
   if (r->rc != ZOK) return ZkError(r->rc, "reading " + name);
@@ -473,6 +538,8 @@ Attempt ZkAcquisition::NotYet(const Live& live, milliseconds delayed) {
   return a;
 }
 
+// Sends the delete of a single attempt's node; AwaitWithdraw waits for
+// it, so that TryEach has every delete of its batch in flight at once.
 void ZkAcquisition::Withdraw(const Live& live) {
   std::string name;
   {
@@ -483,10 +550,17 @@ void ZkAcquisition::Withdraw(const Live& live) {
     c_->standing = Contender::NoNode{};
     c_->expires_at = TimePoint{};
   }
-  auto del = live.session->Delete(c_->PathOf(name));
-  const Reply* r = del->Wait(m_->attempt_timeout);
+  withdrawing_ = Withdrawal{live.session->Delete(c_->PathOf(name)), name, live.gen};
+}
+
+// The attempt answers once its node is gone, so that nobody sees a place
+// it does not keep; a delete whose outcome is unknown is the keeper's.
+void ZkAcquisition::AwaitWithdraw() {
+  if (!withdrawing_) return;
+  const Withdrawal w = std::exchange(withdrawing_, std::nullopt).value();
+  const Reply* r = w.del->Wait(Bound());
   if (r == nullptr || OutcomeUnknown(r->rc)) {
-    m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, name, live.gen, m_->Now()});
+    m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, w.name, w.gen, m_->Now()});
   }
 }
 
@@ -593,6 +667,49 @@ void ZkAcquisition::Leave(const Live& live, const Contender::Standing& was) {
 std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m,
                                               const LeaseRequest& request) {
   return std::make_unique<ZkAcquisition>(std::move(m), request);
+}
+
+// In rounds: in each, every attempt not yet answered takes its steps until
+// it has an answer or requests in flight, and only then are the answers
+// waited for, each within what is left of the round's bound. So every
+// attempt's create (and its look, or the looks at a path not known) is on
+// the session before the first answer is awaited, and a session that stops
+// answering costs the batch one bound, not one per attempt.
+std::vector<Result<Attempt>> TryEach(const std::shared_ptr<ZooKeeperBackendImpl>& m,
+                                     std::span<const LeaseRequest> requests) {
+  std::vector<Result<Attempt>> out(requests.size(), UnavailableError("not attempted"));
+  std::vector<std::unique_ptr<ZkAcquisition>> attempts;
+  std::vector<std::size_t> open;  // attempts not yet answered
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    LeaseRequest single = requests[i];
+    single.queue_ttl = milliseconds(0);  // a single attempt takes no place in the queue
+    attempts.push_back(std::make_unique<ZkAcquisition>(m, single));
+    if (attempts.back()->invalid().ok()) {
+      open.push_back(i);
+    } else {
+      out[i] = attempts.back()->invalid();
+    }
+  }
+  if (open.empty()) return out;
+  const Result<Live> live = m->EnsureSession(requests[open.front()].ttl);
+  std::vector<int> steps(requests.size(), 0);
+  while (live.ok() && !open.empty()) {
+    const TimePoint round_end = MonotonicClock::now() + m->attempt_timeout;
+    std::vector<std::size_t> still;
+    for (std::size_t i : open) {
+      Result<ZkAcquisition::Step> step = attempts[i]->Advance(*live, round_end, steps[i]);
+      if (step.ok() && !*step) {
+        still.push_back(i);
+      } else {
+        out[i] = step.ok() ? Result<Attempt>(**step) : Result<Attempt>(step.status());
+      }
+    }
+    open = std::move(still);
+  }
+  for (std::size_t i : open) out[i] = live.status();
+  const TimePoint deletes_end = MonotonicClock::now() + m->attempt_timeout;
+  for (auto& a : attempts) a->FinishWithdraw(deletes_end);
+  return out;
 }
 
 }  // namespace dlock::zookeeper

@@ -186,6 +186,13 @@ struct ZooKeeperBackendImpl {
 
   std::shared_ptr<Holding> TakeHolding(std::string_view key, const OwnerId& owner);
   Status ReleaseHolding(const Live& live, const Holding& h);
+  // ReleaseMany's holdings on `live`, their nodes deleted by one multi
+  // (zk_batch.cc); one answer each, in order.
+  std::vector<Status> ReleaseHoldings(const Live& live,
+                                      const std::vector<std::shared_ptr<Holding>>& held);
+  // The lock paths of holdings released alone (DeletesPathAtRelease), not
+  // waited for.
+  void DeleteEmptiedPaths(const Live& live, const std::vector<const Holding*>& emptied);
   void ArmNodeWatch(const Live& live, const std::shared_ptr<Holding>& h);
 
   // --- the keeper (zk_keeper.cc) -----------------------------------------
@@ -290,6 +297,10 @@ struct ZooKeeperBackendImpl {
 // single attempt.
 std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m,
                                               const LeaseRequest& request);
+// TryAcquireMany: a single attempt of each request (as TryAcquire), all
+// in flight on the session at once (zk_acquisition.cc).
+std::vector<Result<Attempt>> TryEach(const std::shared_ptr<ZooKeeperBackendImpl>& m,
+                                     std::span<const LeaseRequest> requests);
 
 }  // namespace dlock::zookeeper
 

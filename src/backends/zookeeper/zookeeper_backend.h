@@ -29,7 +29,8 @@
 //
 // Waiting goes through Begin: each acquisition owns its node and what it
 // watches (zk_contender.h); TryAcquire is a single attempt that takes no
-// place in the queue.
+// place in the queue. TryAcquireMany and ReleaseMany have a whole batch in
+// flight on the session at once (zk_batch.cc).
 //
 // Thread-safety: thread-safe. Watch and completion callbacks run on the C
 // client's completion thread and only update state under the backend's
@@ -83,6 +84,11 @@ class ZooKeeperBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
+  // Every request of a batch in flight on the session at once; the
+  // holdings released by one multi (zk_batch.cc).
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
+  bool BatchesCalls() const override { return true; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   // Keeping a place needs no request (zk_keeper.cc says why).
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
