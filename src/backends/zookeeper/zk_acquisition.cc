@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -440,11 +441,22 @@ Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
 // made and never heard back about (a lost reply; a retried TryAcquire is a
 // new acquisition with the same owner), which keeps its place and its
 // token, as the contract wants of a retry. Any other node with our guid is
-// a duplicate, and goes.
+// a duplicate, and goes. A node the keeper is deleting (being_reaped) is
+// never ours: adopted, it would be granted and then deleted under us. No
+// node of ours is marked after this look: we have a place on this lock
+// path (Unsure or Queued), which keeps the keeper's hands off our nodes.
 Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& children) {
   const std::vector<LockNode> sorted = SortedContenders(children.children);
+  std::set<std::string> reaped;
+  {
+    std::lock_guard lock(m_->mu);
+    for (const LockNode& n : sorted) {
+      if (m_->being_reaped.contains(c_->PathOf(n.name))) reaped.insert(n.name);
+    }
+  }
   const auto mine = std::find_if(sorted.begin(), sorted.end(), [&](const LockNode& n) {
-    return n.guid == c_->guid || (!node.name.empty() && n.name == node.name);
+    return (n.guid == c_->guid || (!node.name.empty() && n.name == node.name)) &&
+           !reaped.contains(n.name);
   });
   if (mine != sorted.end() && mine->name != node.name) node = OwnNode{};  // adopting it
   for (auto it = sorted.begin(); it != sorted.end(); ++it) {

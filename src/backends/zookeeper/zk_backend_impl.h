@@ -100,6 +100,8 @@ struct Reap {
   std::string node;  // empty: not known (a lost reply): delete every node with the owner's guid
   std::uint64_t gen = 0;
   TimePoint due{};
+
+  std::string NodePath() const { return lock_path + "/" + node; }
 };
 
 // The data of a lock path once a holding with a lock-delay was made there.
@@ -257,6 +259,12 @@ struct ZooKeeperBackendImpl {
   // Nodes the keeper is deleting (async), and those it is still to delete.
   std::vector<std::pair<std::shared_ptr<Op>, Reap>> reaping;
   std::vector<Reap> to_reap;
+  // The nodes (full paths) the keeper has decided to delete, from that
+  // decision (under mu, with their owner found neither holding nor
+  // contending for the key) until their delete is answered. An attempt of
+  // the owner never takes one as its own (ZkAcquisition::Place): adopted,
+  // it would be granted and then deleted under its holder.
+  std::set<std::string> being_reaped;
   // PathKnownLocked's paths, each with its place in known_order, which
   // keeps them oldest first so that the oldest are forgotten first.
   std::unordered_map<std::string, std::uint64_t> known_paths;
@@ -289,6 +297,8 @@ struct ZooKeeperBackendImpl {
   bool OwnerStillThereLocked(const Reap& r) const;
   void RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g, bool connected,
                 std::vector<Reap> due);
+  void SendReap(const std::shared_ptr<Session>& s, Reap r);
+  void ReapByGuid(const std::shared_ptr<Session>& s, Reap r);
   void SleepLocked(std::unique_lock<std::mutex>& lock, std::stop_token stop, bool connected,
                    std::chrono::milliseconds period);
 };

@@ -91,6 +91,7 @@ ZooKeeperBackendImpl::~ZooKeeperBackendImpl() {
     holdings.clear();
     contenders.clear();
     reaping.clear();
+    being_reaped.clear();
     to_reap.clear();
   }
   s.reset();  // closes the handle, outside the lock its handlers take

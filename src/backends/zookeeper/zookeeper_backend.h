@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,11 @@ struct ZkOptions {
   // From the URI's user:password and ?acl_admin=: who the session is and
   // who may touch its nodes.
   Identity identity;
+  // Tests only (no URI sets it): called on the keeper's thread, without
+  // the backend's mutex, with the path of each node the keeper has decided
+  // to delete, just before the delete goes out: a test runs an attempt of
+  // the node's owner in that gap.
+  std::function<void(const std::string& node_path)> before_reap;
 };
 
 // From a zk:// URI. kInvalidArgument for a missing or malformed host list, a

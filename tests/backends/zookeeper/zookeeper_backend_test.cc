@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -623,6 +624,115 @@ TEST(ZooKeeperBackendTest, ARetriedTryAcquireAdoptsTheNodeItsLostAttemptMade) {
   EXPECT_TRUE(testing_support::Eventually([&] { return zk.Contenders(key).size() == 1; },
                                           seconds(10)))
       << "the retry's own new node stayed";
+  (void)backend->Release(key, owner);
+}
+
+// The attempt the keeper's test seam (ZkOptions::before_reap) runs in the
+// gap between the keeper's decision to delete a node of `owner` and its
+// delete: a waiter of the same owner on the same key.
+struct ReapGap {
+  std::mutex mu;
+  std::condition_variable cv;
+  Backend* backend = nullptr;  // null once the test is over
+  bool ran = false;
+  std::string reaped;  // the node's name
+  std::unique_ptr<Acquisition> retry;
+  Result<Attempt> answer = UnavailableError("not run");
+
+  void Run(const std::string& key, const OwnerId& owner, const std::string& path) {
+    std::lock_guard lock(mu);
+    if (ran || backend == nullptr || path.find(GuidOf(owner)) == std::string::npos) return;
+    ran = true;
+    reaped = path.substr(path.rfind('/') + 1);
+    LeaseRequest waiting = Req(key, owner);
+    waiting.queue_ttl = seconds(10);
+    retry = backend->Begin(waiting);
+    answer = Answered(*retry);
+    cv.notify_all();
+  }
+  // Ends the seam's use (a call in progress finishes first), and hands
+  // over its acquisition, which would otherwise keep the backend alive.
+  std::unique_ptr<Acquisition> Close() {
+    std::lock_guard lock(mu);
+    backend = nullptr;
+    return std::move(retry);
+  }
+};
+
+// A node the keeper is deleting (here: a lease not renewed for its ttl) is
+// never adopted by an attempt of its owner made while the delete is on its
+// way. Adopted, it would be granted and then deleted under its holder, who
+// would go on renewing a lock the next waiter is granted too. The seam runs
+// that attempt between the keeper's decision and its delete; afterwards
+// the owner either holds a node that exists or is told it lost it.
+TEST(ZooKeeperBackendTest, ANodeBeingReapedIsNeverAdopted) {
+  Observer zk;
+  const std::string key = UniqueKey("reap/adopt");
+  const OwnerId owner = NewOwner();
+  auto gap = std::make_shared<ReapGap>();
+  ZkOptions o = FixtureOptions();
+  o.session_timeout = seconds(10);
+  o.before_reap = [gap, key, owner](const std::string& path) { gap->Run(key, owner, path); };
+  auto backend = OpenZooKeeper(o);
+  std::unique_ptr<Acquisition> retry;
+  struct Closer {
+    ReapGap& gap;
+    std::unique_ptr<Acquisition>& retry;
+    ~Closer() {
+      auto left = gap.Close();
+      if (!retry) retry = std::move(left);
+    }
+  } closer{*gap, retry};
+  {
+    std::lock_guard lock(gap->mu);
+    gap->backend = backend.get();
+  }
+  // A short lease, not renewed: the keeper reaps its node after 300 ms.
+  auto first = Answered(*backend, Req(key, owner, milliseconds(300)));
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  std::string reaped;
+  Result<Attempt> answer = UnavailableError("not run");
+  {
+    std::unique_lock lock(gap->mu);
+    ASSERT_TRUE(gap->cv.wait_for(lock, seconds(10), [&] { return gap->ran; }))
+        << "the keeper did not reap the lapsed lease";
+    retry = std::move(gap->retry);
+    answer = gap->answer;
+    reaped = gap->reaped;
+  }
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        const auto nodes = zk.Contenders(key);
+        return std::none_of(nodes.begin(), nodes.end(),
+                            [&](const LockNode& n) { return n.name == reaped; });
+      },
+      seconds(10)))
+      << "the keeper's delete of " << reaped << " never came";
+  // Not granted in the gap: the owner waits for the reaped node to go.
+  const TimePoint until = MonotonicClock::now() + seconds(10);
+  while (answer.ok() && !answer->granted && MonotonicClock::now() < until) {
+    retry->Wait(until, {});
+    answer = Answered(*retry);
+  }
+  ASSERT_TRUE(answer.ok() && answer->granted) << "the owner was never granted again";
+  const auto nodes = zk.Contenders(key);
+  const bool node_there = std::any_of(nodes.begin(), nodes.end(), [&](const LockNode& n) {
+    return n.guid == GuidOf(owner) &&
+           zk.Czxid(key, n.name) == static_cast<std::int64_t>(answer->token);
+  });
+  const Status renewed = backend->Renew(std::vector<LeaseRequest>{Req(key, owner)})[0];
+  EXPECT_TRUE(node_there || !renewed.ok())
+      << "Renew says the owner holds (token " << answer->token
+      << "), but no node of its with that token is in the store: the keeper reaped " << reaped
+      << " under it";
+  auto rival = OpenZooKeeper(FixtureOptions());
+  const OwnerId other = NewOwner();
+  auto second = Answered(*rival, Req(key, other));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(renewed.ok() && second->granted)
+      << "two holders: the owner and " << other.ToString();
+  if (second->granted) (void)rival->Release(key, other);
   (void)backend->Release(key, owner);
 }
 
