@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <set>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "backends/zookeeper/zk_backend_impl.h"
 #include "core/duration.h"
@@ -70,12 +74,35 @@ class ZkAcquisition final : public Acquisition {
   void StopNotify() override;
   void Abandon() override;
 
- private:
   using Step = std::optional<Attempt>;  // an answer, or nullopt: take the next step
 
+  // For TryEach's rounds: takes steps until an answer, or until requests
+  // are in flight that the next step would wait for (nullopt); `steps`
+  // counts them across calls. Waits end by `round_end`.
+  Result<Step> Advance(const Live& live, TimePoint round_end, int& steps);
+  const Status& invalid() const { return invalid_; }
+  // Waits for the delete of a refused single attempt's node, if one was
+  // sent, by `round_end`.
+  void FinishWithdraw(TimePoint round_end) {
+    round_end_ = round_end;
+    AwaitWithdraw();
+  }
+
+ private:
   Result<Step> TakeStep(const Live& live);
   Result<Step> HeldAlreadyLocked();
+  // The most a wait for one reply may take now: the attempt's bound, or
+  // what is left of TryEach's round.
+  std::chrono::nanoseconds Bound() const;
+  // True when requests are in flight that the next step waits for.
+  bool AwaitingLocked() const;
   Status StartCreate(const Live& live);
+  Status FinishLooks(const Live& live, const Contender::NoNode& looks);
+  // Sends our node's create and a look behind it; `path_data`: the lock
+  // path is missing, and is created first, with this data (and its
+  // parents before it, with `parents`).
+  void SendCreate(const Live& live, std::optional<std::string_view> path_data,
+                  bool parents = false);
   Status FinishCreate(const Live& live, const Contender::Creating& creating);
   Status Look(const Live& live, const OwnNode& node);
   Status Place(const Live& live, OwnNode node, const Reply& children);
@@ -84,6 +111,7 @@ class ZkAcquisition final : public Acquisition {
   Step Grant();
   Attempt NotYet(const Live& live, milliseconds delayed);
   void Withdraw(const Live& live);
+  void AwaitWithdraw();
   void Leave(const Live& live, const Contender::Standing& was);
   void ForgetNode();
   // Sets the watches of a queued contender not yet watching (mu held by
@@ -95,6 +123,14 @@ class ZkAcquisition final : public Acquisition {
   const milliseconds ttl_;
   const milliseconds queue_ttl_;  // zero: a single attempt, no place kept
   Status invalid_;                // the key has no lock path
+  TimePoint round_end_ = TimePoint::max();  // Advance's; max: a Try's own bounds
+  // The delete of a refused single attempt's node, in flight.
+  struct Withdrawal {
+    std::shared_ptr<Op> del;
+    std::string name;
+    std::uint64_t gen = 0;
+  };
+  std::optional<Withdrawal> withdrawing_;
 };
 
 ZkAcquisition::ZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m, const LeaseRequest& r)
@@ -127,15 +163,32 @@ ZkAcquisition::~ZkAcquisition() {
   wake = std::exchange(c_->wake, nullptr);
   m_->contenders.erase(c_);
   // Dropped without Abandon: a waiter that died. Its node lapses with its
-  // place, queue_ttl after its last attempt.
-  const TimePoint due = c_->expires_at != TimePoint{} ? c_->expires_at : m_->Now();
+  // place, queue_ttl after its last attempt. A single attempt has a node
+  // left only when an answer was lost: its owner's retry, which finds the
+  // node by its guid and keeps it, comes first.
+  const TimePoint due = c_->expires_at != TimePoint{} ? c_->expires_at
+                                                      : m_->Now() + m_->attempt_timeout * 2;
   if (std::optional<Reap> reap = NodeToReap(*c_, due)) m_->ReapLaterLocked(std::move(*reap));
 }
 
 Result<Attempt> ZkAcquisition::Try() {
   DLOCK_RETURN_IF_ERROR(invalid_);
   DLOCK_ASSIGN_OR_RETURN(const Live live, m_->EnsureSession(ttl_));
-  {
+  int steps = 0;
+  for (;;) {
+    Result<Step> answer = Advance(live, TimePoint::max(), steps);
+    if (answer.ok() && !*answer) continue;
+    AwaitWithdraw();
+    if (!answer.ok()) return answer.status();
+    return **answer;
+  }
+}
+
+Result<ZkAcquisition::Step> ZkAcquisition::Advance(const Live& live, TimePoint round_end,
+                                                   int& steps) {
+  DLOCK_RETURN_IF_ERROR(invalid_);
+  round_end_ = round_end;
+  if (steps == 0) {
     std::lock_guard lock(m_->mu);
     if (std::holds_alternative<Contender::Abandoned>(c_->standing)) {
       return FailedPreconditionError("the acquisition of key " + Quoted(c_->key) +
@@ -147,11 +200,26 @@ Result<Attempt> ZkAcquisition::Try() {
       c_->gen = live.gen;
     }
   }
-  for (int step = 0; step < kMaxSteps; ++step) {
+  while (steps < kMaxSteps) {
+    ++steps;
     DLOCK_ASSIGN_OR_RETURN(const Step answer, TakeStep(live));
-    if (answer) return *answer;
+    if (answer) return answer;
+    std::lock_guard lock(m_->mu);
+    if (round_end != TimePoint::max() && AwaitingLocked()) return Step();
   }
   return UnavailableError("the lock node under " + c_->lock_path + " kept changing; retrying");
+}
+
+std::chrono::nanoseconds ZkAcquisition::Bound() const {
+  if (round_end_ == TimePoint::max()) return m_->attempt_timeout;
+  return std::clamp<std::chrono::nanoseconds>(round_end_ - MonotonicClock::now(),
+                                              std::chrono::nanoseconds(0), m_->attempt_timeout);
+}
+
+bool ZkAcquisition::AwaitingLocked() const {
+  if (std::holds_alternative<Contender::Creating>(c_->standing)) return true;
+  const auto* none = std::get_if<Contender::NoNode>(&c_->standing);
+  return none != nullptr && none->children != nullptr;
 }
 
 Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
@@ -168,17 +236,24 @@ Result<ZkAcquisition::Step> ZkAcquisition::TakeStep(const Live& live) {
       c_->expires_at = t + queue_ttl_;
       return Step(Attempt{});
     }
-    if (std::holds_alternative<Contender::NoNode>(c_->standing) ||
+    const auto* none = std::get_if<Contender::NoNode>(&c_->standing);
+    if ((none != nullptr && none->children == nullptr) ||
         std::holds_alternative<Contender::Granted>(c_->standing)) {
       DLOCK_ASSIGN_OR_RETURN(const Step held, HeldAlreadyLocked());
       if (held) return held;
     }
-    c_->expires_at = t + std::max<milliseconds>(queue_ttl_, m_->attempt_timeout * 2);
+    // A waiter's node lapses if no attempt comes back for it. A single
+    // attempt's does not: its acquisition ends with the call that made it,
+    // and its end reaps what is left (TryEach's rounds may take longer
+    // than one attempt's bound).
+    c_->expires_at = queue_ttl_ > milliseconds(0)
+                         ? t + std::max<milliseconds>(queue_ttl_, m_->attempt_timeout * 2)
+                         : TimePoint{};
     now = c_->standing;
   }
   Status st;
-  if (std::holds_alternative<Contender::NoNode>(now)) {
-    st = StartCreate(live);
+  if (const auto* none = std::get_if<Contender::NoNode>(&now)) {
+    st = none->children ? FinishLooks(live, *none) : StartCreate(live);
   } else if (const auto* creating = std::get_if<Contender::Creating>(&now)) {
     st = FinishCreate(live, *creating);
   } else if (std::holds_alternative<Contender::AtHead>(now)) {
@@ -222,27 +297,87 @@ Result<ZkAcquisition::Step> ZkAcquisition::HeldAlreadyLocked() {
 }
 
 Status ZkAcquisition::StartCreate(const Live& live) {
-  // The create and a look at the siblings go out back to back: the server
-  // answers the read after applying the write, so one round trip tells both
-  // our sequence and who is ahead.
-  auto create = live.session->Create(c_->PathOf(c_->prefix), c_->data, ZOO_EPHEMERAL_SEQUENTIAL);
+  bool known;
+  {
+    std::lock_guard lock(m_->mu);
+    known = m_->PathKnownLocked(c_->lock_path);
+  }
+  if (known) {
+    SendCreate(live, std::nullopt);
+    return Status::Ok();
+  }
+  // Not known to exist (a key new to this backend, or one whose path it
+  // deleted): look at it, and at the lock-delay markers a missing path must
+  // be flagged for, before creating it. Reads, where a create under a
+  // missing path would be a failed write and a round trip more.
+  std::shared_ptr<Op> markers;
+  if (!c_->delay_path.empty()) markers = live.session->Children(c_->delay_path);
   auto children = live.session->Children(c_->lock_path);
   std::lock_guard lock(m_->mu);
-  c_->standing = Contender::Creating{std::move(create), std::move(children)};
+  c_->standing = Contender::NoNode{std::move(children), std::move(markers)};
   return Status::Ok();
+}
+
+Status ZkAcquisition::FinishLooks(const Live& live, const Contender::NoNode& looks) {
+  const Reply* kids = looks.children->Wait(Bound());  // the later: answered after the markers
+  const Reply* marks = looks.markers ? looks.markers->Wait(std::chrono::nanoseconds(0)) : nullptr;
+  {
+    std::lock_guard lock(m_->mu);
+    const auto* still = std::get_if<Contender::NoNode>(&c_->standing);
+    if (still == nullptr || still->children != looks.children) {
+      return UnavailableError("the attempt on " + c_->lock_path + " was overtaken; retrying");
+    }
+    c_->standing = Contender::NoNode{};
+    if (kids != nullptr && kids->rc == ZOK) m_->NotePathLocked(c_->lock_path, true);
+  }
+  if (kids == nullptr) return ReplyError(kids, "the look at " + c_->lock_path, m_->attempt_timeout);
+  if (kids->rc == ZOK) {
+    SendCreate(live, std::nullopt);
+    return Status::Ok();
+  }
+  if (kids->rc != ZNONODE) return ZkError(kids->rc, "listing " + c_->lock_path);
+  DLOCK_ASSIGN_OR_RETURN(const std::string_view data, LockPathData(*c_, marks, m_->attempt_timeout));
+  SendCreate(live, data);
+  return Status::Ok();
+}
+
+void ZkAcquisition::SendCreate(const Live& live, std::optional<std::string_view> path_data,
+                               bool parents) {
+  // The create and a look at the siblings go out back to back: the server
+  // answers the read after applying the write, so one round trip tells both
+  // our sequence and who is ahead. A missing lock path is created ahead of
+  // them (a container, as Curator makes it; its create fails harmlessly if
+  // someone made it meanwhile), and, when its parents were missing too,
+  // they are ahead of it: the chroot persistent, containers below.
+  Contender::Creating creating;
+  if (path_data) {
+    const std::string& path = c_->lock_path;
+    for (std::size_t i = 1; parents && i < path.size(); ++i) {
+      if (path[i] != '/') continue;
+      const bool in_chroot = i <= m_->options.chroot.size();
+      creating.parents.push_back(live.session->Create(path.substr(0, i), "", in_chroot ? 0 : ZOO_CONTAINER));
+    }
+    creating.path = live.session->Create(path, *path_data, ZOO_CONTAINER);
+    creating.path_data = *path_data;
+  }
+  creating.create = live.session->Create(c_->PathOf(c_->prefix), c_->data, ZOO_EPHEMERAL_SEQUENTIAL);
+  creating.children = live.session->Children(c_->lock_path);
+  std::lock_guard lock(m_->mu);
+  c_->standing = std::move(creating);
 }
 
 Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& creating) {
   const std::string& under = c_->lock_path;
   // The read's reply comes after the create's: waiting for it first wakes
   // this thread once, not twice.
-  if (creating.children) (void)creating.children->Wait(m_->attempt_timeout);
-  const Reply* r = creating.create->Wait(m_->attempt_timeout);
+  if (creating.children) (void)creating.children->Wait(Bound());
+  const Reply* r = creating.create->Wait(Bound());
   if (r == nullptr) {
     return UnavailableError("ZooKeeper did not answer the create of a lock node under " + under +
                             " within " + FormatDuration(m_->attempt_timeout) +
                             "; a retry finds the node by its guid");
   }
+  const Reply* made = creating.path ? creating.path->Wait(std::chrono::nanoseconds(0)) : nullptr;
   const OwnNode node{Basename(r->path), static_cast<FencingToken>(r->stat.czxid)};
   {
     std::lock_guard lock(m_->mu);
@@ -257,8 +392,24 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
     } else {
       c_->standing = Contender::NoNode{};
     }
+    if (r->rc == ZOK || r->rc == ZNONODE) m_->NotePathLocked(under, r->rc == ZOK);
   }
-  if (r->rc == ZNONODE) return m_->CreateLockPath(live, *c_);
+  if (r->rc == ZNONODE) {
+    // The path went since (a known one: the next step looks again), or its
+    // parents are missing too (its own create failed): made with them.
+    if (made == nullptr || made->rc != ZNONODE) return Status::Ok();
+    for (const auto& parent : creating.parents) {
+      const Reply* pr = parent->Wait(std::chrono::nanoseconds(0));
+      if (pr != nullptr && pr->rc != ZOK && pr->rc != ZNODEEXISTS && !OutcomeUnknown(pr->rc)) {
+        return ZkError(pr->rc, "creating the parents of " + under);
+      }
+    }
+    SendCreate(live, creating.path_data, /*parents=*/true);
+    return Status::Ok();
+  }
+  if (made != nullptr && made->rc != ZOK && made->rc != ZNODEEXISTS && r->rc != ZOK) {
+    return ZkError(made->rc, "creating " + under);
+  }
   if (OutcomeUnknown(r->rc)) {
     return ZkError(r->rc, "creating a lock node under " + under +
                               " (outcome unknown; a retry finds it by its guid)");
@@ -272,7 +423,7 @@ Status ZkAcquisition::FinishCreate(const Live& live, const Contender::Creating& 
 
 Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
   auto op = live.session->Children(c_->lock_path);
-  const Reply* r = op->Wait(m_->attempt_timeout);
+  const Reply* r = op->Wait(Bound());
   if (r == nullptr) {
     return UnavailableError("ZooKeeper did not list " + c_->lock_path + " within " +
                             FormatDuration(m_->attempt_timeout));
@@ -290,11 +441,22 @@ Status ZkAcquisition::Look(const Live& live, const OwnNode& node) {
 // made and never heard back about (a lost reply; a retried TryAcquire is a
 // new acquisition with the same owner), which keeps its place and its
 // token, as the contract wants of a retry. Any other node with our guid is
-// a duplicate, and goes.
+// a duplicate, and goes. A node the keeper is deleting (being_reaped) is
+// never ours: adopted, it would be granted and then deleted under us. No
+// node of ours is marked after this look: we have a place on this lock
+// path (Unsure or Queued), which keeps the keeper's hands off our nodes.
 Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& children) {
   const std::vector<LockNode> sorted = SortedContenders(children.children);
+  std::set<std::string> reaped;
+  {
+    std::lock_guard lock(m_->mu);
+    for (const LockNode& n : sorted) {
+      if (m_->being_reaped.contains(c_->PathOf(n.name))) reaped.insert(n.name);
+    }
+  }
   const auto mine = std::find_if(sorted.begin(), sorted.end(), [&](const LockNode& n) {
-    return n.guid == c_->guid || (!node.name.empty() && n.name == node.name);
+    return (n.guid == c_->guid || (!node.name.empty() && n.name == node.name)) &&
+           !reaped.contains(n.name);
   });
   if (mine != sorted.end() && mine->name != node.name) node = OwnNode{};  // adopting it
   for (auto it = sorted.begin(); it != sorted.end(); ++it) {
@@ -328,7 +490,7 @@ Status ZkAcquisition::Place(const Live& live, OwnNode node, const Reply& childre
 // The czxid of our node `name`; 0 when it is gone.
 Result<FencingToken> ZkAcquisition::ReadToken(const Live& live, const std::string& name) {
   auto op = live.session->Exists(c_->PathOf(name), false);
-  const Reply* r = op->Wait(m_->attempt_timeout);
+  const Reply* r = op->Wait(Bound());
   if (r == nullptr) return UnavailableError("ZooKeeper did not answer within the attempt");
   if (r->rc == ZNONODE) return FencingToken{0};
   if (r->rc != ZOK) return ZkError(r->rc, "reading " + name);
@@ -388,6 +550,8 @@ Attempt ZkAcquisition::NotYet(const Live& live, milliseconds delayed) {
   return a;
 }
 
+// Sends the delete of a single attempt's node; AwaitWithdraw waits for
+// it, so that TryEach has every delete of its batch in flight at once.
 void ZkAcquisition::Withdraw(const Live& live) {
   std::string name;
   {
@@ -398,10 +562,17 @@ void ZkAcquisition::Withdraw(const Live& live) {
     c_->standing = Contender::NoNode{};
     c_->expires_at = TimePoint{};
   }
-  auto del = live.session->Delete(c_->PathOf(name));
-  const Reply* r = del->Wait(m_->attempt_timeout);
+  withdrawing_ = Withdrawal{live.session->Delete(c_->PathOf(name)), name, live.gen};
+}
+
+// The attempt answers once its node is gone, so that nobody sees a place
+// it does not keep; a delete whose outcome is unknown is the keeper's.
+void ZkAcquisition::AwaitWithdraw() {
+  if (!withdrawing_) return;
+  const Withdrawal w = std::exchange(withdrawing_, std::nullopt).value();
+  const Reply* r = w.del->Wait(Bound());
   if (r == nullptr || OutcomeUnknown(r->rc)) {
-    m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, name, live.gen, m_->Now()});
+    m_->ReapLater(Reap{c_->key, c_->owner, c_->lock_path, w.name, w.gen, m_->Now()});
   }
 }
 
@@ -510,113 +681,47 @@ std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendIm
   return std::make_unique<ZkAcquisition>(std::move(m), request);
 }
 
-// ---------------------------------------------------------------------------
-// Watches of queued contenders, and the Notify wake-ups they call, on the
-// completion thread
-
-bool ZooKeeperBackendImpl::ContenderEventLocked(Contender& c, int type, const std::string& path,
-                                                bool* look) {
-  auto* q = std::get_if<Contender::Queued>(&c.standing);
-  if (q == nullptr) return false;
-  if (type == ZOO_CHILD_EVENT) {
-    if (!std::holds_alternative<WatchChildren>(q->watch) || c.lock_path != path) return false;
-    q->armed = false;  // one-shot: the next wait sets it again
-    *look = true;
-    return true;
-  }
-  if (!Watches(*q, path)) return false;
-  if (type != ZOO_DELETED_EVENT) {
-    q->armed = false;  // a data change used the watch up: set it again
-    return true;
-  }
-  *look = AheadGone(c, path);
-  // The waiting thread only cares once we are at the head or must look; one
-  // of several nodes ahead going is not worth a wake-up.
-  return ReadyToTry(c);
-}
-
-void ZooKeeperBackendImpl::LookOnEvent(const std::shared_ptr<Session>& s,
-                                       const std::shared_ptr<Contender>& c) {
-  std::weak_ptr<Contender> weak = c;
-  (void)s->Children(c->lock_path, [this, weak](const Reply& r) {
-    auto c = weak.lock();
-    if (!c || r.rc != ZOK) return;
-    const std::vector<LockNode> sorted = SortedContenders(r.children);
-    Wakes wakes;
-    {
-      std::lock_guard lock(mu);
-      if (!std::holds_alternative<Contender::Queued>(c->standing)) return;
-      (void)ApplyLook(*c, sorted, r.stat);  // our node gone: the waiter's next look sees it
-      cv.notify_all();
-      TakeWakeLocked(*c, Now(), wakes);
+// In rounds: in each, every attempt not yet answered takes its steps until
+// it has an answer or requests in flight, and only then are the answers
+// waited for, each within what is left of the round's bound. So every
+// attempt's create (and its look, or the looks at a path not known) is on
+// the session before the first answer is awaited, and a session that stops
+// answering costs the batch one bound, not one per attempt.
+std::vector<Result<Attempt>> TryEach(const std::shared_ptr<ZooKeeperBackendImpl>& m,
+                                     std::span<const LeaseRequest> requests) {
+  std::vector<Result<Attempt>> out(requests.size(), UnavailableError("not attempted"));
+  std::vector<std::unique_ptr<ZkAcquisition>> attempts;
+  std::vector<std::size_t> open;  // attempts not yet answered
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    LeaseRequest single = requests[i];
+    single.queue_ttl = milliseconds(0);  // a single attempt takes no place in the queue
+    attempts.push_back(std::make_unique<ZkAcquisition>(m, single));
+    if (attempts.back()->invalid().ok()) {
+      open.push_back(i);
+    } else {
+      out[i] = attempts.back()->invalid();
     }
-    RunWakes(wakes);
-  });
-}
-
-bool ZooKeeperBackendImpl::WakeDueLocked(const Contender& c, TimePoint now) const {
-  if (!c.wake) return false;
-  if (c.gen != gen || !session || session->dead()) return true;  // it starts over
-  if (const auto* head = std::get_if<Contender::AtHead>(&c.standing)) {
-    return head->delay_until <= now;
   }
-  return ReadyToTry(c);
-}
-
-void ZooKeeperBackendImpl::TakeWakeLocked(Contender& c, TimePoint now, Wakes& out) {
-  if (WakeDueLocked(c, now)) out.push_back(std::exchange(c.wake, nullptr));
-}
-
-void ZooKeeperBackendImpl::RunWakes(Wakes& wakes) {
-  for (auto& wake : wakes) wake();
-  wakes.clear();
-}
-
-void ZooKeeperBackendImpl::ArmWatches(const std::shared_ptr<Session>& s,
-                                      const std::shared_ptr<Contender>& c, const Watch& watch) {
-  std::weak_ptr<Contender> weak = c;
-  if (std::holds_alternative<WatchChildren>(watch)) {
-    (void)s->WatchChildren(c->lock_path, [this, weak](const Reply& r) {
-      auto c = weak.lock();
-      if (!c) return;
-      const std::vector<LockNode> sorted = SortedContenders(r.children);
-      Wakes wakes;
-      {
-        std::lock_guard lock(mu);
-        auto* q = std::get_if<Contender::Queued>(&c->standing);
-        if (q == nullptr || !std::holds_alternative<WatchChildren>(q->watch)) return;
-        // Not set, or our node is gone: the waiter's next attempt looks.
-        if (r.rc != ZOK || ApplyLook(*c, sorted, r.stat) == LookResult::kNodeGone) q->armed = false;
-        cv.notify_all();
-        TakeWakeLocked(*c, Now(), wakes);
+  if (open.empty()) return out;
+  const Result<Live> live = m->EnsureSession(requests[open.front()].ttl);
+  std::vector<int> steps(requests.size(), 0);
+  while (live.ok() && !open.empty()) {
+    const TimePoint round_end = MonotonicClock::now() + m->attempt_timeout;
+    std::vector<std::size_t> still;
+    for (std::size_t i : open) {
+      Result<ZkAcquisition::Step> step = attempts[i]->Advance(*live, round_end, steps[i]);
+      if (step.ok() && !*step) {
+        still.push_back(i);
+      } else {
+        out[i] = step.ok() ? Result<Attempt>(**step) : Result<Attempt>(step.status());
       }
-      RunWakes(wakes);
-    });
-    return;
+    }
+    open = std::move(still);
   }
-  const std::vector<std::string> paths = std::holds_alternative<WatchAhead>(watch)
-                                             ? std::get<WatchAhead>(watch).left
-                                             : std::vector{std::get<WatchOne>(watch).path};
-  for (const std::string& path : paths) {
-    (void)s->Exists(path, true, [this, weak, path](const Reply& r) {
-      auto c = weak.lock();
-      if (!c) return;
-      Wakes wakes;
-      {
-        std::lock_guard lock(mu);
-        auto* q = std::get_if<Contender::Queued>(&c->standing);
-        if (q == nullptr || !Watches(*q, path)) return;  // no longer ahead of us
-        if (r.rc == ZNONODE) {
-          (void)AheadGone(*c, path);  // gone before the watch was set
-        } else if (r.rc != ZOK) {
-          q->armed = false;  // not set: the next wait tries again
-        }
-        cv.notify_all();
-        TakeWakeLocked(*c, Now(), wakes);
-      }
-      RunWakes(wakes);
-    });
-  }
+  for (std::size_t i : open) out[i] = live.status();
+  const TimePoint deletes_end = MonotonicClock::now() + m->attempt_timeout;
+  for (auto& a : attempts) a->FinishWithdraw(deletes_end);
+  return out;
 }
 
 }  // namespace dlock::zookeeper

@@ -6,6 +6,7 @@
 //
 // Files: zookeeper_backend.cc (sessions, events, the Backend calls),
 // zk_acquisition.cc (the lock recipe: create, look, watch, grant),
+// zk_watches.cc (the waiters' watches and Notify wake-ups),
 // zk_lock_delay.cc (markers left by lost holdings), zk_keeper.cc (the
 // heartbeat and the reaping of expired nodes), zk_done.cc (run-once
 // records), zk_breaks.cc (break records), zk_footprint.cc (counting what
@@ -23,10 +24,12 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -97,7 +100,18 @@ struct Reap {
   std::string node;  // empty: not known (a lost reply): delete every node with the owner's guid
   std::uint64_t gen = 0;
   TimePoint due{};
+
+  std::string NodePath() const { return lock_path + "/" + node; }
 };
+
+// The data of a lock path once a holding with a lock-delay was made there.
+inline constexpr std::string_view kKeyHadDelays = "dlock:lock-delay";
+
+// The data to make `c`'s missing lock path with, from the listing of its
+// lock-delay markers (`marks`; null: not answered within `timeout`):
+// kKeyHadDelays when markers remain (zk_lock_delay.cc).
+Result<std::string_view> LockPathData(const Contender& c, const Reply* marks,
+                                      std::chrono::milliseconds timeout);
 
 // The node `c` has, or may have (Creating, or Unsure by guid), for the
 // keeper to delete at `due`; nullopt when it has none.
@@ -125,9 +139,12 @@ struct ZooKeeperBackendImpl {
   // Whether any node of ours is (or may be) on the current session.
   bool SessionInUseLocked() const;
   Status CreateParents(const Live& live, const std::string& path, std::string_view leaf_data = {});
-  // The missing lock path of `c`, flagged (kKeyHadDelays) when markers of
-  // lost holdings wait in its delay path (zk_lock_delay.cc).
-  Status CreateLockPath(const Live& live, const Contender& c);
+  // Lock paths known to exist: a node of this backend was made under each,
+  // and it has not seen the path go (or deleted it) since. An acquisition
+  // of a key whose path is not known looks before it creates: a create
+  // under a missing path is a failed write and one more round trip.
+  bool PathKnownLocked(const std::string& lock_path) const;
+  void NotePathLocked(const std::string& lock_path, bool exists);
   // Deletes every node of `owner` (by its guid) under `lock_path`; `found`
   // says whether there was one, `others` (if given) gets the rest.
   Status DeleteOwn(const Live& live, const std::string& lock_path, const OwnerId& owner,
@@ -138,6 +155,13 @@ struct ZooKeeperBackendImpl {
   // Registers an acquisition's contender for watch events and the keeper
   // (zk_keeper.cc); the acquisition removes it when it ends.
   void AddContender(const std::shared_ptr<Contender>& c);
+  // For a contender AtHead: how long lock-delays left by lost holdings
+  // still keep the key (zero: none; then our own marker, if we carry a
+  // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
+  Result<std::chrono::milliseconds> ClearLockDelays(const Live& live, Contender& c);
+
+  // --- waiters' watches and wake-ups (zk_watches.cc) ---------------------
+
   // A watch event for `c` (a node it watches went or changed, or the lock
   // path's children changed): true when its waiter should wake; `look` set
   // when it must look at its siblings again.
@@ -159,15 +183,18 @@ struct ZooKeeperBackendImpl {
   // Moves `c`'s wake-up into `out` when it is due.
   void TakeWakeLocked(Contender& c, TimePoint now, Wakes& out);
   static void RunWakes(Wakes& wakes);
-  // For a contender AtHead: how long lock-delays left by lost holdings
-  // still keep the key (zero: none; then our own marker, if we carry a
-  // lock-delay, is made and the grant may stand). zk_lock_delay.cc.
-  Result<std::chrono::milliseconds> ClearLockDelays(const Live& live, Contender& c);
 
   // --- held leases (zookeeper_backend.cc) --------------------------------
 
   std::shared_ptr<Holding> TakeHolding(std::string_view key, const OwnerId& owner);
   Status ReleaseHolding(const Live& live, const Holding& h);
+  // ReleaseMany's holdings on `live`, their nodes deleted by one multi
+  // (zk_batch.cc); one answer each, in order.
+  std::vector<Status> ReleaseHoldings(const Live& live,
+                                      const std::vector<std::shared_ptr<Holding>>& held);
+  // The lock paths of holdings released alone (DeletesPathAtRelease), not
+  // waited for.
+  void DeleteEmptiedPaths(const Live& live, const std::vector<const Holding*>& emptied);
   void ArmNodeWatch(const Live& live, const std::shared_ptr<Holding>& h);
 
   // --- the keeper (zk_keeper.cc) -----------------------------------------
@@ -178,6 +205,9 @@ struct ZooKeeperBackendImpl {
   // The heartbeat starts with the first lease or acquisition.
   void WakeKeeperForHeartbeatLocked();
   MultiOp Heartbeat() const;
+
+  // Backend::KeepPlaces: moves each waiter's expires_at, no request.
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
 
   // --- listing (zookeeper_backend.cc) ------------------------------------
 
@@ -229,6 +259,17 @@ struct ZooKeeperBackendImpl {
   // Nodes the keeper is deleting (async), and those it is still to delete.
   std::vector<std::pair<std::shared_ptr<Op>, Reap>> reaping;
   std::vector<Reap> to_reap;
+  // The nodes (full paths) the keeper has decided to delete, from that
+  // decision (under mu, with their owner found neither holding nor
+  // contending for the key) until their delete is answered. An attempt of
+  // the owner never takes one as its own (ZkAcquisition::Place): adopted,
+  // it would be granted and then deleted under its holder.
+  std::set<std::string> being_reaped;
+  // PathKnownLocked's paths, each with its place in known_order, which
+  // keeps them oldest first so that the oldest are forgotten first.
+  std::unordered_map<std::string, std::uint64_t> known_paths;
+  std::deque<std::pair<std::uint64_t, std::string>> known_order;
+  std::uint64_t known_next = 0;
   // Lock paths a release of this backend deleted within kReuseWindow, and
   // when (DeletesPathAtRelease); the same, oldest first, for forgetting.
   std::map<std::string, TimePoint> emptied_paths;
@@ -256,6 +297,8 @@ struct ZooKeeperBackendImpl {
   bool OwnerStillThereLocked(const Reap& r) const;
   void RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g, bool connected,
                 std::vector<Reap> due);
+  void SendReap(const std::shared_ptr<Session>& s, Reap r);
+  void ReapByGuid(const std::shared_ptr<Session>& s, Reap r);
   void SleepLocked(std::unique_lock<std::mutex>& lock, std::stop_token stop, bool connected,
                    std::chrono::milliseconds period);
 };
@@ -264,6 +307,10 @@ struct ZooKeeperBackendImpl {
 // single attempt.
 std::unique_ptr<Acquisition> NewZkAcquisition(std::shared_ptr<ZooKeeperBackendImpl> m,
                                               const LeaseRequest& request);
+// TryAcquireMany: a single attempt of each request (as TryAcquire), all
+// in flight on the session at once (zk_acquisition.cc).
+std::vector<Result<Attempt>> TryEach(const std::shared_ptr<ZooKeeperBackendImpl>& m,
+                                     std::span<const LeaseRequest> requests);
 
 }  // namespace dlock::zookeeper
 

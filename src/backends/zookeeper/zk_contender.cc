@@ -53,6 +53,10 @@ const OwnNode* NodeOf(const Contender::Standing& standing) {
 
 const OwnNode* Contender::Node() const { return NodeOf(standing); }
 
+bool HasPlace(const Contender::Standing& standing) {
+  return std::holds_alternative<Contender::Creating>(standing) || NodeOf(standing) != nullptr;
+}
+
 bool Watches(const Contender::Queued& q, const std::string& path) {
   if (const auto* ahead = std::get_if<WatchAhead>(&q.watch)) {
     return std::find(ahead->left.begin(), ahead->left.end(), path) != ahead->left.end();

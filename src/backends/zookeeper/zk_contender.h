@@ -5,7 +5,10 @@
 // Its standing is one of these, each with only the data it needs:
 //
 //   NoNode     nothing of ours on the store: the next step creates a node
+//              (first looking whether the lock path exists, when the backend
+//              does not know it does: then the looks are in flight here)
 //   Creating   a create in flight, a look at the siblings pipelined behind it
+//              (and the lock path's own create ahead of it, if it was missing)
 //   Unsure     a reply was lost or our place is not yet known: look (for our
 //              node by name, or by our guid when even the name is unknown)
 //   Queued     our node waits behind others, and what it watches meanwhile
@@ -88,10 +91,22 @@ struct WatchChildren {};
 using Watch = std::variant<WatchAhead, WatchOne, WatchChildren>;
 
 struct Contender {
-  struct NoNode {};
+  struct NoNode {
+    // Looks in flight at a lock path not known to exist, and at its
+    // lock-delay markers (null when none are sent): the create that follows
+    // makes a missing path, flagged when markers wait for it.
+    std::shared_ptr<Op> children;
+    std::shared_ptr<Op> markers;
+  };
   struct Creating {
     std::shared_ptr<Op> create;
     std::shared_ptr<Op> children;
+    // The lock path's own create, sent first (null if it existed), with
+    // its data, and the creates of its parents ahead of it, if they were
+    // missing too.
+    std::shared_ptr<Op> path;
+    std::string path_data;
+    std::vector<std::shared_ptr<Op>> parents;
   };
   struct Unsure {
     OwnNode node;  // name empty: find it by our guid; token 0: read it
@@ -151,6 +166,11 @@ struct Contender {
 // Our node, in the standings that have one (its name may be empty in
 // Unsure); null in the others.
 const OwnNode* NodeOf(const Contender::Standing& standing);
+
+// Whether `standing` has a place in the queue, or is making one: a node
+// that waits (or is at the head, not yet granted), or may exist (Creating,
+// Unsure). Not a holding.
+bool HasPlace(const Contender::Standing& standing);
 
 // Whether `q` has an exists watch on the node at `path`.
 bool Watches(const Contender::Queued& q, const std::string& path);

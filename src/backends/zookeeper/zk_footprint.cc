@@ -82,6 +82,10 @@ Result<std::uint64_t> ZooKeeperBackend::StoredObjects(std::string_view prefix) {
     DLOCK_ASSIGN_OR_RETURN(start, LockPath(m.options.chroot, p.substr(0, slash)));
   }
   const std::string_view partial = slash == std::string_view::npos ? p : p.substr(slash + 1);
+  // The reads after a sync, pipelined: the member this session reads from
+  // may lag the one another client wrote through, and the count must see
+  // every write made before it was asked for (IsDone reads the same way).
+  auto sync = live.session->Sync(m.root);
   DLOCK_ASSIGN_OR_RETURN(auto locks, m.ChildrenFor(live, start, partial));
   DLOCK_ASSIGN_OR_RETURN(auto records, m.ChildrenFor(live, DoneDir(m.options.chroot), p));
   DLOCK_ASSIGN_OR_RETURN(auto markers, m.ChildrenFor(live, DelayDir(m.options.chroot), p));

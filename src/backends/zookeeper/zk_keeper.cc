@@ -2,6 +2,8 @@
 // nodes whose lease or queue place ran out while the session lives on, or
 // whose delete could not be confirmed, and the wake-ups (Notify) no watch
 // will give: a lapsed place, a head, the end of a lock-delay.
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "backends/zookeeper/zk_backend_impl.h"
@@ -89,8 +91,42 @@ void ZooKeeperBackendImpl::KeeperLoop(std::stop_token stop) {
   }
 }
 
-// A finished delete whose outcome is unknown goes back, to be looked for by
-// the owner's guid.
+// Keeping a place is local: a waiter's node lives as long as the session,
+// which the ensemble keeps only while the client's I/O thread is heard from
+// (its pings, our heartbeat), and the queue_ttl on top of that is this
+// backend's own, enforced by the reaping below. So a place is kept by
+// moving its expiry, with no request. A dead or paused process still loses
+// its places: its session ends (the ensemble deletes its ephemeral nodes),
+// and a live one that stops keeping a place (a core whose timer is stuck,
+// an acquisition dropped without Abandon) has it reaped at expires_at.
+std::vector<Status> ZooKeeperBackendImpl::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  std::vector<Status> out;
+  out.reserve(waiters.size());
+  std::lock_guard lock(mu);
+  const TimePoint now = Now();
+  // The contenders with a place on the live session, by key and owner.
+  std::map<std::pair<std::string_view, OwnerId>, Contender*> placed;
+  if (session && !session->dead()) {
+    for (const auto& c : contenders) {
+      if (c->gen == gen && HasPlace(c->standing)) placed[{c->key, c->owner}] = c.get();
+    }
+  }
+  for (const LeaseRequest& w : waiters) {
+    const auto it = placed.find({w.key, w.owner});
+    if (it == placed.end()) {
+      out.push_back(NotFoundError("owner " + w.owner.ToString() + " has no place in the queue of key " +
+                                  Quoted(w.key) + " (it lapsed, its session ended, or it holds)"));
+      continue;
+    }
+    // Never shortened: an attempt in progress may have set a later one.
+    it->second->expires_at = std::max(it->second->expires_at, now + w.queue_ttl);
+    out.push_back(Status::Ok());
+  }
+  return out;
+}
+
+// A finished delete whose outcome is unknown is sent again, by the same
+// name, the node still marked being reaped; an answered one unmarks it.
 void ZooKeeperBackendImpl::CollectFinishedDeletesLocked(TimePoint now) {
   for (auto it = reaping.begin(); it != reaping.end();) {
     if (!it->first->done()) {
@@ -99,9 +135,10 @@ void ZooKeeperBackendImpl::CollectFinishedDeletesLocked(TimePoint now) {
     }
     if (OutcomeUnknown(it->first->Wait(std::chrono::nanoseconds(0))->rc)) {
       Reap again = std::move(it->second);
-      again.node.clear();
       again.due = now + kReapRetry;
       to_reap.push_back(std::move(again));
+    } else {
+      being_reaped.erase(it->second.NodePath());
     }
     it = reaping.erase(it);
   }
@@ -138,6 +175,10 @@ ZooKeeperBackendImpl::Wakes ZooKeeperBackendImpl::TakeDueWakesLocked(TimePoint n
   return wakes;
 }
 
+// A node is marked being reaped in the same hold of mu that finds its
+// owner away, so that no attempt of the owner adopts it from then on (it
+// takes a node of its own instead, behind this one until it goes). A node
+// marked already is nobody's since: its delete goes on.
 std::vector<Reap> ZooKeeperBackendImpl::TakeDueReapsLocked(TimePoint now) {
   std::vector<Reap> due;
   for (auto it = to_reap.begin(); it != to_reap.end();) {
@@ -145,7 +186,11 @@ std::vector<Reap> ZooKeeperBackendImpl::TakeDueReapsLocked(TimePoint now) {
       ++it;
       continue;
     }
-    if (!OwnerStillThereLocked(*it)) due.push_back(std::move(*it));
+    const bool named = !it->node.empty();
+    if ((named && being_reaped.contains(it->NodePath())) || !OwnerStillThereLocked(*it)) {
+      if (named) being_reaped.insert(it->NodePath());
+      due.push_back(std::move(*it));
+    }
     it = to_reap.erase(it);
   }
   return due;
@@ -159,9 +204,7 @@ bool ZooKeeperBackendImpl::OwnerStillThereLocked(const Reap& r) const {
   if (h != holdings.end() && h->second->gen == r.gen) return true;
   for (const auto& c : contenders) {
     if (c->owner != r.owner || c->lock_path != r.lock_path || c->gen != r.gen) continue;
-    if (std::holds_alternative<Contender::Creating>(c->standing) || c->Node() != nullptr) {
-      return true;
-    }
+    if (HasPlace(c->standing)) return true;
   }
   return false;
 }
@@ -169,26 +212,56 @@ bool ZooKeeperBackendImpl::OwnerStillThereLocked(const Reap& r) const {
 void ZooKeeperBackendImpl::RunReaps(const std::shared_ptr<Session>& s, std::uint64_t g,
                                     bool connected, std::vector<Reap> due) {
   for (Reap& r : due) {
-    if (!s || r.gen != g || s->dead()) continue;  // gone with its session
+    if (!s || r.gen != g || s->dead()) {  // gone with its session
+      std::lock_guard lock(mu);
+      being_reaped.erase(r.NodePath());
+      continue;
+    }
     if (!connected) {
       r.due = Now() + kReapRetry;
       ReapLater(std::move(r));
-      continue;
-    }
-    if (!r.node.empty()) {
-      auto op = s->Delete(r.lock_path + "/" + r.node);
-      std::lock_guard lock(mu);
-      reaping.emplace_back(std::move(op), std::move(r));
-      continue;
-    }
-    // Which node is not known: look for the owner's guid (blocking is fine
-    // here).
-    bool found = false;
-    if (!DeleteOwn(Live{s, g}, r.lock_path, r.owner, &found, nullptr).ok()) {
-      r.due = Now() + kReapRetry;
-      ReapLater(std::move(r));
+    } else if (!r.node.empty()) {
+      SendReap(s, std::move(r));
+    } else {
+      ReapByGuid(s, std::move(r));
     }
   }
+}
+
+void ZooKeeperBackendImpl::SendReap(const std::shared_ptr<Session>& s, Reap r) {
+  if (options.before_reap) options.before_reap(r.NodePath());
+  auto op = s->Delete(r.NodePath());
+  std::lock_guard lock(mu);
+  reaping.emplace_back(std::move(op), std::move(r));
+}
+
+// A node whose name is not known (a create or a delete whose answer was
+// lost): the owner's nodes under the lock path, found by its guid (blocking
+// is fine here). The listing decides nothing, as the owner may have come
+// back since: its nodes are marked only if it is still away, under mu, as
+// in TakeDueReapsLocked, and then deleted by name.
+void ZooKeeperBackendImpl::ReapByGuid(const std::shared_ptr<Session>& s, Reap r) {
+  auto op = s->Children(r.lock_path);
+  const Reply* kids = op->Wait(attempt_timeout);
+  if (kids != nullptr && kids->rc == ZNONODE) return;  // no lock path, no node
+  if (kids == nullptr || kids->rc != ZOK) {
+    r.due = Now() + kReapRetry;
+    ReapLater(std::move(r));
+    return;
+  }
+  const std::string guid = GuidOf(r.owner);
+  std::vector<Reap> named;
+  {
+    std::lock_guard lock(mu);
+    if (OwnerStillThereLocked(r)) return;
+    for (const LockNode& n : SortedContenders(kids->children)) {
+      if (n.guid != guid) continue;
+      named.push_back(r);
+      named.back().node = n.name;
+      being_reaped.insert(named.back().NodePath());
+    }
+  }
+  for (Reap& one : named) SendReap(s, std::move(one));
 }
 
 void ZooKeeperBackendImpl::SleepLocked(std::unique_lock<std::mutex>& lock, std::stop_token stop,

@@ -20,9 +20,6 @@ namespace {
 using std::chrono::milliseconds;
 using Live = ZooKeeperBackendImpl::Live;
 
-// The data of a lock path once a holding with a lock-delay was made there.
-constexpr std::string_view kKeyHadDelays = "dlock:lock-delay";
-
 struct MarkerData {
   std::int64_t delay_ms = 0;
   std::uint32_t limit = 1;
@@ -134,17 +131,13 @@ Result<milliseconds> ZooKeeperBackendImpl::ClearLockDelays(const Live& live, Con
 // remain, in the create itself, so that nobody sees the path without it.
 // No marker can appear meanwhile: markers are made by holders, and a
 // missing path has none.
-Status ZooKeeperBackendImpl::CreateLockPath(const Live& live, const Contender& c) {
-  std::string_view data;
-  if (!c.delay_path.empty()) {
-    const auto marks_op = live.session->Children(c.delay_path);  // owns the reply
-    const Reply* marks = marks_op->Wait(attempt_timeout);
-    if (marks == nullptr || (marks->rc != ZOK && marks->rc != ZNONODE)) {
-      return ReplyError(marks, "listing the lock-delays of " + c.lock_path, attempt_timeout);
-    }
-    if (marks->rc == ZOK && !marks->children.empty()) data = kKeyHadDelays;
+Result<std::string_view> LockPathData(const Contender& c, const Reply* marks,
+                                      milliseconds timeout) {
+  if (c.delay_path.empty()) return std::string_view();
+  if (marks == nullptr || (marks->rc != ZOK && marks->rc != ZNONODE)) {
+    return ReplyError(marks, "listing the lock-delays of " + c.lock_path, timeout);
   }
-  return CreateParents(live, c.lock_path, data);
+  return marks->rc == ZOK && !marks->children.empty() ? kKeyHadDelays : std::string_view();
 }
 
 // How long the lost holdings whose markers remain still keep the key from

@@ -91,6 +91,7 @@ ZooKeeperBackendImpl::~ZooKeeperBackendImpl() {
     holdings.clear();
     contenders.clear();
     reaping.clear();
+    being_reaped.clear();
     to_reap.clear();
   }
   s.reset();  // closes the handle, outside the lock its handlers take
@@ -145,8 +146,7 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
 bool ZooKeeperBackendImpl::SessionInUseLocked() const {
   if (!holdings.empty()) return true;
   return std::any_of(contenders.begin(), contenders.end(), [&](const auto& c) {
-    return c->gen == gen &&
-           (std::holds_alternative<Contender::Creating>(c->standing) || c->Node() != nullptr);
+    return c->gen == gen && HasPlace(c->standing);
   });
 }
 
@@ -317,6 +317,26 @@ Status ZooKeeperBackendImpl::ReleaseHolding(const Live& live, const Holding& h) 
                       : ZkError(r->rc, "deleting " + path);
 }
 
+bool ZooKeeperBackendImpl::PathKnownLocked(const std::string& lock_path) const {
+  return known_paths.contains(lock_path);
+}
+
+void ZooKeeperBackendImpl::NotePathLocked(const std::string& lock_path, bool exists) {
+  constexpr std::size_t kKnownPaths = 65'536;  // beyond, the oldest look again
+  if (!exists) {
+    known_paths.erase(lock_path);
+    return;
+  }
+  if (known_paths.contains(lock_path)) return;
+  known_paths.emplace(lock_path, known_next);
+  known_order.emplace_back(known_next++, lock_path);
+  while (known_order.size() > kKnownPaths) {
+    auto it = known_paths.find(known_order.front().second);
+    if (it != known_paths.end() && it->second == known_order.front().first) known_paths.erase(it);
+    known_order.pop_front();
+  }
+}
+
 // ZooKeeper deletes an emptied container at most znode.container.
 // maxPerMinute (10,000 by default) a minute: keys used once at a higher rate
 // would pile up, so the release of a key held alone deletes its path. But
@@ -341,6 +361,7 @@ bool ZooKeeperBackendImpl::DeletesPathAtRelease(const Holding& h) {
   if (emptied_paths.size() >= kRemembered) return false;
   emptied_paths.emplace(h.lock_path, now);
   emptied_order.emplace_back(now, h.lock_path);
+  NotePathLocked(h.lock_path, false);
   return true;
 }
 
@@ -407,6 +428,10 @@ Status ZooKeeperBackend::Release(std::string_view key, const OwnerId& owner) {
                                          : "owner " + holder.ToString()));
   }
   return Status::Ok();
+}
+
+std::vector<Status> ZooKeeperBackend::KeepPlaces(std::span<const LeaseRequest> waiters) {
+  return impl_->KeepPlaces(waiters);
 }
 
 std::vector<Status> ZooKeeperBackend::Renew(std::span<const LeaseRequest> leases) {

@@ -29,7 +29,8 @@
 //
 // Waiting goes through Begin: each acquisition owns its node and what it
 // watches (zk_contender.h); TryAcquire is a single attempt that takes no
-// place in the queue.
+// place in the queue. TryAcquireMany and ReleaseMany have a whole batch in
+// flight on the session at once (zk_batch.cc).
 //
 // Thread-safety: thread-safe. Watch and completion callbacks run on the C
 // client's completion thread and only update state under the backend's
@@ -39,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +63,11 @@ struct ZkOptions {
   // From the URI's user:password and ?acl_admin=: who the session is and
   // who may touch its nodes.
   Identity identity;
+  // Tests only (no URI sets it): called on the keeper's thread, without
+  // the backend's mutex, with the path of each node the keeper has decided
+  // to delete, just before the delete goes out: a test runs an attempt of
+  // the node's owner in that gap.
+  std::function<void(const std::string& node_path)> before_reap;
 };
 
 // From a zk:// URI. kInvalidArgument for a missing or malformed host list, a
@@ -83,7 +90,15 @@ class ZooKeeperBackend final : public Backend {
   Result<Attempt> TryAcquire(const LeaseRequest& request) override;
   std::unique_ptr<Acquisition> Begin(const LeaseRequest& request) override;
   Status Release(std::string_view key, const OwnerId& owner) override;
+  // Every request of a batch in flight on the session at once; the
+  // holdings released by one multi (zk_batch.cc).
+  std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
+  std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
+  bool BatchesCalls() const override { return true; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
+  // Keeping a place needs no request (zk_keeper.cc says why).
+  std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
+  bool KeepsPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;

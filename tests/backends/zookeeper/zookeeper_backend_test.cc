@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -125,6 +127,15 @@ class Observer {
     }
     ADD_FAILURE() << "could not read the ensemble's clock";
     return 0;
+  }
+  // The zxid of a write of its own: the ensemble's count of writes so far
+  // (each write, applied or refused, is one transaction).
+  std::int64_t Zxid() {
+    static std::atomic<int> n{0};
+    const std::string path = FixtureOptions().chroot + "/zk-test-zxid-" + std::to_string(++n);
+    auto op = session_->Create(path, "", ZOO_EPHEMERAL);
+    const Reply* r = op->Wait(seconds(5));
+    return r != nullptr && r->rc == ZOK ? r->stat.czxid : 0;
   }
   std::vector<std::string> Children(const std::string& path) {
     auto sync = session_->Sync(path);
@@ -616,6 +627,115 @@ TEST(ZooKeeperBackendTest, ARetriedTryAcquireAdoptsTheNodeItsLostAttemptMade) {
   (void)backend->Release(key, owner);
 }
 
+// The attempt the keeper's test seam (ZkOptions::before_reap) runs in the
+// gap between the keeper's decision to delete a node of `owner` and its
+// delete: a waiter of the same owner on the same key.
+struct ReapGap {
+  std::mutex mu;
+  std::condition_variable cv;
+  Backend* backend = nullptr;  // null once the test is over
+  bool ran = false;
+  std::string reaped;  // the node's name
+  std::unique_ptr<Acquisition> retry;
+  Result<Attempt> answer = UnavailableError("not run");
+
+  void Run(const std::string& key, const OwnerId& owner, const std::string& path) {
+    std::lock_guard lock(mu);
+    if (ran || backend == nullptr || path.find(GuidOf(owner)) == std::string::npos) return;
+    ran = true;
+    reaped = path.substr(path.rfind('/') + 1);
+    LeaseRequest waiting = Req(key, owner);
+    waiting.queue_ttl = seconds(10);
+    retry = backend->Begin(waiting);
+    answer = Answered(*retry);
+    cv.notify_all();
+  }
+  // Ends the seam's use (a call in progress finishes first), and hands
+  // over its acquisition, which would otherwise keep the backend alive.
+  std::unique_ptr<Acquisition> Close() {
+    std::lock_guard lock(mu);
+    backend = nullptr;
+    return std::move(retry);
+  }
+};
+
+// A node the keeper is deleting (here: a lease not renewed for its ttl) is
+// never adopted by an attempt of its owner made while the delete is on its
+// way. Adopted, it would be granted and then deleted under its holder, who
+// would go on renewing a lock the next waiter is granted too. The seam runs
+// that attempt between the keeper's decision and its delete; afterwards
+// the owner either holds a node that exists or is told it lost it.
+TEST(ZooKeeperBackendTest, ANodeBeingReapedIsNeverAdopted) {
+  Observer zk;
+  const std::string key = UniqueKey("reap/adopt");
+  const OwnerId owner = NewOwner();
+  auto gap = std::make_shared<ReapGap>();
+  ZkOptions o = FixtureOptions();
+  o.session_timeout = seconds(10);
+  o.before_reap = [gap, key, owner](const std::string& path) { gap->Run(key, owner, path); };
+  auto backend = OpenZooKeeper(o);
+  std::unique_ptr<Acquisition> retry;
+  struct Closer {
+    ReapGap& gap;
+    std::unique_ptr<Acquisition>& retry;
+    ~Closer() {
+      auto left = gap.Close();
+      if (!retry) retry = std::move(left);
+    }
+  } closer{*gap, retry};
+  {
+    std::lock_guard lock(gap->mu);
+    gap->backend = backend.get();
+  }
+  // A short lease, not renewed: the keeper reaps its node after 300 ms.
+  auto first = Answered(*backend, Req(key, owner, milliseconds(300)));
+  ASSERT_TRUE(first.ok() && first->granted) << first.status().ToString();
+  std::string reaped;
+  Result<Attempt> answer = UnavailableError("not run");
+  {
+    std::unique_lock lock(gap->mu);
+    ASSERT_TRUE(gap->cv.wait_for(lock, seconds(10), [&] { return gap->ran; }))
+        << "the keeper did not reap the lapsed lease";
+    retry = std::move(gap->retry);
+    answer = gap->answer;
+    reaped = gap->reaped;
+  }
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  ASSERT_TRUE(testing_support::Eventually(
+      [&] {
+        const auto nodes = zk.Contenders(key);
+        return std::none_of(nodes.begin(), nodes.end(),
+                            [&](const LockNode& n) { return n.name == reaped; });
+      },
+      seconds(10)))
+      << "the keeper's delete of " << reaped << " never came";
+  // Not granted in the gap: the owner waits for the reaped node to go.
+  const TimePoint until = MonotonicClock::now() + seconds(10);
+  while (answer.ok() && !answer->granted && MonotonicClock::now() < until) {
+    retry->Wait(until, {});
+    answer = Answered(*retry);
+  }
+  ASSERT_TRUE(answer.ok() && answer->granted) << "the owner was never granted again";
+  const auto nodes = zk.Contenders(key);
+  const bool node_there = std::any_of(nodes.begin(), nodes.end(), [&](const LockNode& n) {
+    return n.guid == GuidOf(owner) &&
+           zk.Czxid(key, n.name) == static_cast<std::int64_t>(answer->token);
+  });
+  const Status renewed = backend->Renew(std::vector<LeaseRequest>{Req(key, owner)})[0];
+  EXPECT_TRUE(node_there || !renewed.ok())
+      << "Renew says the owner holds (token " << answer->token
+      << "), but no node of its with that token is in the store: the keeper reaped " << reaped
+      << " under it";
+  auto rival = OpenZooKeeper(FixtureOptions());
+  const OwnerId other = NewOwner();
+  auto second = Answered(*rival, Req(key, other));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(renewed.ok() && second->granted)
+      << "two holders: the owner and " << other.ToString();
+  if (second->granted) (void)rival->Release(key, other);
+  (void)backend->Release(key, owner);
+}
+
 // A record is deleted by its name, which no later record shares: a delete
 // meant for an earlier one (a reader that found it expired, then stalled)
 // cannot take the record written after it, so the job is not run again.
@@ -717,6 +837,36 @@ TEST(ZooKeeperBackendTest, AKeyHeldAloneTakesItsLockPathWithItsRelease) {
   }, std::chrono::seconds(20))) << "the waiter was not granted: " << next.status().ToString();
   EXPECT_TRUE(zk.Exists(*LockPath(FixtureOptions().chroot, busy))) << "the waiter's path went";
   ASSERT_TRUE(other->Release(busy, second).ok());
+}
+
+// A key whose lock path is missing (a new key, or one whose path went with
+// its last release) costs two writes, its path and its node, made together
+// after a look at the path and its lock-delay markers. Before, a create
+// failed on the missing path, and every parent up to the chroot was
+// created again (failing, but each a write), then the create was sent
+// again: seven writes for a key three levels below the chroot.
+TEST(ZooKeeperBackendTest, AKeyWithoutItsLockPathCostsTwoWrites) {
+  Observer zk;
+  auto backend = OpenZooKeeper(FixtureOptions());
+  const OwnerId holder = NewOwner();
+  auto warm = Answered(*backend, Req(UniqueKey("writes/warm"), holder));  // session, parents
+  ASSERT_TRUE(warm.ok() && warm->granted) << warm.status().ToString();
+  std::int64_t fewest = std::numeric_limits<std::int64_t>::max();
+  // The fewest of three: another client's writes (or our heartbeat) can
+  // only add to a count. Released after all three: a release's delete of
+  // the emptied path is not waited for, and would land in the next count.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(UniqueKey("writes/" + std::to_string(i)));
+    const std::int64_t before = zk.Zxid();
+    auto granted = backend->TryAcquire(Req(keys.back(), holder));
+    const std::int64_t after = zk.Zxid();
+    ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+    fewest = std::min(fewest, after - before - 1);
+  }
+  for (const auto& key : keys) EXPECT_TRUE(backend->Release(key, holder).ok());
+  EXPECT_TRUE(backend->Release(UniqueKey("writes/warm"), holder).ok());
+  EXPECT_EQ(fewest, 2) << "writes to acquire a key without its lock path";
 }
 
 // A reader granted alone would delete the path at its release; a second
