@@ -440,11 +440,9 @@ void ClientCore::DropLostLocked() {
 }
 
 TimePoint ClientCore::Tick(TimePoint now) {
-  // Keep the core alive through this tick even if an on_lost callback drops
-  // the last Lease.
-  std::shared_ptr<ClientCore> self = weak_from_this().lock();
-  if (!self) return now + kIdleTick;
-
+  // Being destroyed: nothing is held, and the destructor waits for this
+  // tick (it joins the loop).
+  if (weak_from_this().expired()) return now + kIdleTick;
   LeaseList newly_lost;
   LeaseList due;
   {
@@ -456,6 +454,13 @@ TimePoint ClientCore::Tick(TimePoint now) {
   for (const auto& state : release_at_store) {
     (void)backend_->Release(state->key, state->owner);
   }
+  // Held only from here: an on_lost callback may drop the last Lease and
+  // Client, and the core must outlive this tick. Not across the store calls
+  // above: a Client destroyed meanwhile must wait for them (the core's
+  // destructor joins this loop), or a process returning from main would
+  // tear down the store's statics under them.
+  std::shared_ptr<ClientCore> self = weak_from_this().lock();
+  if (!self) return now + kIdleTick;
   NotifyLost(newly_lost);
 
   std::lock_guard lock(mu_);
