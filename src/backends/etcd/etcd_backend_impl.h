@@ -128,7 +128,11 @@ class EtcdBackendImpl final : public EtcdBackend {
   // All in flight at once on one channel (etcd_batch.cc).
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override;
   std::vector<Status> ReleaseMany(std::span<const LeaseRequest> holdings) override;
-  bool BatchesCalls() const override { return true; }
+  // Off until a batch survives a slow client: under ThreadSanitizer a batch
+  // of 300 on a secured cluster ran past its deadline and was sent on to
+  // another member, which refused the first member's simple auth token
+  // (kPermissionDenied, final). TryAcquireMany/ReleaseMany stay, tested.
+  bool BatchesCalls() const override { return false; }
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   // A place is the waiter's key on the client's session lease: keeping every
   // place of the client is one keep-alive per session, on the shared stream.
