@@ -582,6 +582,16 @@ std::shared_ptr<grpc::Channel> SharedChannel(
   return channel;
 }
 
+// After every member failed once: waits, doubling from 25 ms up to 250 ms,
+// to give a leader election time to finish. False once `deadline` passed.
+bool WaitAfterARound(milliseconds& backoff, TimePoint deadline) {
+  backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
+  const Duration left = deadline - MonotonicClock::now();
+  if (left <= Duration::zero()) return false;
+  std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+  return true;
+}
+
 }  // namespace
 
 Connection::Endpoint& Connection::At(std::size_t index) {
@@ -669,12 +679,8 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     if (retry == Retry::kOtherMember) skip[index] = 1;
     Rotate(index);
     if (++tried_this_round >= n) {
-      // Every member failed once: give a leader election time to finish.
       tried_this_round = 0;
-      backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
-      const Duration left = deadline - MonotonicClock::now();
-      if (left <= Duration::zero()) break;
-      std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+      if (!WaitAfterARound(backoff, deadline)) break;
     }
   }
   looks_down_.store(true);
@@ -837,10 +843,7 @@ std::vector<Result<pb::TxnResponse>> Connection::TxnMany(std::span<const pb::Txn
     Rotate(index);
     if (++tried_this_round >= n) {
       tried_this_round = 0;
-      backoff = std::clamp<milliseconds>(backoff * 2, milliseconds(25), milliseconds(250));
-      const Duration left = deadline - MonotonicClock::now();
-      if (left <= Duration::zero()) break;
-      std::this_thread::sleep_for(std::min<Duration>(backoff, left));
+      if (!WaitAfterARound(backoff, deadline)) break;
     }
   }
   if (todo.empty()) return out;
