@@ -17,6 +17,7 @@
 #include "eventually.h"
 #include "harness/proxy.h"
 #include "zk_fixture.h"
+#include "zk_requests.h"
 
 namespace dlock::zookeeper {
 namespace {
@@ -33,23 +34,7 @@ constexpr int kKeys = 40;
 // after another would take kKeys times what one takes.
 constexpr int kMostSingleCalls = 5;
 
-std::string UniqueKey(std::string_view name) {
-  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
-  return "zk-batch-test/" + run + "/" + std::string(name);
-}
-
-OwnerId NewOwner() {
-  static std::atomic<std::uint64_t> n{1};
-  return OwnerId(DefaultRandom()->Next() | 1, n++);
-}
-
-LeaseRequest Req(const std::string& key, OwnerId owner) {
-  LeaseRequest r;
-  r.key = key;
-  r.owner = owner;
-  r.ttl = seconds(30);
-  return r;
-}
+std::string UniqueKey(std::string_view name) { return RunKey("zk-batch-test", name); }
 
 Duration Since(TimePoint start) { return MonotonicClock::now() - start; }
 

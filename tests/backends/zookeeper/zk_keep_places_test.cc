@@ -19,6 +19,7 @@
 #include "eventually.h"
 #include "harness/proxy.h"
 #include "zk_fixture.h"
+#include "zk_requests.h"
 
 namespace dlock::zookeeper {
 namespace {
@@ -32,32 +33,7 @@ constexpr milliseconds kQueueTtl{3000};
 // How long the ensemble has to show what the keeper did.
 constexpr milliseconds kSettle{30000};
 
-std::string UniqueKey(std::string_view name) {
-  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
-  return "zk-keep-test/" + run + "/" + std::string(name);
-}
-
-OwnerId NewOwner() {
-  static std::atomic<std::uint64_t> n{1};
-  return OwnerId(DefaultRandom()->Next() | 1, n++);
-}
-
-LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds queue_ttl = {}) {
-  LeaseRequest r;
-  r.key = key;
-  r.owner = owner;
-  r.ttl = seconds(30);
-  r.queue_ttl = queue_ttl;
-  return r;
-}
-
-// Asked again while the ensemble is slower than an attempt's bound.
-template <typename Tried>
-Result<Attempt> Answered(Tried try_once) {
-  Result<Attempt> a = try_once();
-  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) a = try_once();
-  return a;
-}
+std::string UniqueKey(std::string_view name) { return RunKey("zk-keep-test", name); }
 
 // Whether `owner` has a node under `key`'s lock path, seen by a session of
 // the test's own (after a sync: it may read from another member).

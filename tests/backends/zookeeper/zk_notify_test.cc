@@ -19,6 +19,7 @@
 #include "dlock/testing/faulty_backend.h"
 #include "eventually.h"
 #include "zk_fixture.h"
+#include "zk_requests.h"
 #include "threads.h"
 
 namespace dlock::zookeeper {
@@ -34,33 +35,7 @@ constexpr milliseconds kLongQueueTtl{60000};
 // How long a wake-up that should not come is given to come anyway.
 constexpr milliseconds kQuiet{300};
 
-std::string UniqueKey(std::string_view name) {
-  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
-  return "zk-notify-test/" + run + "/" + std::string(name);
-}
-
-OwnerId NewOwner() {
-  static std::atomic<std::uint64_t> n{1};
-  return OwnerId(DefaultRandom()->Next() | 1, n++);
-}
-
-LeaseRequest Req(const std::string& key, OwnerId owner, milliseconds queue_ttl = {}) {
-  LeaseRequest r;
-  r.key = key;
-  r.owner = owner;
-  r.ttl = seconds(30);
-  r.queue_ttl = queue_ttl;
-  return r;
-}
-
-// One attempt, asked again while the ensemble is slower than the attempt's
-// bound (a loaded machine): the next attempt finds the node by its owner.
-template <typename Tried>
-Result<Attempt> Answered(Tried try_once) {
-  Result<Attempt> a = try_once();
-  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) a = try_once();
-  return a;
-}
+std::string UniqueKey(std::string_view name) { return RunKey("zk-notify-test", name); }
 
 using dlock::testing_support::ThreadsOfThisProcess;
 

@@ -1,0 +1,49 @@
+// The keys, owners and requests the ZooKeeper backend's tests make, and
+// their retry of an attempt the ensemble was too slow to answer.
+#ifndef DLOCK_TESTS_BACKENDS_ZOOKEEPER_ZK_REQUESTS_H_
+#define DLOCK_TESTS_BACKENDS_ZOOKEEPER_ZK_REQUESTS_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "dlock/backend.h"
+#include "dlock/clock.h"
+
+namespace dlock::zookeeper::testing {
+
+// A key of `suite`'s, under a directory of this run's: runs never meet.
+inline std::string RunKey(std::string_view suite, std::string_view name) {
+  static const std::string run = std::to_string(DefaultRandom()->Next() % 1'000'000'000);
+  return std::string(suite) + "/" + run + "/" + std::string(name);
+}
+
+inline OwnerId NewOwner() {
+  static std::atomic<std::uint64_t> n{1};
+  return OwnerId(DefaultRandom()->Next() | 1, n++);
+}
+
+inline LeaseRequest Req(const std::string& key, OwnerId owner,
+                        std::chrono::milliseconds queue_ttl = {}) {
+  LeaseRequest r;
+  r.key = key;
+  r.owner = owner;
+  r.ttl = std::chrono::seconds(30);
+  r.queue_ttl = queue_ttl;
+  return r;
+}
+
+// One attempt, asked again while the ensemble is slower than the attempt's
+// bound (a loaded machine): the next attempt finds the node by its owner.
+template <typename Tried>
+Result<Attempt> Answered(Tried try_once) {
+  Result<Attempt> a = try_once();
+  for (int i = 0; i < 10 && a.status().code() == StatusCode::kUnavailable; ++i) a = try_once();
+  return a;
+}
+
+}  // namespace dlock::zookeeper::testing
+
+#endif  // DLOCK_TESTS_BACKENDS_ZOOKEEPER_ZK_REQUESTS_H_
