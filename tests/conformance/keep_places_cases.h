@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/acquire_step.h"
 #include "dlock/backend.h"
 #include "dlock/clock.h"
 
@@ -287,7 +288,7 @@ inline void ALapsedPlaceAheadWakesTheWaiterBehindIt(const OpenBackend& open,
   auto rest_after = [&](const Attempt& refused) {
     const Duration bound = refused.holder_ttl_remaining > milliseconds(0)
                                ? Duration(refused.holder_ttl_remaining)
-                               : Duration(milliseconds(3000));  // the core's kQueueTtl
+                               : Duration(internal::kQueueTtl);
     return MonotonicClock::now() + bound;
   };
   while (turn.ok() && !turn->granted &&
