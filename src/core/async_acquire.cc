@@ -146,10 +146,12 @@ void AsyncAcquire::WaitFor(const NextStep& next) {
       return;
     }
     round = ++round_;
-    phase_ = Phase::kWaiting;
+    phase_ = Phase::kArming;
+    ended_early_ = false;
   }
   // Neither call is made under mu_: a store may call `wake` under its own
-  // lock, and the timer may fire at once.
+  // lock, and the timer may fire at once. What ends the wait meanwhile
+  // waits for this step (kArming).
   std::weak_ptr<AsyncAcquire> weak = weak_from_this();
   const bool notifying = next.store_answered && acquisition_->Notify([weak, round] {
     if (auto self = weak.lock()) self->Woken(round);
@@ -162,18 +164,31 @@ void AsyncAcquire::WaitFor(const NextStep& next) {
   const std::uint64_t timer = driver_.At(until, [weak, round] {
     if (auto self = weak.lock()) self->TimerFired(round);
   });
+  if (Armed(timer, notifying)) return;
+  // Woken, timed out, its place lost or cancelled while it was armed.
+  driver_.CancelTimer(timer);
+  if (notifying) acquisition_->StopNotify();
+  times_.woke = core_->clock_->Now();
+  driver_.Post([self = shared_from_this()] { self->Step(); });
+}
+
+bool AsyncAcquire::Armed(std::uint64_t timer, bool notifying) {
   std::lock_guard lock(mu_);
-  if (round_ == round && phase_ == Phase::kWaiting) {
-    timer_ = timer;
-    notifying_ = notifying;
-  } else {
-    driver_.CancelTimer(timer);  // woken or cancelled before it was armed
+  if (ended_early_ || cancelled_) {
+    phase_ = Phase::kQueued;
+    return false;
   }
+  phase_ = Phase::kWaiting;
+  timer_ = timer;
+  notifying_ = notifying;
+  return true;
 }
 
 bool AsyncAcquire::LeaveWait(std::uint64_t round, std::uint64_t& timer, bool& notifying) {
   std::lock_guard lock(mu_);
-  if (phase_ != Phase::kWaiting || round_ != round) return false;
+  if (round_ != round) return false;
+  if (phase_ == Phase::kArming) ended_early_ = true;
+  if (phase_ != Phase::kWaiting) return false;
   phase_ = Phase::kQueued;
   timer = std::exchange(timer_, 0);
   notifying = std::exchange(notifying_, false);
@@ -214,7 +229,8 @@ void AsyncAcquire::PlaceLost() {
   std::uint64_t round = 0;
   {
     std::lock_guard lock(mu_);
-    if (phase_ != Phase::kWaiting) return;  // attempting already, or done
+    // Attempting already, or done; one being armed is told by LeaveWait.
+    if (phase_ != Phase::kWaiting && phase_ != Phase::kArming) return;
     round = round_;
   }
   std::uint64_t timer = 0;

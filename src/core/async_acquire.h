@@ -11,9 +11,13 @@
 // from the first wait until the end: no attempt is then due for the
 // refresh, and a place the keeper finds gone makes an attempt at once.
 //
-// Phases: kQueued (a step is posted or running), kWaiting (a notification
-// and/or a timer armed; `round_` numbers each wait, so that a late wake-up
-// from an earlier one is ignored), kDone (the callback ran or is running).
+// Phases: kQueued (a step is posted or running), kArming (the step is
+// asking for the notification and arming the timer: a wake-up, a timer, a
+// lost place or a cancel that comes meanwhile is noted, and the step acts
+// on it once both are set up, so that no other thread calls the store's
+// Acquisition while Notify runs), kWaiting (a notification and/or a timer
+// armed; `round_` numbers each wait, so that a late wake-up from an earlier
+// one is ignored), kDone (the callback ran or is running).
 #ifndef DLOCK_SRC_CORE_ASYNC_ACQUIRE_H_
 #define DLOCK_SRC_CORE_ASYNC_ACQUIRE_H_
 
@@ -44,7 +48,7 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   bool Done() const;
 
  private:
-  enum class Phase { kQueued, kWaiting, kDone };
+  enum class Phase { kQueued, kArming, kWaiting, kDone };
 
   // The answer to the first attempt, sent in a batch (CallBatcher).
   void FirstAnswer(Result<Attempt> attempt, TimePoint sent);
@@ -58,8 +62,12 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   // Hands the place to the client's PlaceKeeper, at the first wait.
   void KeepPlace();
   // Takes the acquisition out of kWaiting (round `round`) to run a step;
-  // false if that wait already ended.
+  // false if that wait already ended, or is still being armed (the arming
+  // step then runs it).
   bool LeaveWait(std::uint64_t round, std::uint64_t& timer, bool& notifying);
+  // Ends arming: kWaiting with `timer` and `notifying`, or false (and
+  // kQueued) if the wait ended while it was armed.
+  bool Armed(std::uint64_t timer, bool notifying);
   void Finish(Result<Lease> result);
 
   const std::shared_ptr<ClientCore> core_;
@@ -82,6 +90,7 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   std::uint64_t round_ = 0;
   std::uint64_t timer_ = 0;  // the current wait's timer, 0 if none
   bool notifying_ = false;   // the current wait asked the store to Notify
+  bool ended_early_ = false;  // the wait being armed ended already
   std::optional<std::string> cancelled_;
 };
 
