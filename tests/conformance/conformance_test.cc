@@ -700,7 +700,9 @@ TEST_F(ConformanceTest, ABreakEvictsTheHolderAndOrdersItselfAfterIt) {
   ASSERT_EQ(report->evicted.size(), 1u);
   EXPECT_EQ(report->evicted[0].owner, lease->owner());
   EXPECT_EQ(report->evicted[0].token, lease->token());
-  if (lease->token_ordered()) EXPECT_GT(report->token, lease->token());
+  if (lease->token_ordered()) {
+    EXPECT_GT(report->token, lease->token());
+  }
   // The holder learns it when it next asks the store (a session store may
   // tell its client a moment later: asked again until then).
   Status renewed;
@@ -710,7 +712,9 @@ TEST_F(ConformanceTest, ABreakEvictsTheHolderAndOrdersItselfAfterIt) {
       << "the evicted holder still renews: " << renewed.ToString();
   auto next = TryAnswered(*breaker, key, Opts(milliseconds(10'000)));
   ASSERT_TRUE(next.ok()) << "the key is not free after the break: " << next.status().ToString();
-  if (next->token_ordered()) EXPECT_GT(next->token(), report->token);
+  if (next->token_ordered()) {
+    EXPECT_GT(next->token(), report->token);
+  }
   EXPECT_TRUE(next->Release().ok());
 }
 
@@ -864,7 +868,9 @@ TEST_F(ConformanceTest, ReleasedKeysLeaveNothingBehind) {
   for (const auto& [key, token] : last) {
     auto again = TryAnswered(*b, key, Opts(milliseconds(10'000)));
     ASSERT_TRUE(again.ok()) << key << ": " << again.status().ToString();
-    if (again->token_ordered()) EXPECT_GT(again->token(), token) << key;
+    if (again->token_ordered()) {
+      EXPECT_GT(again->token(), token) << key;
+    }
     EXPECT_TRUE(again->Release().ok());
   }
 }
