@@ -215,20 +215,31 @@ class DLOCK_EXPORT Backend {
   // kNotFound when `owner` has no place for `key` (it lapsed, or `owner` now
   // holds the key), and the core then makes an attempt at once;
   // kUnavailable when the outcome is unknown. Called only when KeepsPlaces()
-  // is true; the default answers kFailedPrecondition to each.
+  // is true; the default answers kFailedPrecondition to each. A store may
+  // also answer kNotFound for a place it found first in line on a key
+  // nothing holds, leaving it as it was: the attempt that follows is then
+  // granted (see NoticesLapsedPlaces).
   //
   // Each entry is the request the waiter's acquisition began with (key,
   // owner, queue_ttl, limit, label); a call may carry a few hundred. A
   // kNotFound place is not re-created: the waiter's next Try takes a new
   // one, at the back. When KeepsPlaces() is true an asynchronous waiter
   // makes no attempt to refresh its place, only when notified, at the
-  // holder's lease end (Attempt::holder_ttl_remaining), kQueueTtl after a
-  // refusal that named no holder (a place ahead blocks it, and its waiter
-  // may have died), or at its deadline. So a Try after a place ahead lapsed
-  // must not count it; a store whose Notify also tells of such a lapse
-  // (SQLite) hands the key on sooner.
+  // holder's lease end (Attempt::holder_ttl_remaining), at its deadline,
+  // and, unless NoticesLapsedPlaces(), kQueueTtl after a refusal that named
+  // no holder (a place ahead blocks it, and its waiter may have died). So a
+  // Try after a place ahead lapsed must not count it.
   virtual std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters);
   virtual bool KeepsPlaces() const { return false; }
+  // True when a kept waiter blocked only by places ahead of it hears when
+  // they end, however they end (a dead waiter's place lapses, it is not
+  // released): Notify wakes it (etcd, ZooKeeper: a place is a key or node
+  // the store deletes with its session, and the waiter watches the one
+  // ahead), or KeepPlaces answers kNotFound for its place once it is first
+  // on a free key (PostgreSQL). The core then makes no attempt kQueueTtl
+  // after a refusal that named no holder, an attempt per waiter per
+  // kQueueTtl while a busy key is free between hand-offs.
+  virtual bool NoticesLapsedPlaces() const { return false; }
 
   // One Status per request, in order. All requests in one call share the
   // store round trip where the store allows it.

@@ -17,12 +17,12 @@ std::string KeyInQuotes(std::string_view key) { return "'" + std::string(key) + 
 }  // namespace
 
 AcquireProgress::AcquireProgress(std::string_view key, const AcquireOptions& options, bool wait,
-                                 TimePoint deadline, bool places_kept)
+                                 TimePoint deadline, PlaceKeeping keeping)
     : key_(key),
       wait_for_(options.wait),
       wait_(wait),
       deadline_(deadline),
-      places_kept_(places_kept) {}
+      keeping_(keeping) {}
 
 NextStep AcquireProgress::After(const Result<Attempt>& attempt, TimePoint now) {
   if (attempt.ok() && attempt->granted) return {NextStep::Kind::kGranted};
@@ -47,12 +47,12 @@ NextStep AcquireProgress::After(const Result<Attempt>& attempt, TimePoint now) {
 
 std::optional<Duration> AcquireProgress::PlaceBound(milliseconds holder_left) const {
   // An attempt keeps the place unless the PlaceKeeper does.
-  if (!places_kept_) return kQueueTtl / 3;
+  if (keeping_ == PlaceKeeping::kByAttempts) return kQueueTtl / 3;
   // Refused with no holder known: a place ahead blocks it. If that place's
   // waiter died, the place lapses within kQueueTtl, and not every store
-  // notifies a lapse (only a release), so look again by then.
-  if (holder_left == milliseconds(0)) return kQueueTtl;
-  return std::nullopt;  // the holder's lease end bounds it
+  // tells of a lapse (only of a release), so look again by then.
+  if (holder_left == milliseconds(0) && keeping_ == PlaceKeeping::kByKeeper) return kQueueTtl;
+  return std::nullopt;  // the holder's lease end, or the store, bounds it
 }
 
 Status AcquireProgress::GaveUp(const Result<Attempt>& attempt) const {

@@ -10,7 +10,10 @@
 // deadline, the end of the holder's lease as the store reported it (an
 // expiry writes nothing, so no notification says it), and — unless the
 // client keeps the place by other means (PlaceKeeper) — a third of
-// kQueueTtl, by when an attempt must refresh the waiter's queue place.
+// kQueueTtl, by when an attempt must refresh the waiter's queue place. A
+// kept place refused with no holder named looks again within kQueueTtl,
+// unless the store notices the lapse of a place ahead
+// (Backend::NoticesLapsedPlaces).
 #ifndef DLOCK_SRC_CORE_ACQUIRE_STEP_H_
 #define DLOCK_SRC_CORE_ACQUIRE_STEP_H_
 
@@ -41,13 +44,20 @@ struct NextStep {
   bool store_answered = false;
 };
 
+// Who keeps a waiter's queue place between its attempts.
+enum class PlaceKeeping {
+  kByAttempts,  // its own attempts, every third of kQueueTtl
+  kByKeeper,    // the client's PlaceKeeper: no attempt is due for it
+  // The PlaceKeeper, on a store that also tells a waiter when a place
+  // ahead of it ends (Backend::NoticesLapsedPlaces).
+  kByKeeperLapsesNoticed,
+};
+
 class AcquireProgress {
  public:
   // `wait`: Acquire (true) or TryAcquire (false); `deadline` ends waiting.
-  // `places_kept`: the waiter's queue place is kept without its attempts
-  // (the client's PlaceKeeper), so no attempt is due to refresh it.
   AcquireProgress(std::string_view key, const AcquireOptions& options, bool wait,
-                  TimePoint deadline, bool places_kept = false);
+                  TimePoint deadline, PlaceKeeping keeping = PlaceKeeping::kByAttempts);
 
   // What `attempt`, answered at `now`, means.
   NextStep After(const Result<Attempt>& attempt, TimePoint now);
@@ -64,7 +74,7 @@ class AcquireProgress {
   std::chrono::milliseconds wait_for_;
   bool wait_;
   TimePoint deadline_;
-  bool places_kept_;
+  PlaceKeeping keeping_;
   std::optional<TimePoint> held_since_;
   // The holder's time left when the store last answered: set once the store
   // was reachable at all during this acquisition.

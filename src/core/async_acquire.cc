@@ -34,8 +34,12 @@ void AsyncAcquire::Start() {
   const bool queues = options_.wait > std::chrono::milliseconds(0);
   request_ = core_->MakeRequest(key_, options_, queues, deadline);
   // With a PlaceKeeper, the keeper keeps the place while it waits (KeepPlace).
-  progress_.emplace(key_, options_, /*wait=*/true, deadline,
-                    /*places_kept=*/queues && core_->keeper_ != nullptr);
+  PlaceKeeping keeping = PlaceKeeping::kByAttempts;
+  if (queues && core_->keeper_) {
+    keeping = core_->backend_->NoticesLapsedPlaces() ? PlaceKeeping::kByKeeperLapsesNoticed
+                                                     : PlaceKeeping::kByKeeper;
+  }
+  progress_.emplace(key_, options_, /*wait=*/true, deadline, keeping);
   // Before the first step is sent (which may end it): a token already
   // stopped runs Cancel here, and that step sees it.
   std::weak_ptr<AsyncAcquire> weak = weak_from_this();

@@ -245,10 +245,13 @@ inline bool WaitKeeping(Backend& store, Acquisition& waiter, const LeaseRequest&
     if (!notifies || MonotonicClock::now() >= rest) woken->woken = true;
     if (woken->woken) break;
     lock.unlock();
-    (void)KeepOne(store, request);
+    // kNotFound: the place is gone, or first on a free key; the core's
+    // PlaceKeeper makes the waiter attempt at once.
+    const bool attempt_now = KeepOne(store, request).code() == StatusCode::kNotFound;
     longest_gap = std::max(longest_gap, MonotonicClock::now() - last_kept);
     last_kept = MonotonicClock::now();
     lock.lock();
+    if (attempt_now) woken->woken = true;
   }
   const bool got = woken->woken;
   lock.unlock();
@@ -258,8 +261,9 @@ inline bool WaitKeeping(Backend& store, Acquisition& waiter, const LeaseRequest&
 
 // A waiter ahead that dies (never attempts again, never leaves) has its
 // place lapse; the waiter behind it, whose place is kept without attempts,
-// is granted the free key by the attempt the store's Notify or the core's
-// bound (kQueueTtl after a refusal that named no holder) brings: a Try
+// is granted the free key by the attempt the store's Notify, its
+// KeepPlaces answer, or the core's bound (kQueueTtl after a refusal that
+// named no holder, unless the store NoticesLapsedPlaces) brings: a Try
 // after a lapse must not find the lapsed place still ahead.
 inline void ALapsedPlaceAheadWakesTheWaiterBehindIt(const OpenBackend& open,
                                                    const std::string& key) {
@@ -285,11 +289,14 @@ inline void ALapsedPlaceAheadWakesTheWaiterBehindIt(const OpenBackend& open,
   // the waiter. It bounds how long a failure takes, not a success.
   const auto until = MonotonicClock::now() + milliseconds(20'000);
   Duration longest_gap{0};
+  // The core's bound; a store that notices lapses (its Notify, or its
+  // KeepPlaces) gets none behind a place.
   auto rest_after = [&](const Attempt& refused) {
-    const Duration bound = refused.holder_ttl_remaining > milliseconds(0)
-                               ? Duration(refused.holder_ttl_remaining)
-                               : Duration(internal::kQueueTtl);
-    return MonotonicClock::now() + bound;
+    if (refused.holder_ttl_remaining > milliseconds(0)) {
+      return MonotonicClock::now() + refused.holder_ttl_remaining;
+    }
+    return waiter_store->NoticesLapsedPlaces() ? until
+                                               : MonotonicClock::now() + internal::kQueueTtl;
   };
   while (turn.ok() && !turn->granted &&
          WaitKeeping(*waiter_store, *waiter, behind, rest_after(*turn), until, longest_gap)) {

@@ -232,7 +232,8 @@ TEST_F(PlaceKeeperTest, ClosingTheClientEndsTheKeeping) {
 TEST(AcquireProgressTest, AKeptPlaceRefusedWithNoHolderLooksAgainWithinAQueueTtl) {
   const TimePoint now = TimePoint{} + seconds(100);
   const TimePoint deadline = now + seconds(60);
-  internal::AcquireProgress progress("k", AcquireOptions{}, true, deadline, /*places_kept=*/true);
+  internal::AcquireProgress progress("k", AcquireOptions{}, true, deadline,
+                                     internal::PlaceKeeping::kByKeeper);
   const internal::NextStep behind_place = progress.After(Attempt{}, now);
   ASSERT_EQ(behind_place.kind, internal::NextStep::Kind::kWait);
   EXPECT_EQ(behind_place.until, now + internal::kQueueTtl);
@@ -241,6 +242,19 @@ TEST(AcquireProgressTest, AKeptPlaceRefusedWithNoHolderLooksAgainWithinAQueueTtl
   const internal::NextStep step = progress.After(behind_holder, now);
   ASSERT_EQ(step.kind, internal::NextStep::Kind::kWait);
   EXPECT_EQ(step.until, now + seconds(20));
+}
+
+// A store that tells a waiter when a place ahead ends needs no such look:
+// the waiter rests until the store wakes it, or its deadline.
+TEST(AcquireProgressTest, AStoreThatNoticesLapsesIsNotAskedAgainBehindAPlace) {
+  const TimePoint now = TimePoint{} + seconds(100);
+  const TimePoint deadline = now + seconds(60);
+  internal::AcquireProgress progress("k", AcquireOptions{}, true, deadline,
+                                     internal::PlaceKeeping::kByKeeperLapsesNoticed);
+  const internal::NextStep behind_place = progress.After(Attempt{}, now);
+  ASSERT_EQ(behind_place.kind, internal::NextStep::Kind::kWait);
+  EXPECT_EQ(behind_place.until, deadline);
+  EXPECT_TRUE(behind_place.store_answered);
 }
 
 }  // namespace

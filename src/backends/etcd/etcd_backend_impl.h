@@ -138,6 +138,9 @@ class EtcdBackendImpl final : public EtcdBackend {
   // place of the client is one keep-alive per session, on the shared stream.
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return true; }
+  // A place ends only by its key's deletion (Abandon, or with its session),
+  // and a waiter watches the key ahead of it.
+  bool NoticesLapsedPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;

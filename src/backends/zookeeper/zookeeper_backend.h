@@ -99,6 +99,9 @@ class ZooKeeperBackend final : public Backend {
   // Keeping a place needs no request (zk_keeper.cc says why).
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return true; }
+  // A place ends only by its node's deletion (with its session, or reaped
+  // by its own client's keeper), and a waiter watches the node ahead.
+  bool NoticesLapsedPlaces() const override { return true; }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override;
   Result<std::vector<WaiterInfo>> Waiters(std::string_view prefix) override;
   Result<std::uint64_t> StoredObjects(std::string_view prefix) override;
