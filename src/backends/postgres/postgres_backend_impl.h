@@ -84,6 +84,9 @@ class PostgresBackend final : public Backend {
   // One statement for all of them.
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return true; }
+  // KeepPlaces answers kNotFound for a place first in line on a free key
+  // (postgres_sql.cc, kKeepPlacesSql).
+  bool NoticesLapsedPlaces() const override { return true; }
 
  private:
   friend class PostgresAcquisition;

@@ -566,13 +566,29 @@ RETURNING encode(l.key, 'hex'), r.owner
 // $1 keys (hex), $2 owners, $3 queue ttls in ms, as arrays. Only a live
 // place is extended, by the server's clock: a lapsed one has lost its turn
 // (an attempt would queue it again at the back), and a holder has none (a
-// waiting grant deletes its owner's place). The locks table is not
-// touched, so no holding is. The queue is UNLOGGED: no WAL flush.
+// waiting grant deletes its owner's place). Nor is a place that is first
+// in line on a key nothing holds (no live place ahead, no holding that
+// counts, lock-delays included): its answer, kNotFound, makes its waiter
+// attempt at once, and be granted. That is how a waiter learns that the
+// places ahead of it lapsed (their waiters died; no release, so no
+// NOTIFY), and how a head whose NOTIFY was lost learns its turn came: in
+// a tick, with no attempt per waiter (Backend::NoticesLapsedPlaces). The
+// locks table is only read, so no holding is touched. The queue is
+// UNLOGGED: no WAL flush.
 constexpr const char* kKeepPlacesSql = R"sql(
 WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 UPDATE {q} AS w SET expires_at = c.now + r.ttl_ms * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(key_hex, owner, ttl_ms), c
 WHERE w.key = decode(r.key_hex, 'hex') AND w.owner = r.owner AND w.expires_at > c.now
+  AND (EXISTS (SELECT 1 FROM {q} AS a
+               WHERE a.key = w.key AND a.expires_at > c.now
+                 AND (a.enqueued_at, a.owner) < (w.enqueued_at, w.owner))
+       OR EXISTS (SELECT 1 FROM {t} AS l
+                  WHERE l.key = w.key
+                    AND ((l.owner IS NOT NULL
+                          AND l.expires_at + l.lock_delay_ms * interval '1 millisecond' > c.now)
+                         OR EXISTS (SELECT 1 FROM jsonb_array_elements(l.sharers) AS e
+                                    WHERE (e->>'u')::timestamptz > c.now))))
 RETURNING encode(w.key, 'hex'), w.owner
 )sql";
 

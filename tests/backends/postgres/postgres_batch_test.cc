@@ -142,6 +142,56 @@ TEST_F(PostgresBatchTest, KeepPlacesKeepsEveryLivePlaceInOneTransactionAndNoHold
   for (auto& w : waiting) w->Abandon();
 }
 
+// A place first in line on a key nothing holds is not kept: kNotFound makes
+// its waiter attempt, and be granted. So a waiter learns, from its
+// client's next tick, that the places ahead of it lapsed (their waiters
+// died: no release, no NOTIFY).
+TEST_F(PostgresBatchTest, KeepPlacesSendsTheFirstPlaceOnAFreeKeyToAttempt) {
+  auto holder = Open(), waiter = Open();
+  ASSERT_TRUE(holder && waiter);
+  const LeaseRequest held{"first/free", OwnerId(1, 1), kTtl};
+  ASSERT_TRUE(holder->TryAcquire(held).value().granted);
+  std::vector<LeaseRequest> keep;
+  std::vector<std::unique_ptr<Acquisition>> waiting;
+  for (std::uint64_t i = 1; i <= 2; ++i) {
+    LeaseRequest w{held.key, OwnerId(2, i), kTtl};
+    w.queue_ttl = kTtl;
+    waiting.push_back(waiter->Begin(w));
+    auto refused = waiting.back()->Try();
+    ASSERT_TRUE(refused.ok() && !refused->granted) << refused.status().ToString();
+    keep.push_back(w);
+  }
+  std::vector<Status> kept = waiter->KeepPlaces(keep);
+  ASSERT_EQ(kept.size(), 2U);
+  EXPECT_TRUE(kept[0].ok() && kept[1].ok()) << "behind a holder, both places are kept";
+
+  ASSERT_TRUE(holder->Release(held.key, held.owner).ok());
+  const std::string first_until =
+      Ask("SELECT expires_at::text FROM {q} WHERE owner = '" + keep[0].owner.ToString() + "'");
+  kept = waiter->KeepPlaces(keep);
+  ASSERT_EQ(kept.size(), 2U);
+  EXPECT_EQ(kept[0].code(), StatusCode::kNotFound) << "the first place on a free key was kept";
+  EXPECT_TRUE(kept[1].ok()) << "the place behind the first was not kept: " << kept[1].ToString();
+  EXPECT_EQ(Ask("SELECT expires_at::text FROM {q} WHERE owner = '" + keep[0].owner.ToString() +
+                "'"),
+            first_until)
+      << "the first place was extended";
+
+  // The first waiter died: its place lapses, and the second is first.
+  Ask("UPDATE {q} SET expires_at = clock_timestamp() - interval '1 second' WHERE owner = '" +
+      keep[0].owner.ToString() + "'");
+  kept = waiter->KeepPlaces(std::span(keep).subspan(1));
+  ASSERT_EQ(kept.size(), 1U);
+  EXPECT_EQ(kept[0].code(), StatusCode::kNotFound) << kept[0].ToString();
+  auto turn = waiting[1]->Try();
+  ASSERT_TRUE(turn.ok()) << turn.status().ToString();
+  EXPECT_TRUE(turn->granted) << "the waiter behind a lapsed place was refused a free key";
+  if (turn->granted) {
+    EXPECT_TRUE(waiter->Release(held.key, keep[1].owner).ok());
+  }
+  for (auto& w : waiting) w->Abandon();
+}
+
 // Under prefix `p`, owner number `o`: a key whose row exists and is free,
 // one held by another owner, one the batch's owner holds already (a retry
 // gets its token back) and one a reader shares. Returns the batch: those,
