@@ -41,9 +41,11 @@ constexpr milliseconds kPatience(60'000);
 
 class PlaceKeeperTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Client> NewClient(bool keeps_places = true, unsigned async_threads = 2) {
-    auto inner =
-        std::make_unique<InMemoryBackend>(store_, InMemoryOptions{.keeps_places = keeps_places});
+  std::unique_ptr<Client> NewClient(bool keeps_places = true, unsigned async_threads = 2,
+                                    bool notices_lapses = false) {
+    auto inner = std::make_unique<InMemoryBackend>(
+        store_, InMemoryOptions{.keeps_places = keeps_places,
+                                .notices_lapsed_places = notices_lapses});
     ClientOptions options;
     options.clock = clock_;
     options.async_threads = async_threads;
@@ -190,6 +192,40 @@ TEST_F(PlaceKeeperTest, TheHoldersLeaseEndStillWakesAWaiter) {
   StartWaiters(*client, 3);
   clock_->Advance(seconds(5));
   EXPECT_TRUE(Eventually([&] { return granted_.load() >= 1; }, kPatience));
+}
+
+// Behind a live place and no holder, a waiter looks again kQueueTtl after
+// its refusal, unless the store notices lapses (Backend::
+// NoticesLapsedPlaces, forwarded by the FaultyBackend in between).
+TEST_F(PlaceKeeperTest, BehindAPlaceOnlyAStoreThatMissesLapsesGetsALook) {
+  for (const bool notices : {false, true}) {
+    SCOPED_TRACE(notices ? "the store notices lapses" : "the store misses lapses");
+    const std::string key = notices ? "noticed" : "missed";
+    // A waiter ahead, on a key nobody holds: queued while a holder held it.
+    ASSERT_TRUE(store_->TryAcquire(LeaseRequest{key, OwnerId(9, 9), seconds(60)})->granted);
+    LeaseRequest ahead{key, OwnerId(8, 8), seconds(60), internal::kQueueTtl};
+    ASSERT_FALSE(store_->TryAcquire(ahead)->granted);
+    ASSERT_TRUE(store_->Release(key, OwnerId(9, 9)).ok());
+    auto client = NewClient(/*keeps_places=*/true, /*async_threads=*/2, notices);
+    const std::size_t watches = store_->Watches();
+    pending_.push_back(client->AcquireAsync(key, {.ttl = seconds(30), .wait = seconds(300)},
+                                            [this](Result<Lease> lease) { Answered(lease); }));
+    ASSERT_TRUE(Eventually([&] { return store_->Watches() == watches + 1; }, kPatience));
+    const int tries = plan_->Tries();
+    // Six ticks, the place ahead kept alive all along: twice the look's time.
+    for (int tick = 0; tick < 6; ++tick) {
+      ASSERT_TRUE(store_->KeepPlace(ahead).ok());
+      Tick();
+    }
+    if (notices) {
+      EXPECT_EQ(plan_->Tries(), tries) << "a waiter looked again behind a place";
+    } else {
+      EXPECT_TRUE(Eventually([&] { return plan_->Tries() >= tries + 2; }, kPatience))
+          << "no look in twice the look's time: tries went from " << tries << " to "
+          << plan_->Tries();
+    }
+    client.reset();
+  }
 }
 
 TEST_F(PlaceKeeperTest, CancelledAcquisitionsAreKeptNoMore) {

@@ -121,6 +121,7 @@ class FaultyBackend final : public Backend {
   std::vector<Status> Renew(std::span<const LeaseRequest> leases) override;
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return inner_->KeepsPlaces(); }
+  bool NoticesLapsedPlaces() const override { return inner_->NoticesLapsedPlaces(); }
   Result<std::vector<HolderInfo>> List(std::string_view prefix) override {
     return inner_->List(prefix);
   }

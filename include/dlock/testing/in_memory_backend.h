@@ -117,6 +117,10 @@ struct InMemoryOptions {
   // KeepsPlaces: the asynchronous API keeps its waiters' places with
   // KeepPlaces instead of an attempt each. False plays a store without it.
   bool keeps_places = true;
+  // NoticesLapsedPlaces, claimed for the core's tests: its waiters then get
+  // no look behind a place. (Its watches wake when a call finds a place
+  // lapsed, not at the lapse itself.)
+  bool notices_lapsed_places = false;
 };
 
 class InMemoryBackend final : public Backend {
@@ -136,6 +140,7 @@ class InMemoryBackend final : public Backend {
   bool BatchesCalls() const override { return options_.batches; }
   std::vector<Status> KeepPlaces(std::span<const LeaseRequest> waiters) override;
   bool KeepsPlaces() const override { return options_.keeps_places; }
+  bool NoticesLapsedPlaces() const override { return options_.notices_lapsed_places; }
   std::vector<Result<Attempt>> TryAcquireMany(std::span<const LeaseRequest> requests) override {
     largest_batch_ = std::max(largest_batch_.load(), requests.size());
     return Backend::TryAcquireMany(requests);
