@@ -43,7 +43,7 @@ show_logs() {
 }
 
 run_until_killed run unfenced "" ||
-  fail "three unfenced runs never killed the primary: $(summary "$out")"
+  fail "three unfenced runs staged no failover (a kill, then a grant): $(summary "$out")"
 [ "$rc" = 3 ] || {
   fail "without wait_replicas: exited $rc, want 3 (tokens went back): $(summary "$out")"
   show_logs "$out"

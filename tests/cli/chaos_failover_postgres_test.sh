@@ -44,7 +44,7 @@ run() {
 }
 
 run_until_killed run postgres_replicated.sh unfenced 12 ||
-  fail "asynchronous: three runs never killed the primary: $(summary "$out")"
+  fail "asynchronous: three runs staged no failover (a kill, then a grant): $(summary "$out")"
 [ "$rc" = 3 ] || fail "asynchronous: exited $rc, want 3 (tokens went back): $(summary "$out")"
 python3 - "$out" <<'PY' || fail "asynchronous: $(summary "$out")"
 import json, sys
@@ -68,7 +68,7 @@ PY
 # few seconds), which on a loaded machine may exceed checker i's bound: i
 # is not required; a grant after the failover is.
 run_until_killed run postgres_sync.sh fenced 16 ||
-  fail "synchronous: three runs never killed the primary: $(summary "$out")"
+  fail "synchronous: three runs staged no failover (a kill, then a grant): $(summary "$out")"
 # 4: only recovery failures (checker i).
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || fail "synchronous: exited $rc: $(summary "$out")"
 python3 - "$out" "$(run_dir "$out")/history.jsonl" <<'PY' || fail "synchronous: $(summary "$out")"
