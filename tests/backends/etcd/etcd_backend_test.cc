@@ -1087,7 +1087,9 @@ TEST(EtcdBackendTest, ARenewalOfManyLocksFitsEtcdsTransactionLimit) {
   constexpr int kLocks = 130;  // two transactions
   std::vector<LeaseRequest> held;
   for (int i = 0; i < kLocks; ++i) {
-    held.push_back(Req(UniqueName("renew-many-" + std::to_string(i)), NewOwner()));
+    // A minute: the batch must not outlast the first grants (under
+    // ThreadSanitizer, beside other tests, it took more than 5 s).
+    held.push_back(Req(UniqueName("renew-many-" + std::to_string(i)), NewOwner(), seconds(60)));
   }
   for (const auto& got : backend->TryAcquireMany(held)) {
     ASSERT_TRUE(got.ok() && got->granted) << got.status().ToString();
