@@ -462,6 +462,16 @@ std::string AcquireSql(const char* form, bool waiting) {
 // Placeholders of both release statements; $1 key, $2 owner.
 const std::map<std::string, std::string>& ReleaseConditions() {
   static const auto* conditions = new std::map<std::string, std::string>{
+      // A release's transaction commits without waiting for its WAL to reach
+      // the disk (synchronous_commit off, for this transaction only: set_config
+      // with is_local; volatile, so the planner keeps it in the subquery that
+      // carries it). Losing a release to a crash only leaves the key held until
+      // its lease ends, which a lease allows anyway. And it cannot be lost once
+      // the next grant stands: that grant's commit flushes the WAL up to its
+      // own record, which comes after the release's. So the hand-off waits for
+      // one flush (the grant's), not two; the releaser's NOTIFY leaves at its
+      // commit, before any flush (docs/decisions.md).
+      {"async_commit", "set_config('synchronous_commit', 'off', true)"},
       {"head_owner",
        "coalesce((SELECT CASE WHEN holder_limit = 1 THEN owner ELSE '' END FROM {q} "
        "WHERE key = $1 AND owner <> $2 AND expires_at > clock_timestamp() "
@@ -485,10 +495,11 @@ const std::map<std::string, std::string>& ReleaseConditions() {
 // back. A row with sharers is left to kReleaseSql, and so is every case
 // where this returns no row (nothing of ours released: another owner's, or
 // nobody's?). $1 key, $2 owner, $3 channel, $4 key hash text. One clock
-// reading, statement_timestamp(), as in kAcquireLeanTemplate.
+// reading, statement_timestamp(), as in kAcquireLeanTemplate. The commit
+// does not wait for the WAL flush (async_commit, in ReleaseConditions).
 constexpr const char* kReleaseLeanSql = R"sql(
 UPDATE {t} AS l SET owner = NULL, expires_at = NULL
-FROM (SELECT statement_timestamp() AS now) AS c
+FROM (SELECT statement_timestamp() AS now, {async_commit} AS async_commit) AS c
 WHERE l.key = $1 AND l.sharers = '[]'::jsonb AND {p_free}
 RETURNING pg_notify($3, $4 || ' ' || {head_owner})
 )sql";
@@ -499,10 +510,11 @@ RETURNING pg_notify($3, $4 || ' ' || {head_owner})
 // in the same transaction, the head of the queue (or everybody on the
 // key): after a release of the key, or after a waiter that gave up left a
 // free key's queue. `other` tells kNotOwner from "nobody holds it" (OK:
-// release is idempotent).
+// release is idempotent). The commit does not wait for the WAL flush
+// (async_commit, in ReleaseConditions).
 constexpr const char* kReleaseSql = R"sql(
 WITH
-c AS MATERIALIZED (SELECT clock_timestamp() AS now),
+c AS MATERIALIZED (SELECT clock_timestamp() AS now, {async_commit} AS async_commit),
 released AS (
   UPDATE {t} AS l SET
     owner = CASE WHEN {p_free} THEN NULL ELSE l.owner END,
