@@ -170,6 +170,10 @@ void AsyncAcquire::WaitFor(const NextStep& next) {
   });
   if (Armed(timer, notifying)) return;
   // Woken, timed out, its place lost or cancelled while it was armed.
+  Resume(timer, notifying);
+}
+
+void AsyncAcquire::Resume(std::uint64_t timer, bool notifying) {
   driver_.CancelTimer(timer);
   if (notifying) acquisition_->StopNotify();
   times_.woke = core_->clock_->Now();
@@ -203,9 +207,7 @@ void AsyncAcquire::Woken(std::uint64_t round) {
   std::uint64_t timer = 0;
   bool notifying = false;
   if (!LeaveWait(round, timer, notifying)) return;
-  driver_.CancelTimer(timer);
-  times_.woke = core_->clock_->Now();
-  driver_.Post([self = shared_from_this()] { self->Step(); });
+  Resume(timer, /*notifying=*/false);  // its notification is the one that came
 }
 
 void AsyncAcquire::TimerFired(std::uint64_t round) {
@@ -230,21 +232,17 @@ void AsyncAcquire::KeepPlace() {
 void AsyncAcquire::PlaceLost() {
   // Whichever wait it is in: a place found gone is gone for this one too
   // (one from before its last attempt costs an attempt, nothing more).
+  // LeaveWait ignores it when attempting already, or done.
   std::uint64_t round = 0;
   {
     std::lock_guard lock(mu_);
-    // Attempting already, or done; one being armed is told by LeaveWait.
-    if (phase_ != Phase::kWaiting && phase_ != Phase::kArming) return;
     round = round_;
   }
   std::uint64_t timer = 0;
   bool notifying = false;
   if (!LeaveWait(round, timer, notifying)) return;
-  driver_.CancelTimer(timer);
-  if (notifying) acquisition_->StopNotify();
-  times_.woke = core_->clock_->Now();
   // Posted: the keeper's worker has the other lost places to hand on.
-  driver_.Post([self = shared_from_this()] { self->Step(); });
+  Resume(timer, notifying);
 }
 
 void AsyncAcquire::Finish(Result<Lease> result) {

@@ -68,6 +68,9 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   // Ends arming: kWaiting with `timer` and `notifying`, or false (and
   // kQueued) if the wait ended while it was armed.
   bool Armed(std::uint64_t timer, bool notifying);
+  // After a wait ended (out of it by LeaveWait or Armed): drops its timer
+  // and, if `notifying`, its notification, and posts the next step.
+  void Resume(std::uint64_t timer, bool notifying);
   void Finish(Result<Lease> result);
 
   const std::shared_ptr<ClientCore> core_;
