@@ -220,7 +220,10 @@ TEST_F(PlaceKeeperTest, BehindAPlaceOnlyAStoreThatMissesLapsesGetsALook) {
     if (notices) {
       EXPECT_EQ(plan_->Tries(), tries) << "a waiter looked again behind a place";
     } else {
-      EXPECT_TRUE(Eventually([&] { return plan_->Tries() >= tries + 2; }, kPatience))
+      // One look at least: the first is due at the third tick; a second
+      // may fall past the sixth when the first ran late on a worker (it
+      // counts from the clock when it ran).
+      EXPECT_TRUE(Eventually([&] { return plan_->Tries() >= tries + 1; }, kPatience))
           << "no look in twice the look's time: tries went from " << tries << " to "
           << plan_->Tries();
     }
