@@ -105,6 +105,10 @@ std::string TlsFailure(const grpc::Status& s) {
 }
 
 Retry Classify(const grpc::Status& s) {
+  // Refused even after re-authenticating (the callers do that first): a
+  // member that has not applied the new token yet, or one whose copy lapsed
+  // before the call reached it. Another member, or a later try, may take it.
+  if (IsStaleToken(s)) return Retry::kYes;
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       // A member that speaks HTTP/1 will not learn HTTP/2 by being asked
@@ -132,6 +136,12 @@ Status FromGrpc(const grpc::Status& s, std::string_view what, std::string_view e
   const std::string ep(endpoint);
   const std::string msg = s.error_message();
   const std::string doing(what);
+  // Not final: the password was taken; its tokens were not, in time.
+  if (IsStaleToken(s)) {
+    return UnavailableError("etcd at " + ep + ": " + doing +
+                            ": fresh auth tokens were refused until the time ran out (" + msg +
+                            ")");
+  }
   switch (s.error_code()) {
     case grpc::StatusCode::OK:
       return Status::Ok();
@@ -678,6 +688,7 @@ Result<Resp> Connection::Call(std::string_view what, TimePoint deadline, bool re
     if (retry == Retry::kNo) return FromGrpc(status, what, ep.address);
     if (retry == Retry::kOtherMember) skip[index] = 1;
     Rotate(index);
+    reauthentications = 0;  // two fresh tokens for each member visited
     if (++tried_this_round >= n) {
       tried_this_round = 0;
       if (!WaitAfterARound(backoff, deadline)) break;
@@ -823,7 +834,7 @@ std::vector<Result<pb::TxnResponse>> Connection::TxnMany(std::span<const pb::Txn
       const grpc::Status status = Annotated(got[k], security_.tls, ep.address);
       if (status.ok()) continue;
       stale = stale || (!token.empty() && IsStaleToken(status));
-      if (Classify(status) == Retry::kNo && !IsStaleToken(status)) {
+      if (Classify(status) == Retry::kNo) {
         out[todo[k]] = FromGrpc(status, "transaction", ep.address);
         continue;
       }
@@ -841,6 +852,7 @@ std::vector<Result<pb::TxnResponse>> Connection::TxnMany(std::span<const pb::Txn
       continue;  // the same member, with the new token
     }
     Rotate(index);
+    reauthentications = 0;  // two fresh tokens for each member visited
     if (++tried_this_round >= n) {
       tried_this_round = 0;
       if (!WaitAfterARound(backoff, deadline)) break;
