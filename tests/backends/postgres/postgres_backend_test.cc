@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -919,8 +920,12 @@ TEST_F(PostgresBackendTest, TheNextInLineWakesWhenANewHoldersLeaseExpires) {
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_GT((*got)->token(), granted->token);
   EXPECT_GE(got_at - granted_at, kTtl - milliseconds(50));
-  EXPECT_LT(got_at - granted_at, kTtl + prompt.limit) << "slept past the lease's expiry; "
-                                                      << prompt;
+  if (prompt.separates) {
+    EXPECT_LT(got_at - granted_at, kTtl + prompt.limit) << "slept past the lease's expiry; "
+                                                        << prompt;
+  } else {
+    std::cout << "the wake-up's time not judged: " << prompt << "\n";
+  }
 }
 
 // Regression (1 s stalls in the 4-contender benchmark): places are ordered
@@ -934,6 +939,9 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   const std::string key = Unique("nudge");
   ASSERT_TRUE(raw->TryAcquire({key, OwnerId(1, 1), milliseconds(30'000)})->granted);
   const Duration cost = GrantAndReleaseCost();
+  // Connected before the clock starts: a new session under a sanitizer on
+  // a busy machine took most of the second the wake-up must beat.
+  auto admin = AdminConnect();
   auto first = NewClient();
   std::optional<Result<Lease>> got;
   Steady::time_point got_at;
@@ -943,7 +951,6 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
     got_at = Steady::now();
   });
   ASSERT_TRUE(WaitForWaiters(*raw, key, 1)) << "first in line, waiting";
-  auto admin = AdminConnect();
   Query(admin.get(), "UPDATE dlock_locks SET owner = NULL, expires_at = NULL WHERE key = '\\x" +
                          HexEncode(key) + "'");
   const auto nudged_at = Steady::now();
@@ -956,7 +963,12 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_FALSE(second->granted) << "jumped the queue";
   ASSERT_TRUE(got->ok()) << got->status().ToString();
-  EXPECT_LT(got_at - nudged_at, prompt.limit) << "the first in line was not woken; " << prompt;
+  // Too close to the re-arm, a wake-up and the re-arm take about as long.
+  if (prompt.separates) {
+    EXPECT_LT(got_at - nudged_at, prompt.limit) << "the first in line was not woken; " << prompt;
+  } else {
+    std::cout << "the wake-up's time not judged: " << prompt << "\n";
+  }
   ASSERT_TRUE((*got)->Release().ok());
   second_waits->Abandon();  // leaves the queue
 }
