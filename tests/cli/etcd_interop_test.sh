@@ -14,7 +14,7 @@ LOG="$WORK/log"
 RUNS=${RUNS:-10}
 
 # $0 is the log, $1 who is writing.
-critical='echo "start $1 ${DLOCK_TOKEN:-0}" >>"$0"; sleep 0.02; echo "end $1 ${DLOCK_TOKEN:-0}" >>"$0"'
+critical='echo "start $1 ${DLOCK_TOKEN:-0}" >>"$0"; sleep 0.1; echo "end $1 ${DLOCK_TOKEN:-0}" >>"$0"'
 
 dlock_shell() {
   local i
@@ -23,8 +23,13 @@ dlock_shell() {
       { echo "dlock run $i exited $?" >&2; return 1; }
   done
 }
+# etcdctl starts once a dlock holds the lock: a dlock exec takes longer to
+# start than an etcdctl run (much longer under a sanitizer on a busy
+# machine), and the etcdctl shells could otherwise finish every run before
+# the first dlock asked, and hand nothing over.
 etcdctl_shell() {
   local i
+  wait_for 120 grep -q "^start dlock" "$LOG" || { echo "no dlock run started" >&2; return 1; }
   for ((i = 0; i < RUNS; i++)); do
     ETCDCTL_API=3 etcdctl --endpoints "$endpoints" lock "$name" -- sh -c "$critical" "$LOG" etcdctl \
       >/dev/null || { echo "etcdctl run $i exited $?" >&2; return 1; }
