@@ -271,10 +271,30 @@ hold_back() {
   local dir=$1 leader other
   leader=$(current_leader "$dir") || return 1
   other=$((3 - leader))
-  kill -STOP "$(member_pid "$dir" "$(member_name "$other")")"
-  head -c $((48 << 20)) /dev/zero | tr '\0' x |
-    cli "$(cat "$dir/$(member_name "$leader").port")" -x set dlock-chaos-filler >/dev/null
+  stop_then_fill "$dir" "$(member_name "$other")" "$(member_name "$leader")" dlock-chaos-filler ||
+    return 1
   echo "$other"
+}
+
+# stop_then_fill DIR REPLICA PRIMARY KEY: stops REPLICA and writes 48 MB to
+# KEY through the member PRIMARY. A primary that is not running (killed or
+# paused, and the sentinels not yet past it: the next fault came before
+# the failover ended) is refused first; a write that fails lets the replica
+# go again. Either way nothing is left stopped: a replica stopped for good
+# is one no failover can promote, and the rest of the run would serve no
+# grant.
+stop_then_fill() {
+  local dir=$1 replica=$2 primary=$3 key=$4 pid port
+  pid=$(member_pid "$dir" "$primary")
+  is_redis "$pid" && ! grep -q '^[0-9]* ([^)]*) T' "/proc/$pid/stat" 2>/dev/null ||
+    { echo "redis.sh: the primary $primary is not running: nothing to hold back" >&2; return 1; }
+  port=$(cat "$dir/$primary.port")
+  pid=$(member_pid "$dir" "$replica")
+  kill -STOP "$pid"
+  head -c $((48 << 20)) /dev/zero | tr '\0' x | cli "$port" -x set "$key" >/dev/null && return 0
+  kill -CONT "$pid"
+  echo "redis.sh: writing through the primary $primary failed: the replica runs on" >&2
+  return 1
 }
 
 # await_failover_from DIR N: until the sentinels name another primary than
@@ -751,13 +771,12 @@ cluster_hold_back() {
   local dir=$1 leader replica e
   leader=c$(chaos_leader "$dir") || return 1
   replica=$(replica_of "$dir" "$leader") || return 1
-  kill -STOP "$(member_pid "$dir" "$replica")"
   e=$(chaos_key "$dir")
   e=${e//%/%25}
   e=${e//\{/%7B}
   e=${e//\}/%7D}
-  head -c $((48 << 20)) /dev/zero | tr '\0' x |
-    cli "$(cat "$dir/$leader.port")" -x set "dlock-chaos-filler{$e}" >/dev/null
+  stop_then_fill "$dir" "$replica" "$leader" "dlock-chaos-filler{$e}" ||
+    return 1
   echo "${replica#c}"
 }
 
