@@ -7,7 +7,26 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/chaos_lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis.sh
-trap 'pkill -KILL -f "$WORK/dlock-chaos-cluster" 2>/dev/null; cleanup' EXIT
+# The members and sentinels chaos started, found by the pid files their
+# script wrote: a sentinel rewrites its process title, which then names no
+# directory, so `pkill -f DIR` misses it. A pid is taken only while it is
+# still a redis process (the files outlive a member that was stopped).
+member_pids() {
+  local f pid
+  for f in "$WORK"/dlock-chaos-cluster-*/*.pid; do
+    [ -s "$f" ] || continue
+    pid=$(cat "$f")
+    case $(cat "/proc/$pid/comm" 2>/dev/null) in redis*) echo "$pid" ;; esac
+  done
+  pgrep -f "$WORK/dlock-chaos-cluster"
+  return 0
+}
+stop_members() {
+  local pid
+  for pid in $(member_pids); do kill -KILL "$pid" 2>/dev/null; done
+  return 0
+}
+trap 'stop_members; cleanup' EXIT
 
 # What the setup cannot do is refused before anything starts.
 expect_exit 64 "need etcd.sh or zookeeper.sh" -- \
@@ -23,7 +42,7 @@ expect_exit 64 "need a proxy per worker" -- \
   --dir "$WORK"
 expect_exit 64 "goes with member faults" -- \
   "$DLOCK" chaos --store-params wait_replicas=1 --faults pause --duration 4s --dir "$WORK"
-pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "a refused run left members running"
+[ -n "$(member_pids)" ] && fail "a refused run left members running"
 
 # run WORKLOAD [PARAMS] [SEED]: one 15 s run, ttl 1 s, the primary killed at
 # least once (a kill late in the run leaves its failover unseen: the others
@@ -84,7 +103,7 @@ assert checks["d"]["verdict"].lower() == "pass", checks["d"]
 # (Sentinel's own failover delay on a loaded machine).
 assert checks["i"]["verdict"].lower() in ("pass", "fail"), checks["i"]
 PY
-pgrep -f "$WORK/dlock-chaos-cluster" >/dev/null && fail "members left running"
+[ -n "$(member_pids)" ] && fail "members left running"
 
 [ "$failures" = 0 ] || exit 1
 echo "chaos failover on redis: ok"
