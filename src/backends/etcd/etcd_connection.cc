@@ -59,7 +59,10 @@ grpc::Status Annotated(const grpc::Status& s, bool tls, const std::string& addre
     return s;
   }
   if (tls && (Contains(s, "Endpoint read failed") || Contains(s, "Connection reset by peer"))) {
-    if (AnswersPlaintextHttp2(address, milliseconds(1000))) {
+    // Three seconds: a refusing TLS server closes at once, and only a
+    // silent one costs the whole wait; one second was once too short for a
+    // plaintext server on a machine running a sanitizer suite.
+    if (AnswersPlaintextHttp2(address, milliseconds(3000))) {
       return grpc::Status(s.error_code(), s.error_message() +
                                               " (the server answers HTTP/2 in plaintext: it "
                                               "serves plaintext, use etcd://)");
