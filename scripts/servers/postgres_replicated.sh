@@ -224,9 +224,15 @@ hold_back() {
   leader=$(current_leader) || return 1
   other=$((3 - leader))
   pause_member "$other"
-  PGOPTIONS='-c synchronous_commit=local' su_psql "$leader" \
+  # A primary that died meanwhile: the standby runs on (stopped for good,
+  # nothing could be promoted).
+  if ! PGOPTIONS='-c synchronous_commit=local' su_psql "$leader" \
     -c "CREATE TABLE dlock_filler AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 60000)" \
-    -c "DROP TABLE dlock_filler" >/dev/null
+    -c "DROP TABLE dlock_filler" >/dev/null; then
+    resume_member "$other"
+    echo "postgres_replicated.sh: writing through member $leader failed: the standby runs on" >&2
+    return 1
+  fi
   # For the log: how far the standby is behind.
   su_psql "$leader" -c "SELECT 'hold-back: standby ' || application_name || ' sent up to ' ||
       sent_lsn || ', primary at ' || pg_current_wal_lsn() FROM pg_stat_replication" >&2 || true
