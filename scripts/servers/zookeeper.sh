@@ -140,6 +140,10 @@ new_password() {
 cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,30p' "$0" >&2; exit 64; }
+# Absolute, as the members' command lines have it (start makes it so):
+# member_pid matches on it, and a relative DIR made `stop` find no member,
+# delete the directory and leave the JVMs running.
+dir=$(realpath -m -- "$dir")
 case $cmd in
   start-secure)
     mkdir -p "$dir"
