@@ -8,21 +8,6 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/chaos_lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis_cluster.sh
-# The members chaos started, by the pids their script wrote.
-members_running() {
-  local f
-  for f in "$WORK"/dlock-chaos-cluster-*/c?.pid; do
-    [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
-  done
-  return 1
-}
-stop_members() {
-  local f
-  for f in "$WORK"/dlock-chaos-cluster-*/c?.pid; do
-    [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
-  done
-  return 0
-}
 trap 'stop_members; cleanup' EXIT
 
 # run WORKLOAD [PARAMS] [SEED]: one 15 s run, ttl 1 s, the key's primary
@@ -70,7 +55,7 @@ assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
 checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
 assert checks["d"]["verdict"].lower() == "pass", checks["d"]
 PY
-members_running && fail "members left running"
+[ -n "$(member_pids)" ] && fail "members left running"
 
 [ "$failures" = 0 ] || exit 1
 echo "chaos failover on a redis cluster: ok"

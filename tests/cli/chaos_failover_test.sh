@@ -7,25 +7,6 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/chaos_lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis.sh
-# The members and sentinels chaos started, found by the pid files their
-# script wrote: a sentinel rewrites its process title, which then names no
-# directory, so `pkill -f DIR` misses it. A pid is taken only while it is
-# still a redis process (the files outlive a member that was stopped).
-member_pids() {
-  local f pid
-  for f in "$WORK"/dlock-chaos-cluster-*/*.pid; do
-    [ -s "$f" ] || continue
-    pid=$(cat "$f")
-    case $(cat "/proc/$pid/comm" 2>/dev/null) in redis*) echo "$pid" ;; esac
-  done
-  pgrep -f "$WORK/dlock-chaos-cluster"
-  return 0
-}
-stop_members() {
-  local pid
-  for pid in $(member_pids); do kill -KILL "$pid" 2>/dev/null; done
-  return 0
-}
 trap 'stop_members; cleanup' EXIT
 
 # What the setup cannot do is refused before anything starts.

@@ -31,6 +31,29 @@ sys.exit(0 if granted_after else 1)
 PY
 }
 
+# member_pids: the Redis members (and sentinels) a chaos run started under
+# $WORK that still run, found by the pid files their script wrote: a
+# sentinel rewrites its process title, which then names no directory, so
+# `pkill -f DIR` misses it. A pid counts only while it is a redis process
+# (the files outlive a member that was stopped, and pids are reused).
+member_pids() {
+  local f pid
+  for f in "$WORK"/dlock-chaos-cluster-*/*.pid; do
+    [ -s "$f" ] || continue
+    pid=$(cat "$f")
+    case $(cat "/proc/$pid/comm" 2>/dev/null) in redis*) echo "$pid" ;; esac
+  done
+  pgrep -f "$WORK/dlock-chaos-cluster"
+  return 0
+}
+
+# stop_members: SIGKILL what member_pids finds (a test's EXIT trap).
+stop_members() {
+  local pid
+  for pid in $(member_pids); do kill -KILL "$pid" 2>/dev/null; done
+  return 0
+}
+
 # summary JSON: the run in a few lines (a failure's message, kept short).
 summary() {
   python3 - "$1" <<'PY' 2>/dev/null || echo "$1"
