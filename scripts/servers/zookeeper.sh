@@ -147,7 +147,6 @@ dir=$(realpath -m -- "$dir")
 case $cmd in
   start-secure)
     mkdir -p "$dir"
-    dir=$(cd "$dir" && pwd)
     new_password "$dir/dlock.password" >/dev/null
     ops_pw=$(new_password "$dir/ops.password")
     super_pw=$(new_password "$dir/super.password")
@@ -169,7 +168,6 @@ case $cmd in
   configure | configure-linked)
     need_zookeeper
     mkdir -p "$dir"
-    dir=$(cd "$dir" && pwd)
     : >"$dir/links"
     declare -A quorum election
     for n in "${MEMBERS[@]}"; do
@@ -218,7 +216,6 @@ EOF
     ;;
   launch)
     need_zookeeper
-    dir=$(cd "$dir" && pwd)
     for n in "${MEMBERS[@]}"; do launch "$dir" "$n"; done
     wait_serving "$dir" 90 "${MEMBERS[@]}"
     cat "$dir/uri"
