@@ -102,6 +102,13 @@ inline FastPathBound FastPath(Duration measured, Duration floor, Duration fallba
   return {std::min(wanted, fallback), measured, floor, fallback, factor, wanted < fallback};
 }
 
+// For a wake-up whose fallback (a re-arm, a poll) is `b.fallback` away:
+// anything before half of it was woken, however long a busy machine made
+// the wake-up itself; and never less than the fast path's own bound.
+inline Duration WokenWithin(const FastPathBound& b) {
+  return std::max<Duration>(b.limit, b.fallback / 2);
+}
+
 inline std::ostream& operator<<(std::ostream& os, const FastPathBound& b) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;

@@ -50,6 +50,7 @@ using testing_pg::WithParam;
 using Steady = std::chrono::steady_clock;
 using testing_support::Eventually;
 using testing_support::FastPath;
+using testing_support::WokenWithin;
 
 // A waiter that is not woken still tries again: the core re-arms a wait at
 // least every third of its queue ttl (3 s, src/core/client_core.cc). A wake
@@ -915,15 +916,15 @@ TEST_F(PostgresBackendTest, TheNextInLineWakesWhenANewHoldersLeaseExpires) {
   // ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree below, anything
   // before half that fallback counts as woken.
   constexpr milliseconds kTtl{300};
-  const Duration fallback = asked_at + kRearmEvery - (granted_at + kTtl);
-  const auto prompt = FastPath(cost, kPromptFloor, fallback);
+  const auto prompt =
+      FastPath(cost, kPromptFloor, asked_at + kRearmEvery - (granted_at + kTtl));
   t.join();
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_GT((*got)->token(), granted->token);
   EXPECT_GE(got_at - granted_at, kTtl - milliseconds(50));
   if (prompt.separates) {
-    EXPECT_LT(got_at - granted_at, kTtl + std::max<Duration>(prompt.limit, fallback / 2))
+    EXPECT_LT(got_at - granted_at, kTtl + WokenWithin(prompt))
         << "slept past the lease's expiry; " << prompt;
   } else {
     std::cout << "the wake-up's time not judged: " << prompt << "\n";
@@ -960,8 +961,7 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   // after `asked_at`: at `fallback` from now, or later. Woken, it is
   // granted within a few grants' time; on a busy machine a wake-up can take
   // longer than that, so anything before half the fallback counts as woken.
-  const Duration fallback = asked_at + kRearmEvery - nudged_at;
-  const auto prompt = FastPath(cost, kPromptFloor, fallback);
+  const auto prompt = FastPath(cost, kPromptFloor, asked_at + kRearmEvery - nudged_at);
   auto second_waits = raw->Begin({key, OwnerId(3, 3), milliseconds(5000), milliseconds(3000)});
   auto second = second_waits->Try();
   t.join();
@@ -970,7 +970,7 @@ TEST_F(PostgresBackendTest, ARefusedWaiterWakesTheFirstInLineWhenTheKeyIsFree) {
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   // Too close to the re-arm, a wake-up and the re-arm take about as long.
   if (prompt.separates) {
-    EXPECT_LT(got_at - nudged_at, std::max<Duration>(prompt.limit, fallback / 2))
+    EXPECT_LT(got_at - nudged_at, WokenWithin(prompt))
         << "the first in line was not woken; " << prompt;
   } else {
     std::cout << "the wake-up's time not judged: " << prompt << "\n";
