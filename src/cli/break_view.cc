@@ -13,7 +13,7 @@ std::string UtcTime(std::int64_t unix_ms) {
   const time_t t = static_cast<time_t>(seconds);
   tm utc{};
   if (gmtime_r(&t, &utc) == nullptr) return std::to_string(unix_ms) + " ms";
-  char text[40];
+  char text[96];  // room for any int in each field, as the compiler checks
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<int>(unix_ms - seconds * 1000));
