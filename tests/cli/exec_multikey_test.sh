@@ -6,9 +6,10 @@ source "$(dirname "$0")/lib.sh"
 LOG="$WORK/log"
 : >"$LOG"
 
+RUNS=$(repeats 100)
 loop() {  # loop FIRST SECOND TAG
   local i
-  for ((i = 0; i < 100; i++)); do
+  for ((i = 0; i < RUNS; i++)); do
     "$DLOCK" exec "$1" --key "$2" --wait 60s -- \
       sh -c 'echo "start $0" >>"$1"; echo "end $0" >>"$1"' "$3" "$LOG" || return 1
   done
@@ -17,7 +18,7 @@ loop a b ab & p1=$!
 loop b a ba & p2=$!
 wait $p1 || fail "the {a, b} loop failed"
 wait $p2 || fail "the {b, a} loop failed"
-[ "$(wc -l <"$LOG")" = 400 ] || fail "log has $(wc -l <"$LOG") lines, want 400"
+[ "$(wc -l <"$LOG")" = $((4 * RUNS)) ] || fail "log has $(wc -l <"$LOG") lines, want $((4 * RUNS))"
 awk '$1=="start"{if(open){print "overlap at " NR; bad=1} open=1} $1=="end"{open=0} END{exit bad}' "$LOG" ||
   fail "two holders of {a, b} overlapped"
 

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 use_fixture_store
 LOG="$WORK/log"
 : >"$LOG"
-RUNS_PER_SHELL=${RUNS_PER_SHELL:-50}
+RUNS_PER_SHELL=${RUNS_PER_SHELL:-$(repeats 50)}
 
 shell() {
   local id=$1 i

@@ -80,6 +80,25 @@ slowest_ms() {
   echo "$slowest"
 }
 
+# repeats N: how many times a test repeats a run. N for a plain build; for a
+# sanitized dlock (AddressSanitizer or ThreadSanitizer, seen in the libraries
+# it loads) a tenth, at least 4. Repeats are for races and interleavings, which
+# the plain build looks for at full count; a sanitizer finds a memory or
+# threading fault on a path the first times through it, and each sanitized
+# run costs ten times a plain one (0.2 s of start-up alone).
+if ldd "$DLOCK" 2>/dev/null | grep -qE 'lib[at]san\.so'; then
+  DLOCK_SANITIZED=1
+else
+  DLOCK_SANITIZED=0
+fi
+repeats() {
+  if [ "$DLOCK_SANITIZED" = 1 ]; then
+    echo $(($1 / 10 > 4 ? $1 / 10 : 4))
+  else
+    echo "$1"
+  fi
+}
+
 # The state letter of process PID (R, S, T, Z...), or nothing if it is gone.
 proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
 proc_parent() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
