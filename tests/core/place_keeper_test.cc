@@ -175,13 +175,17 @@ TEST_F(PlaceKeeperTest, AStoreThatKeepsNoPlacesIsRefreshedByAttempts) {
     clock_->Advance(kTick);
     // A waiter may arm its timer for this tick only after the clock got
     // there (its attempt ran late on a worker): Advance(0) runs it then.
+    // Done once each has tried and waits again (its watch back): the next
+    // tick's time is set before the watch, so no waiter reads the clock
+    // after the test moves it (a waiter that did would wait a tick longer).
     EXPECT_TRUE(Eventually(
         [&] {
           clock_->Advance(Duration::zero());
-          return plan_->Tries() == tries + 5 * tick;
+          return plan_->Tries() == tries + 5 * tick && store_->Watches() == 5;
         },
         kPatience))
-        << "tick " << tick << ": tries went from " << tries << " to " << plan_->Tries();
+        << "tick " << tick << ": tries went from " << tries << " to " << plan_->Tries()
+        << ", " << store_->Watches() << " waiting";
   }
   EXPECT_EQ(plan_->KeepPlacesCalls(), 0);
 }
