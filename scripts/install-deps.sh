@@ -42,8 +42,9 @@ packages=(
   # the secured test servers' certificates are made with
   libssl-dev openssl
   # tests and benchmarks (tmux: a terminal for the job-control tests;
-  # clang-tidy: function size and bugprone checks, scripts/tidy.sh)
-  tmux clang-tidy
+  # clang-tidy: function size and bugprone checks, scripts/tidy.sh; ccache:
+  # scripts/test.sh's builds reuse the objects of its last run)
+  tmux clang-tidy ccache
   libgtest-dev libgmock-dev libbenchmark-dev util-linux procps python3
   # man pages generated from --help, and their test (man, col); the
   # install test builds the example with make and inspects libdlock.so
