@@ -6,11 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "dlock/backend.h"
 #include "dlock/clock.h"
+#include "eventually.h"
 
 namespace dlock::zookeeper::testing {
 
@@ -41,13 +43,14 @@ inline LeaseRequest Req(const std::string& key, OwnerId owner,
 // tests, eleven 1 s tries in a row once went unanswered.
 template <typename Tried>
 Result<Attempt> Answered(Tried try_once) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  Result<Attempt> a = try_once();
-  while (a.status().code() == StatusCode::kUnavailable &&
-         std::chrono::steady_clock::now() < give_up) {
-    a = try_once();
-  }
-  return a;
+  std::optional<Result<Attempt>> a;
+  testing_support::Eventually(
+      [&] {
+        a = try_once();
+        return a->status().code() != StatusCode::kUnavailable;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(0));
+  return *std::move(a);
 }
 
 }  // namespace dlock::zookeeper::testing
