@@ -86,13 +86,8 @@ slowest_ms() {
 # the plain build looks for at full count; a sanitizer finds a memory or
 # threading fault on a path the first times through it, and each sanitized
 # run costs ten times a plain one (0.2 s of start-up alone).
-if ldd "$DLOCK" 2>/dev/null | grep -qE 'lib[at]san\.so'; then
-  DLOCK_SANITIZED=1
-else
-  DLOCK_SANITIZED=0
-fi
 repeats() {
-  if [ "$DLOCK_SANITIZED" = 1 ]; then
+  if ldd "$DLOCK" 2>/dev/null | grep -qE 'lib[at]san\.so'; then
     echo $(($1 / 10 > 4 ? $1 / 10 : 4))
   else
     echo "$1"
