@@ -135,10 +135,14 @@ cli() {
   fi
 }
 
-# A redis process (not a zombie, not a recycled pid).
+# A redis process (not a zombie, not a recycled pid). Shell builtins only:
+# the cluster's waits ask this of every member 20 times a second.
 is_redis() {
-  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q redis &&
-    ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null
+  local cmdline="" stat=""
+  [ -r "/proc/$1/cmdline" ] || return 1
+  IFS= read -r -d '' cmdline <"/proc/$1/cmdline" 2>/dev/null
+  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null
+  [[ $cmdline == *redis* && $stat != *") Z "* ]]
 }
 
 # Persistence is off, so there is nothing to save: SIGKILL every member at
@@ -523,42 +527,46 @@ cluster_node_args() {
 
 # cluster_ready DIR: every live node sees every slot served, every live
 # replica's link is up, and every primary with slots has a live replica
-# (after a failover, once the old primary is back and following).
+# (after a failover, once the old primary is back and following). One
+# redis-cli per node and one awk: `await` asks this 20 times a second, and
+# a process per question made each wait cost a core (tests' Settle).
 cluster_ready() {
-  local dir=$1 n port info
+  local dir=$1 n pid port out nodes=""
   for n in $(members_of "$dir"); do
-    is_redis "$(cat "$dir/$n.pid" 2>/dev/null || echo 0)" || continue
-    port=$(cat "$dir/$n.port")
-    info=$(cli "$port" cluster info 2>/dev/null | tr -d '\r') || return 1
-    echo "$info" | grep -qx 'cluster_state:ok' || return 1
-    echo "$info" | grep -qx 'cluster_slots_ok:16384' || return 1
+    pid=0
+    read -r pid 2>/dev/null <"$dir/$n.pid"
+    is_redis "$pid" || continue
+    read -r port <"$dir/$n.port"
+    out=$(printf 'CLUSTER INFO\nCLUSTER SLOTS\nINFO replication\n' | cli "$port" 2>/dev/null) ||
+      return 1
+    out=$'\n'${out//$'\r'/}$'\n'
+    [[ $out == *$'\ncluster_state:ok\n'* && $out == *$'\ncluster_slots_ok:16384\n'* ]] ||
+      return 1
     # On a secured cluster, until every node has heard the others' hostnames
     # (cluster bus gossip), CLUSTER SLOTS names some "?".
-    cli "$port" cluster slots 2>/dev/null | tr -d '\r' | grep -qx '?' && return 1
-    if cli "$port" role 2>/dev/null | head -1 | grep -qx slave; then
-      cli "$port" info replication | tr -d '\r' | grep -qx 'master_link_status:up' || return 1
-    fi
+    [[ $out == *$'\n?\n'* ]] && return 1
+    [[ $out == *$'\nrole:slave\n'* && $out != *$'\nmaster_link_status:up\n'* ]] && return 1
+    [ -n "$nodes" ] || nodes=$(cli "$port" cluster nodes 2>/dev/null) || return 1
   done
-  cli "$(any_live_port "$dir")" cluster nodes 2>/dev/null | python3 -c '
-import sys
-want, replicated = int(sys.argv[1]), sys.argv[2] == "yes"
-nodes = [l.split() for l in sys.stdin if l.strip()]
-masters = {n[0] for n in nodes if "master" in n[2] and "fail" not in n[2] and len(n) > 8}
-followed = {n[3] for n in nodes if "slave" in n[2] and "fail" not in n[2]}
-sys.exit(0 if len(masters) == want and (not replicated or masters <= followed) else 1)' \
-    "$(cat "$dir/primaries")" "$([ "$(cat "$dir/primaries")" = 3 ] && echo yes || echo no)"
+  # Primaries with slots (a 9th field), none failing, as many as started;
+  # with three, each followed by a replica that is not failing.
+  awk -v want="$(<"$dir/primaries")" '
+    $3 ~ /master/ && $3 !~ /fail/ && NF > 8 { masters[$1] = 1; m++ }
+    $3 ~ /slave/ && $3 !~ /fail/ { followed[$4] = 1 }
+    END {
+      if (m != want) exit 1
+      if (want == 3) for (id in masters) if (!(id in followed)) exit 1
+    }' <<<"${nodes//$'\r'/}"
 }
 
 # Whether no live node still names member NAME (killed) primary of slots.
 failed_over_from() {
   local port
   port=$(cat "$1/$2.port")
-  cli "$(any_live_port "$1")" cluster nodes 2>/dev/null | python3 -c '
-import sys
-port = sys.argv[1]
-for n in (l.split() for l in sys.stdin if l.strip()):
-    if n[1].split("@")[0].endswith(":" + port) and "master" in n[2] and len(n) > 8:
-        sys.exit(1)' "$port"
+  cli "$(any_live_port "$1")" cluster nodes 2>/dev/null | tr -d '\r' | awk -v port="$port" '
+    { split($2, addr, "@") }
+    addr[1] ~ (":" port "$") && $3 ~ /master/ && NF > 8 { held = 1 }
+    END { exit held }'
 }
 
 any_live_port() {
@@ -672,14 +680,23 @@ replica_of() {
   member_at_port "$dir" "$port"
 }
 
-# Whether every live node names member NAME primary of SLOT.
+# Whether every live node names member NAME primary of SLOT: one redis-cli
+# per node and one python3 for them all (`await` asks 20 times a second).
 all_agree_on() {
-  local dir=$1 slot=$2 want n
+  local dir=$1 slot=$2 want n pid
   want=$(cat "$dir/$3.port")
   for n in $(members_of "$dir"); do
-    is_redis "$(cat "$dir/$n.pid" 2>/dev/null || echo 0)" || continue
-    [ "$(slot_owner_port "$(cat "$dir/$n.port")" "$slot")" = "$want" ] || return 1
-  done
+    pid=0
+    read -r pid 2>/dev/null <"$dir/$n.pid"
+    is_redis "$pid" || continue
+    cli "$(cat "$dir/$n.port")" -2 --json cluster slots 2>/dev/null || echo null
+  done | python3 -c '
+import json, sys
+slot, want = int(sys.argv[1]), int(sys.argv[2])
+def owner(ranges):
+    return next((r[2][1] for r in ranges or [] if r[0] <= slot <= r[1]), None)
+views = [json.loads(l) for l in sys.stdin if l.strip()]
+sys.exit(0 if views and all(owner(v) == want for v in views) else 1)' "$slot" "$want"
 }
 
 # The slot a primary serves first, to check agreement on after a change.
