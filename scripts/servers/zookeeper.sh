@@ -47,12 +47,17 @@ need_zookeeper() {
   fi
 }
 
+# The helpers below use shell builtins only (no cat, tr, grep, sed or
+# timeout): wait_serving asks each member ten times a second while three
+# JVMs start on the same cores, and a process per question cost seconds of
+# CPU per ensemble start.
+
 # four_letter PORT WORD: a ZooKeeper four-letter command, its answer on stdout.
 four_letter() {
-  local port=$1 word=$2
+  local port=$1 word=$2 line
   { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
   printf '%s' "$word" >&3
-  timeout 2 cat <&3 || true
+  while IFS= read -r -t 2 line <&3; do printf '%s\n' "$line"; done
   exec 3<&- 3>&-
 }
 
@@ -60,11 +65,13 @@ four_letter() {
 # JVM: a pid file outlives its process, and on a busy machine the pid is
 # soon another process's, which a SIGSTOP or SIGKILL must never reach.
 member_pid() {
-  local pid
-  pid=$(cat "$1/$2/pid" 2>/dev/null) || return 1
-  [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$1/$2/zoo.cfg" || return 1
-  echo "$pid"
+  local pid="" arg args=()
+  read -r pid 2>/dev/null <"$1/$2/pid" || [ -n "$pid" ] || return 1
+  mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || return 1
+  for arg in "${args[@]}"; do
+    [ "$arg" = "$1/$2/zoo.cfg" ] && { echo "$pid"; return 0; }
+  done
+  return 1
 }
 
 # signal_member SIGNAL DIR N: fails, saying so, when member N is not running.
@@ -85,12 +92,13 @@ stop_member() {
 }
 
 member_mode() {  # member_mode DIR N
-  local port
-  port=$(cat "$1/$2/client_port" 2>/dev/null) || { echo down; return; }
+  local port="" line
+  read -r port 2>/dev/null <"$1/$2/client_port" || [ -n "$port" ] || { echo down; return; }
   if [ -f "$1/$2/pid" ] && ! member_pid "$1" "$2" >/dev/null; then echo down; return; fi
-  local out
-  out=$(four_letter "$port" srvr 2>/dev/null | sed -n 's/^Mode: //p')
-  echo "${out:-down}"
+  while IFS= read -r line; do
+    [[ $line == "Mode: "* ]] && { echo "${line#Mode: }"; return; }
+  done < <(four_letter "$port" srvr 2>/dev/null)
+  echo down
 }
 
 launch() {  # launch DIR N
