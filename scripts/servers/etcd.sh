@@ -294,7 +294,7 @@ case "$verb" in
   member-id)
     need_member "${3:-}"
     out=$(ctl "" member list -w json)
-    python3 -c 'import json,sys
+    "$PYTHON3" -c 'import json,sys
 for m in json.loads(sys.argv[1])["members"]:
     if m.get("name") == sys.argv[2]: print(format(m["ID"], "x"))' "$out" "n$3"
     ;;
@@ -336,7 +336,7 @@ for m in json.loads(sys.argv[1])["members"]:
       for ((n = 1; n <= $(members); n++)); do
         running "$n" || continue
         out=$(ctl "$n" --command-timeout 1s endpoint status -w json 2>/dev/null) || continue
-        if python3 -c 'import json,sys; s=json.loads(sys.argv[1])[0]["Status"]; sys.exit(0 if s["header"]["member_id"]==s["leader"] else 1)' "$out"; then
+        if "$PYTHON3" -c 'import json,sys; s=json.loads(sys.argv[1])[0]["Status"]; sys.exit(0 if s["header"]["member_id"]==s["leader"] else 1)' "$out"; then
           echo "$n"
           exit 0
         fi
@@ -352,7 +352,7 @@ for m in json.loads(sys.argv[1])["members"]:
       line="n$n: pid $pid state $(ps -o stat= -p "$pid" 2>/dev/null | tr -d ' ')"
       if running "$n"; then
         line+=" $(ctl "$n" --command-timeout 1s endpoint status -w json 2>/dev/null |
-          python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; print("id %x leader %x term %s revision %s" % (s["header"]["member_id"], s["leader"], s["raftTerm"], s["header"]["revision"]))' 2>/dev/null ||
+          "$PYTHON3" -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; print("id %x leader %x term %s revision %s" % (s["header"]["member_id"], s["leader"], s["raftTerm"], s["header"]["revision"]))' 2>/dev/null ||
           echo "(no status)")"
       fi
       echo "$line"

@@ -8,6 +8,13 @@
 # Servers listen on 127.0.0.1 only and never use systemd.
 set -euo pipefail
 
+# Debian's python3, for which install-deps.sh installs the modules used
+# here, rather than the first on PATH: a version manager's shim there
+# (pyenv's) cost 0.6 s of CPU and up to 2 s per start on a busy machine,
+# and the tests start python hundreds of times. DLOCK_PYTHON picks another.
+PYTHON3=${DLOCK_PYTHON:-/usr/bin/python3}
+[ -x "$PYTHON3" ] || PYTHON3=python3
+
 # A TCP port nobody listens on now (the kernel picks it), and none picked
 # before for the same server directory ($dir, when it exists): the kernel
 # may hand a closed port out again, and two members of one cluster must
@@ -15,7 +22,7 @@ set -euo pipefail
 free_port() {
   local port picked=${dir:+$dir/ports-picked}
   while :; do
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+    port=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
     [ -n "$picked" ] && [ -d "$dir" ] || break
     grep -qx "$port" "$picked" 2>/dev/null && continue
     echo "$port" >>"$picked"

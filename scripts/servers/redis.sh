@@ -492,7 +492,7 @@ start_secure_sentinel_topology() {
 free_cluster_port() {
   local port picked=$1/ports-picked
   while :; do
-    port=$(python3 -c '
+    port=$("$PYTHON3" -c '
 import random, socket
 while True:
     p = random.randint(20000, 55535)
@@ -655,7 +655,7 @@ dlock_slot() {
 
 # The port of the primary that the node on PORT says serves SLOT.
 slot_owner_port() {
-  cli "$1" -2 --json cluster slots 2>/dev/null | python3 -c '
+  cli "$1" -2 --json cluster slots 2>/dev/null | "$PYTHON3" -c '
 import json, sys
 slot = int(sys.argv[1])
 for r in json.load(sys.stdin):
@@ -690,7 +690,7 @@ all_agree_on() {
     read -r pid 2>/dev/null <"$dir/$n.pid"
     is_redis "$pid" || continue
     cli "$(cat "$dir/$n.port")" -2 --json cluster slots 2>/dev/null || echo null
-  done | python3 -c '
+  done | "$PYTHON3" -c '
 import json, sys
 slot, want = int(sys.argv[1]), int(sys.argv[2])
 def owner(ranges):
@@ -701,7 +701,7 @@ sys.exit(0 if views and all(owner(v) == want for v in views) else 1)' "$slot" "$
 
 # The slot a primary serves first, to check agreement on after a change.
 first_slot_of() {
-  cli "$(cat "$1/$2.port")" -2 --json cluster slots | python3 -c '
+  cli "$(cat "$1/$2.port")" -2 --json cluster slots | "$PYTHON3" -c '
 import json, sys
 port = int(sys.argv[1])
 for r in json.load(sys.stdin):

@@ -7,7 +7,7 @@ backend=()
 
 "$DLOCK" bench "${backend[@]}" --iterations 30 --duration 1s --leases 50 --json "$WORK/bench.json" \
   >"$WORK/out" 2>&1 || fail "bench exited $?: $(cat "$WORK/out")"
-python3 - "$WORK/bench.json" <<'PY' || fail "bench JSON: $(cat "$WORK/bench.json")"
+"$PYTHON3" - "$WORK/bench.json" <<'PY' || fail "bench JSON: $(cat "$WORK/bench.json")"
 import json, math, sys
 b = json.load(open(sys.argv[1]))
 def positive(x, what):

@@ -46,7 +46,7 @@ run() {
 run_until_killed run postgres_replicated.sh unfenced 12 ||
   fail "asynchronous: three runs staged no failover (a kill, then a grant): $(summary "$out")"
 [ "$rc" = 3 ] || fail "asynchronous: exited $rc, want 3 (tokens went back): $(summary "$out")"
-python3 - "$out" <<'PY' || fail "asynchronous: $(summary "$out")"
+"$PYTHON3" - "$out" <<'PY' || fail "asynchronous: $(summary "$out")"
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["backend"].startswith("postgres://"), r["backend"]
@@ -71,7 +71,7 @@ run_until_killed run postgres_sync.sh fenced 16 ||
   fail "synchronous: three runs staged no failover (a kill, then a grant): $(summary "$out")"
 # 4: only recovery failures (checker i).
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || fail "synchronous: exited $rc: $(summary "$out")"
-python3 - "$out" "$(run_dir "$out")/history.jsonl" <<'PY' || fail "synchronous: $(summary "$out")"
+"$PYTHON3" - "$out" "$(run_dir "$out")/history.jsonl" <<'PY' || fail "synchronous: $(summary "$out")"
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["violations"] == 0, r["violations"]

@@ -59,7 +59,7 @@ run_until_killed run unfenced "" ||
   fail "without wait_replicas: exited $rc, want 3 (tokens went back): $(summary "$out")"
   show_logs "$out"
 }
-python3 - "$out" <<'PY' || { fail "without wait_replicas: $(summary "$out")"; show_logs "$out"; }
+"$PYTHON3" - "$out" <<'PY' || { fail "without wait_replicas: $(summary "$out")"; show_logs "$out"; }
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["backend"].startswith("redis+sentinel://"), r["backend"]
@@ -72,7 +72,7 @@ out=$(run fenced "wait_replicas=1&wait_timeout=300ms")
 rc=$?
 # 4: only recovery failures, which a loaded machine may cause.
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || { fail "with wait_replicas: exited $rc: $(summary "$out")"; show_logs "$out"; }
-python3 - "$out" <<'PY' || { fail "with wait_replicas: $(summary "$out")"; show_logs "$out"; }
+"$PYTHON3" - "$out" <<'PY' || { fail "with wait_replicas: $(summary "$out")"; show_logs "$out"; }
 import json, sys
 r = json.loads(sys.argv[1])
 assert "wait_replicas=1" in r["backend"], r["backend"]

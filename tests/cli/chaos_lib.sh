@@ -3,7 +3,7 @@
 
 # run_dir JSON: the kept directory of the report's first run.
 run_dir() {
-  python3 -c 'import json,sys; print(json.loads(sys.argv[1])["run_results"][0]["dir"])' \
+  "$PYTHON3" -c 'import json,sys; print(json.loads(sys.argv[1])["run_results"][0]["dir"])' \
     "$1" 2>/dev/null
 }
 
@@ -16,7 +16,7 @@ run_dir() {
 killed() {
   local dir
   dir=$(run_dir "$1") || return 1
-  python3 - "$dir/history.jsonl" <<'PY' 2>/dev/null
+  "$PYTHON3" - "$dir/history.jsonl" <<'PY' 2>/dev/null
 import json, sys
 killed_at = None
 granted_after = False
@@ -56,7 +56,7 @@ stop_members() {
 
 # summary JSON: the run in a few lines (a failure's message, kept short).
 summary() {
-  python3 - "$1" <<'PY' 2>/dev/null || echo "$1"
+  "$PYTHON3" - "$1" <<'PY' 2>/dev/null || echo "$1"
 import json, sys
 r = json.loads(sys.argv[1])
 print(r["backend"], "faults:", r["faults_by_kind"])

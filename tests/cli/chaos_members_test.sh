@@ -28,7 +28,7 @@ rc=$?
 # 4: only recovery failures, which a loaded machine may cause; 3 would be
 # a safety violation.
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || fail "fenced run exited $rc: $out"
-python3 - "$out" "$SCHEME" <<'PY' || fail "fenced run: $out"
+"$PYTHON3" - "$out" "$SCHEME" <<'PY' || fail "fenced run: $out"
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["backend"].startswith(sys.argv[2]), r["backend"]

@@ -15,7 +15,7 @@ if [ -n "${DLOCK_TEST_URI_FILE:-}" ]; then
 fi
 
 check() {  # check NAME JSON PYTHON-ASSERTIONS
-  python3 - "$2" <<PY || fail "$1: $2"
+  "$PYTHON3" - "$2" <<PY || fail "$1: $2"
 import json, sys
 r = json.loads(sys.argv[1])
 for k in ("runs", "operations", "faults_injected", "stale_writes_rejected", "violations", "seed"):

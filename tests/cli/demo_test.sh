@@ -37,7 +37,7 @@ echo "ok: unfenced demo"
 "$DLOCK" demo --json --ttl 300ms >"$WORK/json" 2>"$WORK/json.err"
 rc=$?
 [ "$rc" = 0 ] || fail "demo --json exited $rc: $(cat "$WORK/json.err")"
-python3 - "$WORK/json" <<'PY' || fail "demo --json: $(cat "$WORK/json")"
+"$PYTHON3" - "$WORK/json" <<'PY' || fail "demo --json: $(cat "$WORK/json")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["fenced"] is True, d["fenced"]

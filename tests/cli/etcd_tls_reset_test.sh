@@ -14,7 +14,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=t
 # an HTTP/2 preface it answers a SETTINGS frame if PLAINTEXT=1, else it
 # resets that too.
 fake() {
-  exec python3 -u - "$1" <<'PY'
+  exec "$PYTHON3" -u - "$1" <<'PY'
 import socket, struct, sys, threading
 plaintext = sys.argv[1] == "1"
 srv = socket.socket()

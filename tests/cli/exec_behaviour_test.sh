@@ -58,7 +58,7 @@ out=$("$DLOCK" exec orphan --wait 5s -- sh -c 'echo $DLOCK_TOKEN')
 # A lease that cannot be renewed: the store is locked by another writer for
 # longer than the TTL. The command's group is killed before valid_until and
 # dlock exits 79.
-python3 - "$DB" <<'PY' &
+"$PYTHON3" - "$DB" <<'PY' &
 import sqlite3, sys, time
 c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
 time.sleep(0.5)  # let dlock acquire first

@@ -31,7 +31,7 @@ out=$("$DLOCK" exec zeta --key alpha -- sh -c 'echo "$DLOCK_KEY $DLOCK_KEY_COUNT
 holder=$!
 for _ in $(seq 100); do "$DLOCK" status c --json | grep -q '"key": "c"' && break; sleep 0.05; done
 expect_exit 75 "gave up waiting for key 'c'" -- "$DLOCK" exec a --key c --wait 200ms -- true
-held=$("$DLOCK" status --json | python3 -c 'import json,sys; print(" ".join(r["key"] for r in json.load(sys.stdin)))')
+held=$("$DLOCK" status --json | "$PYTHON3" -c 'import json,sys; print(" ".join(r["key"] for r in json.load(sys.stdin)))')
 [ "$held" = "c" ] || fail "after a failed multi-key acquire, held: '$held'"
 kill -TERM $holder
 wait $holder

@@ -11,7 +11,7 @@ check_json() {
     fail "'plan $*' failed: $(cat "$WORK/stderr")"
     return
   fi
-  if python3 - "$WORK/plan.json" "$expr" <<'PY'
+  if "$PYTHON3" - "$WORK/plan.json" "$expr" <<'PY'
 import json, math, sys
 j = json.load(open(sys.argv[1]))
 ok = eval(sys.argv[2], {"j": j, "near": lambda a, b, tol: abs(a - b) <= tol, "math": math})

@@ -34,12 +34,12 @@ if [ -z "${DLOCK_TEST_URI_FILE:-}" ]; then
   unreachable="redis://:$password@127.0.0.1:1/0"
 else
   uri=$(cat "$DLOCK_TEST_URI_FILE")
-  password=$(python3 -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).password or ""))' "$uri")
+  password=$("$PYTHON3" -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).password or ""))' "$uri")
   [ -n "$password" ] || { fail "the fixture's URI has no password"; finish; }
   pieces=("$password")
   unreachable="${uri%@*}@127.0.0.1:1/dlock"
 fi
-user=$(python3 -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).username or ""))' "$uri" 2>/dev/null)
+user=$("$PYTHON3" -c 'import sys, urllib.parse as u; print(u.unquote(u.urlsplit(sys.argv[1]).username or ""))' "$uri" 2>/dev/null)
 leaks() {  # leaks FILE: does FILE hold any piece of the password?
   local p
   for p in "${pieces[@]}"; do grep -qF -- "$p" "$1" && return 0; done

@@ -31,7 +31,7 @@ out=$("$DLOCK" chaos --faults pause --duration "${duration}ms" --ttl 1s --seed 5
   --dir "$WORK" 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "chaos exited $rc: $out"
-python3 -c '
+"$PYTHON3" -c '
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["backend"].startswith(sys.argv[2]), r["backend"]

@@ -17,7 +17,7 @@ expect_exit 64 "is empty" -- "$DLOCK" serve --listen 127.0.0.1:0 --token-file "$
 
 # get URL [TOKEN]: prints "STATUS BODY".
 get() {
-  python3 - "$@" <<'PY'
+  "$PYTHON3" - "$@" <<'PY'
 import sys, urllib.request, urllib.error
 req = urllib.request.Request(sys.argv[1])
 if len(sys.argv) > 2:
@@ -61,7 +61,7 @@ kill -TERM "$s2"
 wait "$s2" || fail "serve exited $? on SIGTERM, want 0"
 
 # A real Prometheus scrapes it every second.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { "$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pport=$(free_port)
 target=${url#http://}
 target=${target%/metrics}
@@ -78,7 +78,7 @@ prom() {
 prom >"$WORK/prometheus.log" 2>&1 & p1=$!
 # query PROMQL: the first result's value, or nothing.
 query() {
-  python3 - "http://127.0.0.1:$pport/api/v1/query" "$1" <<'PY'
+  "$PYTHON3" - "http://127.0.0.1:$pport/api/v1/query" "$1" <<'PY'
 import json, sys, urllib.parse, urllib.request
 try:
     url = sys.argv[1] + "?" + urllib.parse.urlencode({"query": sys.argv[2]})

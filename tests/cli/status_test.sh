@@ -9,7 +9,7 @@ b=$!
 for _ in $(seq 100); do [ "$("$DLOCK" status --json | grep -c '"key"')" = 2 ] && break; sleep 0.05; done
 
 json=$("$DLOCK" status jobs/ --json)
-python3 - "$json" <<'PY' || fail "status --json: $json"
+"$PYTHON3" - "$json" <<'PY' || fail "status --json: $json"
 import json, sys
 rows = json.loads(sys.argv[1])
 assert len(rows) == 1, rows

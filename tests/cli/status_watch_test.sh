@@ -21,7 +21,7 @@ wait_for 30 test -e "$M/holder" || fail "the holder never started"
 # For scripts: exactly --count lines, each one JSON object, later ones later.
 "$DLOCK" status --watch --json --count 3 --interval 100ms watched/ >"$WORK/stream" ||
   fail "status --watch --json exited $?"
-python3 - "$WORK/stream" <<'PY' || fail "JSON stream: $(cat "$WORK/stream")"
+"$PYTHON3" - "$WORK/stream" <<'PY' || fail "JSON stream: $(cat "$WORK/stream")"
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 3, lines
