@@ -286,8 +286,15 @@ TEST(ZooKeeperBackendTest, OneSessionPerClientWithTheNegotiatedTimeout) {
   EXPECT_EQ(zk.EphemeralOwner(k1, n1[0].name), backend->SessionId());
   EXPECT_EQ(zk.EphemeralOwner(k2, n2[0].name), backend->SessionId());
   EXPECT_EQ(a->token(), static_cast<FencingToken>(zk.Czxid(k1, n1[0].name))) << "token is czxid";
-  EXPECT_TRUE(a->Release().ok());
-  EXPECT_TRUE(b->Release().ok());
+  // Given back, unless a loaded machine stalled this client past its 200 ms
+  // session (the nodes' checks above take several round trips): the lease
+  // is then lost, and Release says so, not another error.
+  for (Lease* lease : {&*a, &*b}) {
+    const Status released = lease->Release();
+    EXPECT_TRUE(released.ok() || released.code() == StatusCode::kLeaseLost ||
+                released.code() == StatusCode::kNotOwner)
+        << released.ToString();
+  }
 
   // Renewed from the session: still held past several session timeouts. A
   // 1 s session, not 200 ms: a loaded machine may stall a client longer than
