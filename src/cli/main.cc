@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "cli/descriptors.h"
 #include "cli/hide_secrets.h"
+#include "cli/process_exit.h"
 #include "cli/serve_cmd.h"
 #include "core/registry.h"
 #include "core/uri.h"
@@ -112,11 +113,7 @@ int ParseAndRun(CLI::App& app, Commands& commands, SplitCommandLine& split) {
   return Fail(kExitUsage, "no command given (see 'dlock --help')");
 }
 
-}  // namespace
-}  // namespace dlock::cli
-
-int main(int argc, char** argv) {
-  using namespace dlock::cli;
+int Main(int argc, char** argv) {
   RememberInheritedDescriptors();  // before anything opens a file
   CLI::App app{"dlock: distributed locks with fencing tokens", "dlock"};
   app.require_subcommand(1);
@@ -144,4 +141,13 @@ int main(int argc, char** argv) {
   }
   HideBackendSecretsInArgv(static_cast<int>(split->dlock_end) + 1, argv);
   return ParseAndRun(app, commands, *split);
+}
+
+}  // namespace
+}  // namespace dlock::cli
+
+int main(int argc, char** argv) {
+  // Main's objects (clients, leases, files) are gone when it returns; the
+  // libraries' exit handlers are skipped (process_exit.h says why).
+  dlock::cli::ExitSkippingLibraryCleanUp(dlock::cli::Main(argc, argv));
 }

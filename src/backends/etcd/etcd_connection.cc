@@ -717,7 +717,9 @@ Status Connection::LoadCredentials() {
   // gRPC goes on handshaking on threads of its own after a failed call, and
   // OpenSSL's clean-up at exit frees what such a thread still uses: a
   // process exiting after a TLS failure could crash (or, under ASan, hang).
-  // OpenSSL honours this only before its first initialisation.
+  // OpenSSL honours this only before its first initialisation; where a
+  // library initialised it while loading (dlock-full links several), the
+  // command skips the exit handlers instead (cli/process_exit.h).
   static const bool no_openssl_atexit =
       OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
   (void)no_openssl_atexit;
