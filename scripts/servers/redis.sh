@@ -140,8 +140,9 @@ cli() {
 is_redis() {
   local cmdline="" stat=""
   [ -r "/proc/$1/cmdline" ] || return 1
-  IFS= read -r -d '' cmdline <"/proc/$1/cmdline" 2>/dev/null
-  IFS= read -r stat <"/proc/$1/stat" 2>/dev/null
+  # A rewritten process title has no NUL: read then ends at EOF, non-zero.
+  IFS= read -r -d '' cmdline 2>/dev/null <"/proc/$1/cmdline" || true
+  IFS= read -r stat 2>/dev/null <"/proc/$1/stat" || true
   [[ $cmdline == *redis* && $stat != *") Z "* ]]
 }
 
@@ -534,9 +535,9 @@ cluster_ready() {
   local dir=$1 n pid port out nodes=""
   for n in $(members_of "$dir"); do
     pid=0
-    read -r pid 2>/dev/null <"$dir/$n.pid"
+    read -r pid 2>/dev/null <"$dir/$n.pid" || true
     is_redis "$pid" || continue
-    read -r port <"$dir/$n.port"
+    read -r port <"$dir/$n.port" || return 1
     out=$(printf 'CLUSTER INFO\nCLUSTER SLOTS\nINFO replication\n' | cli "$port" 2>/dev/null) ||
       return 1
     out=$'\n'${out//$'\r'/}$'\n'
@@ -687,7 +688,7 @@ all_agree_on() {
   want=$(cat "$dir/$3.port")
   for n in $(members_of "$dir"); do
     pid=0
-    read -r pid 2>/dev/null <"$dir/$n.pid"
+    read -r pid 2>/dev/null <"$dir/$n.pid" || true
     is_redis "$pid" || continue
     cli "$(cat "$dir/$n.port")" -2 --json cluster slots 2>/dev/null || echo null
   done | "$PYTHON3" -c '
