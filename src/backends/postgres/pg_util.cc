@@ -302,12 +302,18 @@ Result<PgResultHandle> Await(PGconn* conn, SteadyTime deadline, std::string_view
 
 bool DrainIdle(PGconn* conn) {
   if (PQstatus(conn) != CONNECTION_OK) return false;
-  pollfd p{PQsocket(conn), POLLIN, 0};
-  int r;
-  do {
-    r = poll(&p, 1, 0);
-  } while (r < 0 && errno == EINTR);
-  if (r > 0 && PQconsumeInput(conn) == 0) return false;
+  // A session the server ended left its last message and then EOF; one
+  // read takes the message, and only a later one sees the EOF. A few reads
+  // at most: notifications could keep the socket readable.
+  for (int reads = 0; reads < 4; ++reads) {
+    pollfd p{PQsocket(conn), POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0) break;
+    if (PQconsumeInput(conn) == 0) return false;
+  }
   return PQstatus(conn) == CONNECTION_OK;
 }
 
