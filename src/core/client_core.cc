@@ -32,6 +32,14 @@ Duration RenewRetryInterval(milliseconds ttl) {
 
 std::string Quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
 
+// A renewal answered after valid_until is of no use (ApplyRenewalLocked
+// counts the lease lost): the store may take until then, not longer.
+LeaseRequest RenewalRequest(const LeaseState& state) {
+  LeaseRequest request{state.key, state.owner, state.ttl};
+  request.deadline = state.valid_until;
+  return request;
+}
+
 std::string DefaultLabel() {
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
@@ -381,7 +389,7 @@ ClientCore::LeaseList ClientCore::TakeDueLocked(TimePoint now, LeaseList& newly_
 ClientCore::LeaseList ClientCore::RenewAtStore(const LeaseList& due, LeaseList& newly_lost) {
   std::vector<LeaseRequest> requests;
   requests.reserve(due.size());
-  for (const auto& state : due) requests.push_back({state->key, state->owner, state->ttl});
+  for (const auto& state : due) requests.push_back(RenewalRequest(*state));
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(requests);
   const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};
@@ -519,7 +527,7 @@ Status ClientCore::EndRelease(const LeaseState& state, const ReleasePlan& plan, 
 
 Status ClientCore::RenewNow(const std::shared_ptr<LeaseState>& state) {
   DLOCK_RETURN_IF_ERROR(Check(*state));
-  const LeaseRequest request{state->key, state->owner, state->ttl};
+  const LeaseRequest request = RenewalRequest(*state);
   const TimePoint sent = clock_->Now();
   std::vector<Status> results = backend_->Renew(std::span<const LeaseRequest>(&request, 1));
   const Renewal renewal{sent, clock_->Now(), backend_->Liveness()};

@@ -454,6 +454,28 @@ void PostgresAcquisition::Abandon() {
   may_be_granted_ = false;
 }
 
+// A session the server ended is opened again before the renewal's own
+// short budget starts, with the time left until the first of `leases` runs
+// out (at least `budget`, at most connect_timeout). Under load a new
+// session (a server process forked, authentication, dlock's statements
+// prepared) can take longer than that budget; cut off there, every retry
+// would start one from nothing, and the leases were lost with the server
+// up all along (PostgresFaultTest.KilledSessionIsReplacedAndTheLeaseKept
+// beside a CPU hog).
+Status PostgresBackend::ReconnectForRenewal(std::span<const LeaseRequest> leases,
+                                            milliseconds budget) {
+  const SteadyTime now = SteadyClock::now();
+  TimePoint first_out = TimePoint::max();
+  for (const LeaseRequest& l : leases) first_out = std::min(first_out, l.deadline);
+  SteadyTime deadline = now + options_.connect_timeout;
+  if (first_out != TimePoint::max()) {
+    deadline = std::min(deadline, now + std::chrono::duration_cast<SteadyClock::duration>(
+                                            first_out - clock_->Now()));
+  }
+  auto lock = TakeConnection(std::max(deadline, now + budget), "renew");
+  return lock.status();
+}
+
 std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases) {
   std::vector<Status> result(leases.size());
   // An UPDATE changes a row once, and every holder of a key lives in its
@@ -483,6 +505,12 @@ std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases)
   if (rounds.empty()) return result;
   const milliseconds budget = std::clamp(shortest / kRenewBudgetDivisor, kMinRenewBudget,
                                          std::max(kMinRenewBudget, options_.connect_timeout));
+  if (Status connected = ReconnectForRenewal(leases, budget); !connected.ok()) {
+    for (Status& r : result) {
+      if (r.ok()) r = connected;
+    }
+    return result;
+  }
   const SteadyTime deadline = SteadyClock::now() + budget;
   std::set<std::pair<std::string, std::string>> done;
   Status failure;

@@ -124,6 +124,10 @@ class PostgresBackend final : public Backend {
   // earlier call's late reply collected, connected.
   Result<std::unique_lock<TimedMutex>> TakeConnection(SteadyTime deadline,
                                                       const std::string& what);
+  // Renew's first step: the session opened again if the server ended it,
+  // with the time the leases have left (postgres_backend.cc).
+  Status ReconnectForRenewal(std::span<const LeaseRequest> leases,
+                             std::chrono::milliseconds budget);
   // postgres_batch.cc: one round of a batch, the `entries` of `requests`
   // (their indexes, and for attempts the form each is at); see there.
   using PendingAttempt = std::pair<std::size_t, SingleForm>;

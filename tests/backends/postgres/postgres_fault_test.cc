@@ -7,13 +7,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include "core/registry.h"
 #include "dlock/client.h"
+#include "eventually.h"
 #include "postgres_test_util.h"
 #include "timing.h"
 
@@ -110,6 +114,40 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
   ASSERT_TRUE(released.ok()) << released.ToString();
   ASSERT_TRUE(waited->ok()) << waited->status().ToString();
   EXPECT_GT((*waited)->token(), token);
+}
+
+// A renewal may take the time its lease has left to open a new session,
+// not only its own short budget (a tenth of the TTL): under load a new
+// session can take longer than that, and one cut off there would be
+// started again from nothing at every retry. Here every session of the
+// client takes at least a second to open (post_auth_delay), against a
+// 600 ms budget.
+TEST_F(PostgresFaultTest, ARenewalWaitsForASlowNewSessionWhileTheLeaseLasts) {
+  const std::string app = Unique("dlock_slow_session");
+  auto client = NewClient(WithParam(WithParam(ServerUri(), "application_name=" + app),
+                                    "options=-c%20post_auth_delay%3D1"));
+  ASSERT_NE(client, nullptr);
+  auto lease = client->TryAcquire(Unique("slow_session"), Opts(milliseconds(6000)));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  // The holder's session ended, its server process gone (the server is on
+  // this machine): the client finds its socket closed at the next call.
+  auto admin = AdminConnect();
+  const std::string of_app = " FROM pg_stat_activity WHERE application_name = '" + app + "'";
+  std::istringstream pids(Query(admin.get(), "SELECT string_agg(pid::text, ' ')" + of_app));
+  Query(admin.get(), "SELECT pg_terminate_backend(pid)" + of_app);
+  int ended = 0;
+  for (std::string pid; pids >> pid; ++ended) {
+    ASSERT_TRUE(testing_support::Eventually(
+        [&] { return access(("/proc/" + pid).c_str(), F_OK) != 0; }, milliseconds(10'000)))
+        << "server process " << pid << " did not end";
+  }
+  ASSERT_GE(ended, 1) << "no session of the holder";
+  const auto started = std::chrono::steady_clock::now();
+  const Status renewed = lease->Renew();
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(renewed.ok()) << renewed.ToString();
+  EXPECT_GE(took, milliseconds(1000)) << "the renewal did not open a new session";
+  EXPECT_TRUE(lease->Release().ok());
 }
 
 TEST_F(PostgresFaultTest, CleanRestartKeepsALongLeaseAndTokensGrow) {
