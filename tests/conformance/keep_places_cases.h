@@ -125,7 +125,18 @@ inline void KeptPlaceStaysAheadOfALaterWaiter(const OpenBackend& open, const std
   keep();
   const Status released = holder_store->Release(key, holder.owner);
   auto later_turn = TryUntilAnswered(*later_waiter);
+  // Another client's release may reach the first waiter's view a moment
+  // later (a ZooKeeper follower applies it after the leader answered; a
+  // waiter is told by its watch, not asked at once): its turn is asked
+  // again until granted, for half a queue_ttl — while the later waiter's
+  // place, taken just before, certainly lasts, so that a first place that
+  // had lapsed could not be granted meanwhile.
   auto first_turn = TryUntilAnswered(*first_waiter);
+  const auto turn_until = MonotonicClock::now() + queue_ttl / 2;
+  while (first_turn.ok() && !first_turn->granted && MonotonicClock::now() < turn_until) {
+    std::this_thread::sleep_for(milliseconds(50));
+    first_turn = TryUntilAnswered(*first_waiter);
+  }
   // A granted acquisition is over: its holding goes by Release.
   auto leave = [](Backend& b, Acquisition& a, const LeaseRequest& r, const Result<Attempt>& turn) {
     if (turn.ok() && turn->granted) {
