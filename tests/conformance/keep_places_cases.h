@@ -25,6 +25,7 @@
 #include "core/acquire_step.h"
 #include "dlock/backend.h"
 #include "dlock/clock.h"
+#include "eventually.h"
 
 namespace dlock::testing {
 
@@ -131,12 +132,14 @@ inline void KeptPlaceStaysAheadOfALaterWaiter(const OpenBackend& open, const std
   // again until granted, for half a queue_ttl — while the later waiter's
   // place, taken just before, certainly lasts, so that a first place that
   // had lapsed could not be granted meanwhile.
-  auto first_turn = TryUntilAnswered(*first_waiter);
-  const auto turn_until = MonotonicClock::now() + queue_ttl / 2;
-  while (first_turn.ok() && !first_turn->granted && MonotonicClock::now() < turn_until) {
-    std::this_thread::sleep_for(milliseconds(50));
-    first_turn = TryUntilAnswered(*first_waiter);
-  }
+  std::optional<Result<Attempt>> turn;
+  testing_support::Eventually(
+      [&] {
+        turn = TryUntilAnswered(*first_waiter);
+        return !turn->ok() || (*turn)->granted;
+      },
+      queue_ttl / 2, milliseconds(50));
+  auto first_turn = *std::move(turn);
   // A granted acquisition is over: its holding goes by Release.
   auto leave = [](Backend& b, Acquisition& a, const LeaseRequest& r, const Result<Attempt>& turn) {
     if (turn.ok() && turn->granted) {
