@@ -8,12 +8,7 @@
 # Servers listen on 127.0.0.1 only and never use systemd.
 set -euo pipefail
 
-# Debian's python3, for which install-deps.sh installs the modules used
-# here, rather than the first on PATH: a version manager's shim there
-# (pyenv's) cost 0.6 s of CPU and up to 2 s per start on a busy machine,
-# and the tests start python hundreds of times. DLOCK_PYTHON picks another.
-PYTHON3=${DLOCK_PYTHON:-/usr/bin/python3}
-[ -x "$PYTHON3" ] || PYTHON3=python3
+source "$(dirname "${BASH_SOURCE[0]}")/../python3.sh"  # PYTHON3
 
 # A TCP port nobody listens on now (the kernel picks it), and none picked
 # before for the same server directory ($dir, when it exists): the kernel

@@ -5,12 +5,7 @@ DLOCK=${1:?usage: test.sh path/to/dlock}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dlock-cli-test.XXXXXX")
 export XDG_STATE_HOME="$WORK/state"
 unset DLOCK_BACKEND DLOCK_KEY DLOCK_TOKEN
-# Debian's python3, for which install-deps.sh installs the modules used
-# here, rather than the first on PATH: a version manager's shim there
-# (pyenv's) cost 0.6 s of CPU and up to 2 s per start on a busy machine,
-# and the tests start python hundreds of times. DLOCK_PYTHON picks another.
-PYTHON3=${DLOCK_PYTHON:-/usr/bin/python3}
-[ -x "$PYTHON3" ] || PYTHON3=python3
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/python3.sh"  # PYTHON3
 failures=0
 cleanup() {
   # Leave nothing running behind.
