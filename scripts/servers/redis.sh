@@ -654,15 +654,23 @@ dlock_slot() {
   cli "$(any_live_port "$1")" cluster keyslot "dlock:{$e}:lock" | tr -d '\r'
 }
 
-# The port of the primary that the node on PORT says serves SLOT.
-slot_owner_port() {
-  cli "$1" -2 --json cluster slots 2>/dev/null | "$PYTHON3" -c '
+# slot_owners SLOT: for each CLUSTER SLOTS reply on stdin (redis-cli -2
+# --json, one a line; "null" for a node that did not answer), a line with
+# the port of the primary it names for SLOT (empty for none).
+slot_owners() {
+  "$PYTHON3" -c '
 import json, sys
 slot = int(sys.argv[1])
-for r in json.load(sys.stdin):
-    if r[0] <= slot <= r[1]:
-        print(r[2][1])
-' "$2"
+for line in sys.stdin:
+    if line.strip():
+        ranges = json.loads(line) or []
+        print(next((r[2][1] for r in ranges if r[0] <= slot <= r[1]), ""))
+' "$1"
+}
+
+# The port of the primary that the node on PORT says serves SLOT.
+slot_owner_port() {
+  { cli "$1" -2 --json cluster slots 2>/dev/null || echo null; } | slot_owners "$2"
 }
 
 # The member the live nodes say serves SLOT.
@@ -684,20 +692,15 @@ replica_of() {
 # Whether every live node names member NAME primary of SLOT: one redis-cli
 # per node and one python3 for them all (`await` asks 20 times a second).
 all_agree_on() {
-  local dir=$1 slot=$2 want n pid
+  local dir=$1 slot=$2 want n pid owners
   want=$(cat "$dir/$3.port")
-  for n in $(members_of "$dir"); do
+  owners=$(for n in $(members_of "$dir"); do
     pid=0
     read -r pid 2>/dev/null <"$dir/$n.pid" || true
     is_redis "$pid" || continue
     cli "$(cat "$dir/$n.port")" -2 --json cluster slots 2>/dev/null || echo null
-  done | "$PYTHON3" -c '
-import json, sys
-slot, want = int(sys.argv[1]), int(sys.argv[2])
-def owner(ranges):
-    return next((r[2][1] for r in ranges or [] if r[0] <= slot <= r[1]), None)
-views = [json.loads(l) for l in sys.stdin if l.strip()]
-sys.exit(0 if views and all(owner(v) == want for v in views) else 1)' "$slot" "$want"
+  done | slot_owners "$slot")
+  [ -n "$owners" ] && [ "$(sort -u <<<"$owners")" = "$want" ]
 }
 
 # The slot a primary serves first, to check agreement on after a change.
