@@ -584,6 +584,21 @@ class RedisCluster : public ::testing::Test {
       if (PrimaryOf(key) == member) return key;
     }
   }
+  // A key not yet used whose slot holds no key at all: a slot can be
+  // handed to another node by SETSLOT NODE alone only while it is empty,
+  // and earlier tests leave keys (counters) in slots of their own.
+  // (Given up after 100 tries: the test then fails on the slot's move.)
+  static std::string KeyInAnEmptySlot(const std::string& name) {
+    std::string key;
+    for (int i = 0; i < 100; ++i) {
+      key = UniqueKey(name + "-" + std::to_string(i));
+      ContextPtr c = Node(PrimaryOf(key));
+      const std::string slot = std::to_string(HashSlot(LockName(key)));
+      ReplyPtr count = Cmd(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", slot});
+      if (count && count->type == REDIS_REPLY_INTEGER && count->integer == 0) break;
+    }
+    return key;
+  }
 
   static Topology* topology_;
 };
@@ -881,7 +896,7 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
   // A TRYAGAIN is tried again until the deadline: a short one here.
   auto backend = OpenRaw(T().uri() + "?timeout=500ms");
   ASSERT_NE(backend, nullptr);
-  const std::string key = UniqueKey("asked");
+  const std::string key = KeyInAnEmptySlot("asked");
   const std::string from = PrimaryOf(key);
   const std::string to = OtherPrimary(from);
   const std::string slot = std::to_string(HashSlot(LockName(key)));
@@ -933,7 +948,7 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
 TEST_F(RedisCluster, ACallRefusedWhileItsSlotMigratesIsTriedAgainUntilTheMigrationEnds) {
   auto backend = OpenRaw(T().uri());  // the default 5 s timeout
   ASSERT_NE(backend, nullptr);
-  const std::string key = UniqueKey("tryagain");
+  const std::string key = KeyInAnEmptySlot("tryagain");
   const std::string from = PrimaryOf(key);
   const std::string to = OtherPrimary(from);
   const std::string slot = std::to_string(HashSlot(LockName(key)));
