@@ -3,7 +3,8 @@
 # in a row (default 3), each from a fresh clone of HEAD, the README's test
 # command (.ci/run) beside a CPU hog that keeps one core busy for the whole
 # run. Stops at the first red run. Logs and a summary line per run in
-# OUT (default /tmp/dlock-loaded-<time>).
+# OUT (default /tmp/dlock-loaded-<time>). Every run checks out the commit
+# that was HEAD when the script started.
 #
 #   scripts/loaded_check.sh [RUNS] [OUT]
 #
@@ -21,6 +22,7 @@ for ((i = 1; i <= runs; i++)); do
   tree="$out/tree-$i"
   rm -rf "$tree"
   git clone -q "$PWD" "$tree"
+  git -C "$tree" checkout -q "$head"  # commits made meanwhile wait their turn
   bash -c 'while :; do :; done' &
   hog=$!
   start=$(date +%s)
