@@ -169,8 +169,11 @@ TEST_F(ConformanceTest, RenewedLeaseOutlivesManyTtls) {
   auto client = NewClient();
   ASSERT_TRUE(client);
   // Each renewal must have time to get through on this machine, loaded or
-  // not: the TTL is at least 300 ms, and 20 times what the slowest of a few
-  // grants and releases takes here now (one sample can be a quiet moment).
+  // not: the TTL is 20 times what the slowest of a few grants and releases
+  // takes here now (one sample can be a quiet moment), and at least 1 s.
+  // The probes time the store, not the pauses a busy machine gives the
+  // renewal thread: beside a Redis Cluster failover and a CPU hog a 300 ms
+  // lease once saw its renewals all answered too late.
   Status probed;
   const Duration slowest = testing_support::MeasureSlowest(3, [&] {
     auto probe = TryAnswered(*client, UniqueKey("probe"), Opts(milliseconds(5000)));
@@ -178,7 +181,7 @@ TEST_F(ConformanceTest, RenewedLeaseOutlivesManyTtls) {
   });
   ASSERT_TRUE(probed.ok()) << probed.ToString();
   const milliseconds ttl =
-      std::max(milliseconds(300), 20 * std::chrono::duration_cast<milliseconds>(slowest));
+      std::max(milliseconds(1000), 20 * std::chrono::duration_cast<milliseconds>(slowest));
   auto lease = TryAnswered(*client, UniqueKey("outlive"), Opts(ttl));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   std::this_thread::sleep_for(5 * ttl);
