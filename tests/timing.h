@@ -22,6 +22,11 @@
 
 namespace dlock::testing_support {
 
+// Whole milliseconds of `d`, for a test's messages.
+inline long long Millis(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
 // The slowest of `n` runs of `fn`: its cost on a busy machine, not its best.
 template <typename F>
 Duration MeasureSlowest(int n, F fn) {
@@ -110,11 +115,8 @@ inline Duration WokenWithin(const FastPathBound& b) {
 }
 
 inline std::ostream& operator<<(std::ostream& os, const FastPathBound& b) {
-  using std::chrono::duration_cast;
-  using std::chrono::milliseconds;
-  auto ms = [](Duration d) { return duration_cast<milliseconds>(d).count(); };
-  os << "bound " << ms(b.limit) << " ms = max(floor " << ms(b.floor) << " ms, " << b.factor
-     << " x measured " << ms(b.measured) << " ms), below the fallback's " << ms(b.fallback)
+  os << "bound " << Millis(b.limit) << " ms = max(floor " << Millis(b.floor) << " ms, " << b.factor
+     << " x measured " << Millis(b.measured) << " ms), below the fallback's " << Millis(b.fallback)
      << " ms";
   if (!b.separates) {
     os << "; this machine is too slow right now to tell the fast path from the fallback";

@@ -637,13 +637,13 @@ TEST(EtcdBackendTest, LockDelayClosesTheNameAfterAnUncleanEndByEtcdsClock) {
   prompt = FastPath(std::max(prompt.measured, GrantAndReleaseCost(*waiter_client, "delay-probe")),
                     kPromptFloor, kRearmEvery);
   EXPECT_LT(granted_at - marker_gone, prompt.limit)
-      << "the waiter woke " << std::chrono::duration_cast<milliseconds>(granted_at - marker_gone).count()
+      << "the waiter woke " << testing_support::Millis(granted_at - marker_gone)
       << " ms after the marker went; " << prompt;
   // On the client's clock too, the name stayed closed for most of the delay
   // (etcd sweeps expired leases every 500 ms, so the member may have gone
   // up to that late).
   EXPECT_GT(granted_at - member_gone, milliseconds(1000))
-      << std::chrono::duration_cast<milliseconds>(granted_at - member_gone).count() << " ms";
+      << testing_support::Millis(granted_at - member_gone) << " ms";
   EXPECT_EQ(raw.TtlLeft(marker_lease), -1);
   EXPECT_TRUE((*waited)->Release().ok());
 }
@@ -1005,8 +1005,7 @@ TEST(EtcdBackendTest, KeptPlacesOutliveTheSessionsTtlAndLapseWithIt) {
   auto q = observer->Queue(name);
   ASSERT_TRUE(q.ok());
   if (q->size() != 2 && longest_gap >= session_ttl) {
-    GTEST_SKIP() << "the machine stalled "
-                 << std::chrono::duration_cast<milliseconds>(longest_gap).count()
+    GTEST_SKIP() << "the machine stalled " << testing_support::Millis(longest_gap)
                  << " ms between two keep-alives of a " << session_ttl.count() << " s session";
   }
   ASSERT_EQ(q->size(), 2u) << "the waiter's place did not outlive its session's TTL";

@@ -147,8 +147,8 @@ TEST(EtcdClusterTest, QuorumLossFailsAcquireByItsDeadlineAndServiceReturns) {
   // past it would take up to a whole attempt's timeout more. Half of that
   // is the slack.
   EXPECT_LT(took, kWait + kAttemptTimeout / 2) << "the acquire overran its 2 s deadline";
-  std::cout << "acquire without quorum returned after "
-            << std::chrono::duration_cast<milliseconds>(took).count() << " ms: " << msg << "\n";
+  std::cout << "acquire without quorum returned after " << testing_support::Millis(took)
+            << " ms: " << msg << "\n";
 
   // The holder cannot renew: Check() says lost from valid_until on, and the
   // callback follows within a renewal attempt (a quarter of the TTL) and a
@@ -175,8 +175,7 @@ TEST(EtcdClusterTest, QuorumLossFailsAcquireByItsDeadlineAndServiceReturns) {
   auto again = client->Acquire(name, Opts(seconds(3), seconds(15)));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_LT(MonotonicClock::now() - back, seconds(10));
-  std::cout << "service back "
-            << std::chrono::duration_cast<milliseconds>(MonotonicClock::now() - back).count()
+  std::cout << "service back " << testing_support::Millis(MonotonicClock::now() - back)
             << " ms after the members resumed\n";
   EXPECT_GT(again->token(), held->token());
   Cluster("health");

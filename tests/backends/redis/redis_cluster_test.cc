@@ -705,8 +705,7 @@ TEST_F(RedisCluster, AWaiterIsWokenBySharedPubSubOnItsSlotsNodeOnly) {
     wait.join();
     ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no answer");
     const auto gap = std::chrono::nanoseconds(granted_ns - released_ns);
-    EXPECT_LT(gap, bound.limit) << "round " << round << ": granted "
-                                << std::chrono::duration_cast<milliseconds>(gap).count()
+    EXPECT_LT(gap, bound.limit) << "round " << round << ": granted " << testing_support::Millis(gap)
                                 << " ms after the release; " << bound;
     EXPECT_GT((*got)->token(), lease->token());
     // The grant on release went by SPUBLISH on the key's node.
