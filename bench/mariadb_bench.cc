@@ -38,7 +38,6 @@
 // measured.
 #include <mysql.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,21 +49,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
-
-#include "bench_util.h"
-#include <numeric>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/mariadb/mariadb_backend.h"
+#include "bench_util.h"
 #include "core/credentials.h"
 #include "core/registry.h"
 #include "core/uri.h"
+#include "cycle_and_handoff.h"
 #include "dlock/client.h"
 
 #ifndef DLOCK_SOURCE_DIR
@@ -73,13 +70,13 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for all processes
+using Clock = std::chrono::steady_clock;
+using dlock::bench::CycleSamples;
+using dlock::bench::Die;
+using dlock::bench::Handoff;
+using dlock::bench::kExitUsage;
 using dlock::bench::MicrosBetween;
-using dlock::bench::MonotonicNs;
-using dlock::bench::SummaryJson;
-constexpr int kExitUsage = 64;
 constexpr int kBlock = 100;
-constexpr int kHandoffWarmUp = 20;  // grants left out at the start of (c)
 constexpr const char* kUsage =
     "usage: dlock_bench_mariadb [--uri URI] [--iterations N] [--seconds S] "
     "[--contenders K] [--keys N] [--json FILE]";
@@ -92,11 +89,6 @@ struct Flags {
   int keys = 1000;
   std::string json_path;
 };
-
-[[noreturn]] void Die(const std::string& message, int code = 1) {
-  std::cerr << "dlock_bench_mariadb: " << message << '\n';
-  std::exit(code);
-}
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
@@ -211,166 +203,6 @@ class Floor {
   std::int64_t value_ = 0;
 };
 
-struct Samples {
-  std::vector<double> cycle, acquire, release, floor, write, raw_floor, raw_write;
-};
-
-// One iteration of each of (a), (b) and (b'), in an order that rotates with
-// `i`, so that neither position nor drift favours any of them.
-void RunCyclesAndFloor(dlock::Client& client, Floor& raw, int n, Samples* out) {
-  dlock::AcquireOptions options;
-  options.ttl = std::chrono::seconds(30);
-  auto cycle = [&] {
-    const auto start = Clock::now();
-    auto lease = client.TryAcquire("bench/cycle", options);
-    const auto acquired = Clock::now();
-    if (!lease.ok()) Die("cycle: TryAcquire: " + lease.status().message());
-    if (auto s = lease->Release(); !s.ok()) Die("cycle: Release: " + s.message());
-    const auto released = Clock::now();
-    if (out == nullptr) return;
-    out->cycle.push_back(MicrosBetween(start, released));
-    out->acquire.push_back(MicrosBetween(start, acquired));
-    out->release.push_back(MicrosBetween(acquired, released));
-  };
-  // Two writes, timed as one floor sample and two write RTs.
-  auto pair = [&](auto write, std::vector<double> Samples::*floor_us,
-                  std::vector<double> Samples::*write_us) {
-    const auto start = Clock::now();
-    write();  // as a grant
-    const auto mid = Clock::now();
-    write();  // as a release
-    const auto end = Clock::now();
-    if (out == nullptr) return;
-    (out->*floor_us).push_back(MicrosBetween(start, end));
-    (out->*write_us).push_back(MicrosBetween(start, mid));
-    (out->*write_us).push_back(MicrosBetween(mid, end));
-  };
-  auto ping = [&] {
-    pair(
-        [&] {
-          if (auto s = client.Ping(); !s.ok()) Die("floor: Ping: " + s.message());
-        },
-        &Samples::floor, &Samples::write);
-  };
-  auto raw_pair = [&] { pair([&] { raw.Write(); }, &Samples::raw_floor, &Samples::raw_write); };
-  for (int i = 0; i < n; ++i) {
-    switch (i % 3) {
-      case 0: cycle(); ping(); raw_pair(); break;
-      case 1: ping(); raw_pair(); cycle(); break;
-      default: raw_pair(); cycle(); ping(); break;
-    }
-  }
-}
-
-// ------------------------------------------------------------ (c) hand-off
-
-// One grant as a contender saw it.
-struct Grant {
-  std::uint64_t token;
-  int process;
-  std::int64_t acquired_ns, release_start_ns, release_end_ns;
-};
-
-// --contender URI KEY START_NS END_NS OUTFILE: loops Acquire/Release from
-// START_NS (so all begin together) until END_NS; writes one line per grant.
-int Contender(int argc, char** argv) {
-  if (argc != 7) Die("--contender URI KEY START_NS END_NS OUTFILE", kExitUsage);
-  const std::string uri = argv[2], key = argv[3], out_path = argv[6];
-  const std::int64_t start_ns = std::atoll(argv[4]), end_ns = std::atoll(argv[5]);
-  auto client = dlock::Client::Connect(uri);
-  if (!client.ok()) Die("contender: " + client.status().message());
-  dlock::AcquireOptions options;
-  options.ttl = std::chrono::seconds(10);
-  options.wait = std::chrono::seconds(20);
-  // Warm the connection (and the LISTEN one) before the start.
-  {
-    auto lease = (*client)->Acquire(key + "/warm/" + std::to_string(getpid()), options);
-    if (lease.ok()) (void)lease->Release();
-  }
-  while (MonotonicNs() < start_ns) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  std::vector<Grant> grants;
-  while (MonotonicNs() < end_ns) {
-    auto lease = (*client)->Acquire(key, options);
-    if (!lease.ok()) Die("contender: Acquire: " + lease.status().message());
-    Grant g{lease->token(), 0, MonotonicNs(), 0, 0};
-    g.release_start_ns = MonotonicNs();
-    if (auto s = lease->Release(); !s.ok()) Die("contender: Release: " + s.message());
-    g.release_end_ns = MonotonicNs();
-    grants.push_back(g);
-  }
-  std::ofstream out(out_path);
-  for (const Grant& g : grants) {
-    out << g.token << ' ' << g.acquired_ns << ' ' << g.release_start_ns << ' ' << g.release_end_ns
-        << '\n';
-  }
-  return out.flush() ? 0 : 1;
-}
-
-struct Handoff {
-  std::vector<double> from_call_us, from_return_us;
-  std::vector<int> counts;
-};
-
-Handoff RunHandoff(const std::string& uri, const Flags& flags) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) Die("cannot read /proc/self/exe: " + ec.message());
-  char tmpl[] = "/tmp/dlock-bench-handoff.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
-  const std::string dir = tmpl;
-  const std::string key = "bench/handoff/" + std::to_string(getpid()) + "/" + std::to_string(MonotonicNs());
-  const std::int64_t start_ns = MonotonicNs() + 1'500'000'000;  // time to connect
-  const std::int64_t end_ns = start_ns + static_cast<std::int64_t>(flags.seconds) * 1'000'000'000;
-  std::vector<pid_t> pids;
-  for (int i = 0; i < flags.contenders; ++i) {
-    const std::string out = dir + "/" + std::to_string(i);
-    const std::vector<std::string> args = {self.string(), "--contender", uri, key,
-                                           std::to_string(start_ns), std::to_string(end_ns), out};
-    const pid_t pid = fork();
-    if (pid < 0) Die(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a contender failed");
-  }
-  std::vector<Grant> grants;
-  Handoff result;
-  for (int i = 0; i < flags.contenders; ++i) {
-    std::ifstream in(dir + "/" + std::to_string(i));
-    Grant g{};
-    int n = 0;
-    while (in >> g.token >> g.acquired_ns >> g.release_start_ns >> g.release_end_ns) {
-      g.process = i;
-      grants.push_back(g);
-      if (g.acquired_ns < end_ns) ++n;
-    }
-    result.counts.push_back(n);
-  }
-  std::filesystem::remove_all(dir, ec);
-  std::sort(grants.begin(), grants.end(),
-            [](const Grant& a, const Grant& b) { return a.token < b.token; });
-  for (std::size_t i = kHandoffWarmUp; i + 1 < grants.size(); ++i) {
-    const Grant& prev = grants[i];
-    const Grant& next = grants[i + 1];
-    // Neighbours in token order are consecutive grants (the key is held by
-    // one at a time); only while everybody was still contending.
-    if (next.acquired_ns >= end_ns) continue;
-    result.from_call_us.push_back((next.acquired_ns - prev.release_start_ns) / 1000.0);
-    result.from_return_us.push_back((next.acquired_ns - prev.release_end_ns) / 1000.0);
-  }
-  return result;
-}
-
 // ------------------------------------------------------------ (d) many keys
 
 struct ManyKeys {
@@ -409,10 +241,85 @@ ManyKeys RunManyKeys(const std::string& uri, int n) {
   return result;
 }
 
+// (a), (b) and (b'), with the server described in `report`.
+CycleSamples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed,
+                           const Flags& flags, nlohmann::json& report) {
+  Floor floor(uri);
+  utsname uts{};
+  uname(&uts);
+  report["machine"] = {{"cpus", std::thread::hardware_concurrency()}, {"kernel", uts.release}};
+  report["mariadb"] = {
+      {"version", floor.Setting("version")},
+      {"innodb_flush_log_at_trx_commit", floor.Setting("innodb_flush_log_at_trx_commit")},
+      {"innodb_flush_method", floor.Setting("innodb_flush_method")}};
+  std::cout << "dlock MariaDB benchmark\n  machine:  " << report["machine"]["cpus"]
+            << " vCPU, Linux " << uts.release << "\n  server:   " << parsed.Redacted()
+            << " (MariaDB " << floor.Setting("version") << ", innodb_flush_log_at_trx_commit="
+            << floor.Setting("innodb_flush_log_at_trx_commit")
+            << ")\n  runs:     " << flags.iterations << " cycles after " << kBlock
+            << " warm-up; hand-off " << flags.contenders << " processes x " << flags.seconds
+            << " s\n\n"
+            << std::flush;
+  auto client = dlock::Client::Connect(uri);
+  if (!client.ok()) Die("cannot open " + parsed.Redacted() + ": " + client.status().message());
+  // (b) is the floor, on dlock's own connection; (b') the raw connection.
+  const std::function<void()> ping = [&] {
+    if (auto s = (*client)->Ping(); !s.ok()) Die("floor: Ping: " + s.message());
+  };
+  const std::function<void()> raw = [&] { floor.Write(); };
+  dlock::bench::RunCyclesAndFloor(**client, ping, raw, kBlock, nullptr);
+  CycleSamples samples;
+  for (int done = 0; done < flags.iterations; done += kBlock) {
+    dlock::bench::RunCyclesAndFloor(**client, ping, raw, std::min(kBlock, flags.iterations - done),
+                                    &samples);
+  }
+  floor.Exec("DROP TABLE dlock_bench_floor");
+  return samples;
+}
+
+// Prints the table and the ratios, and fills `report` with them.
+void Report(const CycleSamples& samples, const Handoff& handoff, const ManyKeys& many,
+            nlohmann::json& report) {
+  auto& results = report["results"];
+  dlock::bench::PrintRows(
+      {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
+       {"cycle_acquire", "  acquire half", samples.acquire},
+       {"cycle_release", "  release half", samples.release},
+       {"floor", "floor: 2 single-row writes", samples.floor},
+       {"write_rt", "  one write round trip", samples.write},
+       {"raw_floor", "raw: 2 writes, own connection", samples.other_floor},
+       {"raw_write_rt", "  one raw write round trip", samples.other_write},
+       {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
+       {"handoff_from_call", "  from the Release call", handoff.from_call_us},
+       {"many_keys_acquire", "many keys: one grant", many.acquire_us},
+       {"many_keys_release", "  one release", many.release_us},
+       {"many_keys_renew", "  one renewal of them all", many.renew_us}},
+      results);
+  const double spread = dlock::bench::GrantSpreadPercent(handoff.counts, results);
+  auto p50 = [&](const char* key) { return results[key]["p50_us"].get<double>(); };
+  dlock::bench::PrintRatios(
+      {{"cycle_over_floor_p50", "cycle p50 / floor p50", p50("cycle") / p50("floor"), 1.3, "x"},
+       {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50",
+        p50("handoff") / p50("write_rt"), 3.0, "x"},
+       {"grant_count_spread", "max |count - mean| / mean", spread, 15.0, "%"}},
+      report);
+  const double raw_cycle_ratio = p50("cycle") / p50("raw_floor");
+  const double raw_handoff_ratio = p50("handoff") / p50("raw_write_rt");
+  report["reference"] = {{"cycle_over_raw_floor_p50", raw_cycle_ratio},
+                         {"handoff_over_raw_write_rt_p50", raw_handoff_ratio}};
+  char line[200];
+  std::snprintf(
+      line, sizeof line,
+      "(against the raw connection: cycle %.2fx its floor, hand-off %.2fx its write RT)\n",
+      raw_cycle_ratio, raw_handoff_ratio);
+  std::cout << line;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "--contender") return Contender(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "--contender")
+    return dlock::bench::Contender(argc, argv);
   const Flags flags = ParseFlags(argc, argv);
   const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
   auto parsed = dlock::internal::ParseUri(uri);
@@ -425,105 +332,12 @@ int main(int argc, char** argv) {
   report["handoff_seconds"] = flags.seconds;
   report["contenders"] = flags.contenders;
 
-  Samples samples;
-  Handoff handoff;
-  {
-    Floor floor(uri);
-    utsname uts{};
-    uname(&uts);
-    report["machine"] = {{"cpus", std::thread::hardware_concurrency()}, {"kernel", uts.release}};
-    report["mariadb"] = {{"version", floor.Setting("version")},
-                         {"innodb_flush_log_at_trx_commit",
-                          floor.Setting("innodb_flush_log_at_trx_commit")},
-                         {"innodb_flush_method", floor.Setting("innodb_flush_method")}};
-    std::cout << "dlock MariaDB benchmark\n  machine:  " << report["machine"]["cpus"]
-              << " vCPU, Linux " << uts.release << "\n  server:   " << parsed->Redacted()
-              << " (MariaDB " << floor.Setting("version") << ", innodb_flush_log_at_trx_commit="
-              << floor.Setting("innodb_flush_log_at_trx_commit")
-              << ")\n  runs:     " << flags.iterations << " cycles after " << kBlock
-              << " warm-up; hand-off " << flags.contenders << " processes x " << flags.seconds
-              << " s\n\n"
-              << std::flush;
-    auto client = dlock::Client::Connect(uri);
-    if (!client.ok()) Die("cannot open " + parsed->Redacted() + ": " + client.status().message());
-    RunCyclesAndFloor(**client, floor, kBlock, nullptr);
-    for (int done = 0; done < flags.iterations; done += kBlock) {
-      RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
-    }
-    floor.Exec("DROP TABLE dlock_bench_floor");
-  }
-  handoff = RunHandoff(uri, flags);
+  const CycleSamples samples = RunCyclePhase(uri, *parsed, flags, report);
+  const Handoff handoff = dlock::bench::RunHandoff(uri, flags.seconds, flags.contenders,
+                                                   dlock::bench::TokenSteps::kInOrder);
   const ManyKeys many = RunManyKeys(uri, flags.keys);
   report["keys"] = flags.keys;
-
-  const struct {
-    const char *key, *label;
-    const std::vector<double>& us;
-  } rows[] = {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
-              {"cycle_acquire", "  acquire half", samples.acquire},
-              {"cycle_release", "  release half", samples.release},
-              {"floor", "floor: 2 single-row writes", samples.floor},
-              {"write_rt", "  one write round trip", samples.write},
-              {"raw_floor", "raw: 2 writes, own connection", samples.raw_floor},
-              {"raw_write_rt", "  one raw write round trip", samples.raw_write},
-              {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
-              {"handoff_from_call", "  from the Release call", handoff.from_call_us},
-              {"many_keys_acquire", "many keys: one grant", many.acquire_us},
-              {"many_keys_release", "  one release", many.release_us},
-              {"many_keys_renew", "  one renewal of them all", many.renew_us}};
-  auto& results = report["results"];
-  char line[200];
-  std::snprintf(line, sizeof line, "%-32s %10s %10s %10s %6s\n", "", "p50 µs", "p99 µs", "mean µs",
-                "n");
-  std::cout << line;
-  for (const auto& row : rows) {
-    const auto& r = results[row.key] = SummaryJson(row.us);
-    std::snprintf(line, sizeof line, "%-32s %10.1f %10.1f %10.1f %6zu\n", row.label,
-                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
-                  r["n"].get<std::size_t>());
-    std::cout << line;
-  }
-  const double mean_count =
-      std::accumulate(handoff.counts.begin(), handoff.counts.end(), 0.0) / handoff.counts.size();
-  double worst = 0;
-  std::string counts;
-  for (int c : handoff.counts) {
-    worst = std::max(worst, std::abs(c - mean_count) / mean_count);
-    counts += (counts.empty() ? "" : " ") + std::to_string(c);
-  }
-  results["grants_per_process"] = handoff.counts;
-  std::cout << "grants per process: " << counts << " (mean " << mean_count << ")\n\n";
-
-  const double cycle_ratio =
-      results["cycle"]["p50_us"].get<double>() / results["floor"]["p50_us"].get<double>();
-  const double handoff_ratio =
-      results["handoff"]["p50_us"].get<double>() / results["write_rt"]["p50_us"].get<double>();
-  const struct {
-    const char *key, *label;
-    double value, target;
-    const char* unit;
-  } ratios[] = {
-      {"cycle_over_floor_p50", "cycle p50 / floor p50", cycle_ratio, 1.3, "x"},
-      {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50", handoff_ratio, 3.0, "x"},
-      {"grant_count_spread", "max |count - mean| / mean", worst * 100, 15.0, "%"},
-  };
-  for (const auto& r : ratios) {
-    const bool pass = r.value <= r.target;
-    report["ratios"][r.key] = {{"value", r.value}, {"target", r.target}, {"pass", pass}};
-    std::snprintf(line, sizeof line, "%-32s %6.2f%s  target <= %.1f%s  %s\n", r.label, r.value,
-                  r.unit, r.target, r.unit, pass ? "PASS" : "MISS");
-    std::cout << line;
-  }
-  const double raw_cycle_ratio =
-      results["cycle"]["p50_us"].get<double>() / results["raw_floor"]["p50_us"].get<double>();
-  const double raw_handoff_ratio =
-      results["handoff"]["p50_us"].get<double>() / results["raw_write_rt"]["p50_us"].get<double>();
-  report["reference"] = {{"cycle_over_raw_floor_p50", raw_cycle_ratio},
-                         {"handoff_over_raw_write_rt_p50", raw_handoff_ratio}};
-  std::snprintf(line, sizeof line,
-                "(against the raw connection: cycle %.2fx its floor, hand-off %.2fx its write RT)\n",
-                raw_cycle_ratio, raw_handoff_ratio);
-  std::cout << line;
+  Report(samples, handoff, many, report);
   if (!flags.json_path.empty()) {
     std::ofstream out(flags.json_path);
     out << report.dump(2) << '\n';

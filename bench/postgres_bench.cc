@@ -50,7 +50,6 @@
 #include <libpq-fe.h>
 #include <sched.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,18 +61,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
-
-#include "bench_util.h"
-#include <numeric>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/uri.h"
+#include "cycle_and_handoff.h"
 #include "dlock/client.h"
 
 #ifndef DLOCK_SOURCE_DIR
@@ -82,13 +78,11 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC: one clock for all processes
-using dlock::bench::MicrosBetween;
-using dlock::bench::MonotonicNs;
-using dlock::bench::SummaryJson;
-constexpr int kExitUsage = 64;
+using dlock::bench::CycleSamples;
+using dlock::bench::Die;
+using dlock::bench::Handoff;
+using dlock::bench::kExitUsage;
 constexpr int kBlock = 100;
-constexpr int kHandoffWarmUp = 20;  // grants left out at the start of (c)
 constexpr const char* kUsage =
     "usage: dlock_bench_postgres [--uri URI] [--iterations N] [--seconds S] "
     "[--contenders K] [--json FILE]";
@@ -100,11 +94,6 @@ struct Flags {
   int contenders = 4;
   std::string json_path;
 };
-
-[[noreturn]] void Die(const std::string& message, int code = 1) {
-  std::cerr << "dlock_bench_postgres: " << message << '\n';
-  std::exit(code);
-}
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
@@ -275,194 +264,24 @@ class Placement {
   std::string description_ = "not pinned";
 };
 
-struct Samples {
-  std::vector<double> cycle, acquire, release, floor, write, ping_floor, ping_write;
-};
-
-// One iteration of each of (a), (b) and (b'), in an order that rotates with
-// `i`, so that neither position nor drift favours any of them.
-void RunCyclesAndFloor(dlock::Client& client, Floor& raw, int n, Samples* out) {
-  dlock::AcquireOptions options;
-  options.ttl = std::chrono::seconds(30);
-  auto cycle = [&] {
-    const auto start = Clock::now();
-    auto lease = client.TryAcquire("bench/cycle", options);
-    const auto acquired = Clock::now();
-    if (!lease.ok()) Die("cycle: TryAcquire: " + lease.status().message());
-    if (auto s = lease->Release(); !s.ok()) Die("cycle: Release: " + s.message());
-    const auto released = Clock::now();
-    if (out == nullptr) return;
-    out->cycle.push_back(MicrosBetween(start, released));
-    out->acquire.push_back(MicrosBetween(start, acquired));
-    out->release.push_back(MicrosBetween(acquired, released));
-  };
-  // Two writes, timed as one floor sample and two write RTs.
-  auto pair = [&](auto write, std::vector<double> Samples::*floor_us,
-                  std::vector<double> Samples::*write_us) {
-    const auto start = Clock::now();
-    write();  // as a grant
-    const auto mid = Clock::now();
-    write();  // as a release
-    const auto end = Clock::now();
-    if (out == nullptr) return;
-    (out->*floor_us).push_back(MicrosBetween(start, end));
-    (out->*write_us).push_back(MicrosBetween(start, mid));
-    (out->*write_us).push_back(MicrosBetween(mid, end));
-  };
-  auto ping = [&] {
-    pair(
-        [&] {
-          if (auto s = client.Ping(); !s.ok()) Die("floor: Ping: " + s.message());
-        },
-        &Samples::ping_floor, &Samples::ping_write);
-  };
-  auto raw_pair = [&] { pair([&] { raw.Write(); }, &Samples::floor, &Samples::write); };
-  for (int i = 0; i < n; ++i) {
-    switch (i % 3) {
-      case 0: cycle(); ping(); raw_pair(); break;
-      case 1: ping(); raw_pair(); cycle(); break;
-      default: raw_pair(); cycle(); ping(); break;
-    }
-  }
-}
-
-// ------------------------------------------------------------ (c) hand-off
-
-// One grant as a contender saw it.
-struct Grant {
-  std::uint64_t token;
-  int process;
-  std::int64_t acquired_ns, release_start_ns, release_end_ns;
-};
-
-// --contender URI KEY START_NS END_NS OUTFILE: loops Acquire/Release from
-// START_NS (so all begin together) until END_NS; writes one line per grant.
-int Contender(int argc, char** argv) {
-  if (argc != 7) Die("--contender URI KEY START_NS END_NS OUTFILE", kExitUsage);
-  const std::string uri = argv[2], key = argv[3], out_path = argv[6];
-  const std::int64_t start_ns = std::atoll(argv[4]), end_ns = std::atoll(argv[5]);
-  auto client = dlock::Client::Connect(uri);
-  if (!client.ok()) Die("contender: " + client.status().message());
-  dlock::AcquireOptions options;
-  options.ttl = std::chrono::seconds(10);
-  options.wait = std::chrono::seconds(20);
-  // Warm the connection (and the LISTEN one) before the start.
-  {
-    auto lease = (*client)->Acquire(key + "/warm/" + std::to_string(getpid()), options);
-    if (lease.ok()) (void)lease->Release();
-  }
-  while (MonotonicNs() < start_ns) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  std::vector<Grant> grants;
-  while (MonotonicNs() < end_ns) {
-    auto lease = (*client)->Acquire(key, options);
-    if (!lease.ok()) Die("contender: Acquire: " + lease.status().message());
-    Grant g{lease->token(), 0, MonotonicNs(), 0, 0};
-    g.release_start_ns = MonotonicNs();
-    if (auto s = lease->Release(); !s.ok()) Die("contender: Release: " + s.message());
-    g.release_end_ns = MonotonicNs();
-    grants.push_back(g);
-  }
-  std::ofstream out(out_path);
-  for (const Grant& g : grants) {
-    out << g.token << ' ' << g.acquired_ns << ' ' << g.release_start_ns << ' ' << g.release_end_ns
-        << '\n';
-  }
-  return out.flush() ? 0 : 1;
-}
-
-struct Handoff {
-  std::vector<double> from_call_us, from_return_us;
-  std::vector<int> counts;
-};
-
-Handoff RunHandoff(const std::string& uri, const Flags& flags) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) Die("cannot read /proc/self/exe: " + ec.message());
-  char tmpl[] = "/tmp/dlock-bench-handoff.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
-  const std::string dir = tmpl;
-  const std::string key = "bench/handoff/" + std::to_string(getpid()) + "/" + std::to_string(MonotonicNs());
-  const std::int64_t start_ns = MonotonicNs() + 1'500'000'000;  // time to connect
-  const std::int64_t end_ns = start_ns + static_cast<std::int64_t>(flags.seconds) * 1'000'000'000;
-  std::vector<pid_t> pids;
-  for (int i = 0; i < flags.contenders; ++i) {
-    const std::string out = dir + "/" + std::to_string(i);
-    const std::vector<std::string> args = {self.string(), "--contender", uri, key,
-                                           std::to_string(start_ns), std::to_string(end_ns), out};
-    const pid_t pid = fork();
-    if (pid < 0) Die(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a contender failed");
-  }
-  std::vector<Grant> grants;
-  Handoff result;
-  for (int i = 0; i < flags.contenders; ++i) {
-    std::ifstream in(dir + "/" + std::to_string(i));
-    Grant g{};
-    int n = 0;
-    while (in >> g.token >> g.acquired_ns >> g.release_start_ns >> g.release_end_ns) {
-      g.process = i;
-      grants.push_back(g);
-      if (g.acquired_ns < end_ns) ++n;
-    }
-    result.counts.push_back(n);
-  }
-  std::filesystem::remove_all(dir, ec);
-  std::sort(grants.begin(), grants.end(),
-            [](const Grant& a, const Grant& b) { return a.token < b.token; });
-  for (std::size_t i = kHandoffWarmUp; i + 1 < grants.size(); ++i) {
-    const Grant& prev = grants[i];
-    const Grant& next = grants[i + 1];
-    // Consecutive grants only (each grant bumps the key's token by one), and
-    // only while everybody was still contending.
-    if (next.token != prev.token + 1 || next.acquired_ns >= end_ns) continue;
-    result.from_call_us.push_back((next.acquired_ns - prev.release_start_ns) / 1000.0);
-    result.from_return_us.push_back((next.acquired_ns - prev.release_end_ns) / 1000.0);
-  }
-  return result;
-}
-
 // The targets' ratios (against the floor) and the reference ones (against
 // Ping), printed and put in `report`.
 void ReportRatios(double spread_percent, nlohmann::json& report) {
+  using dlock::bench::PrintRatios;
   const auto& results = report["results"];
   auto p50 = [&](const char* key) { return results[key]["p50_us"].get<double>(); };
-  const struct {
-    const char *key, *label;
-    double value, target;
-    const char* unit;
-  } ratios[] = {
-      {"cycle_over_floor_p50", "cycle p50 / floor p50", p50("cycle") / p50("floor"), 1.3, "x"},
-      {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50",
-       p50("handoff") / p50("write_rt"), 3.0, "x"},
-      {"grant_count_spread", "max |count - mean| / mean", spread_percent, 15.0, "%"},
-  };
-  char line[200];
-  for (const auto& r : ratios) {
-    const bool pass = r.value <= r.target;
-    report["ratios"][r.key] = {{"value", r.value}, {"target", r.target}, {"pass", pass}};
-    std::snprintf(line, sizeof line, "%-32s %6.2f%s  target <= %.1f%s  %s\n", r.label, r.value,
-                  r.unit, r.target, r.unit, pass ? "PASS" : "MISS");
-    std::cout << line;
-  }
+  PrintRatios(
+      {{"cycle_over_floor_p50", "cycle p50 / floor p50", p50("cycle") / p50("floor"), 1.3, "x"},
+       {"handoff_over_write_rt_p50", "hand-off p50 / write RT p50",
+        p50("handoff") / p50("write_rt"), 3.0, "x"},
+       {"grant_count_spread", "max |count - mean| / mean", spread_percent, 15.0, "%"}},
+      report);
   const double ping_cycle = p50("cycle") / p50("ping_floor");
   const double ping_handoff = p50("handoff") / p50("ping_write_rt");
   report["reference"] = {{"cycle_over_ping_floor_p50", ping_cycle},
                          {"handoff_over_ping_rt_p50", ping_handoff},
                          {"ping_over_write_rt_p50", p50("ping_write_rt") / p50("write_rt")}};
+  char line[200];
   std::snprintf(line, sizeof line,
                 "(against Client::Ping: cycle %.2fx two Pings, hand-off %.2fx one; a Ping is "
                 "%.2fx a write RT)\n",
@@ -482,8 +301,8 @@ std::string NamedUri(const std::string& uri, const dlock::internal::Uri& parsed,
 }
 
 // (a), (b) and (b'), with the server described in `report`.
-Samples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed,
-                      const Flags& flags, nlohmann::json& report) {
+CycleSamples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed,
+                           const Flags& flags, nlohmann::json& report) {
   Floor floor(uri);
   utsname uts{};
   uname(&uts);
@@ -504,16 +323,22 @@ Samples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed
   std::string name;
   auto client = dlock::Client::Connect(NamedUri(uri, parsed, &name));
   if (!client.ok()) Die("cannot open " + parsed.Redacted() + ": " + client.status().message());
-  RunCyclesAndFloor(**client, floor, kBlock, nullptr);
+  // (b) is the floor, (b') Client::Ping.
+  const std::function<void()> write = [&] { floor.Write(); };
+  const std::function<void()> ping = [&] {
+    if (auto s = (*client)->Ping(); !s.ok()) Die("floor: Ping: " + s.message());
+  };
+  dlock::bench::RunCyclesAndFloor(**client, write, ping, kBlock, nullptr);
   Placement placement;
   std::vector<pid_t> servers = floor.ServerPidsOf(name);
   servers.push_back(floor.ServerPid());
   placement.Pin(servers);
   report["placement"] = placement.description();
   std::cout << "  placement: " << placement.description() << "\n\n" << std::flush;
-  Samples samples;
+  CycleSamples samples;
   for (int done = 0; done < flags.iterations; done += kBlock) {
-    RunCyclesAndFloor(**client, floor, std::min(kBlock, flags.iterations - done), &samples);
+    dlock::bench::RunCyclesAndFloor(**client, write, ping,
+                                    std::min(kBlock, flags.iterations - done), &samples);
   }
   placement.Restore();
   floor.Exec("DROP TABLE dlock_bench_floor");
@@ -521,48 +346,27 @@ Samples RunCyclePhase(const std::string& uri, const dlock::internal::Uri& parsed
 }
 
 // Prints the table and the ratios, and fills `report` with them.
-void Report(const Samples& samples, const Handoff& handoff, nlohmann::json& report) {
-  const struct {
-    const char *key, *label;
-    const std::vector<double>& us;
-  } rows[] = {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
-              {"cycle_acquire", "  acquire half", samples.acquire},
-              {"cycle_release", "  release half", samples.release},
-              {"floor", "floor: 2 single-row writes", samples.floor},
-              {"write_rt", "  one write round trip", samples.write},
-              {"ping_floor", "Client::Ping x 2 (reference)", samples.ping_floor},
-              {"ping_write_rt", "  one Ping", samples.ping_write},
-              {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
-              {"handoff_from_call", "  from the Release call", handoff.from_call_us}};
+void Report(const CycleSamples& samples, const Handoff& handoff, nlohmann::json& report) {
   auto& results = report["results"];
-  char line[200];
-  std::snprintf(line, sizeof line, "%-32s %10s %10s %10s %6s\n", "", "p50 µs", "p99 µs", "mean µs",
-                "n");
-  std::cout << line;
-  for (const auto& row : rows) {
-    const auto& r = results[row.key] = SummaryJson(row.us);
-    std::snprintf(line, sizeof line, "%-32s %10.1f %10.1f %10.1f %6zu\n", row.label,
-                  r["p50_us"].get<double>(), r["p99_us"].get<double>(), r["mean_us"].get<double>(),
-                  r["n"].get<std::size_t>());
-    std::cout << line;
-  }
-  const double mean_count =
-      std::accumulate(handoff.counts.begin(), handoff.counts.end(), 0.0) / handoff.counts.size();
-  double worst = 0;
-  std::string counts;
-  for (int c : handoff.counts) {
-    worst = std::max(worst, std::abs(c - mean_count) / mean_count);
-    counts += (counts.empty() ? "" : " ") + std::to_string(c);
-  }
-  results["grants_per_process"] = handoff.counts;
-  std::cout << "grants per process: " << counts << " (mean " << mean_count << ")\n\n";
-  ReportRatios(worst * 100, report);
+  dlock::bench::PrintRows(
+      {{"cycle", "cycle: TryAcquire + Release", samples.cycle},
+       {"cycle_acquire", "  acquire half", samples.acquire},
+       {"cycle_release", "  release half", samples.release},
+       {"floor", "floor: 2 single-row writes", samples.floor},
+       {"write_rt", "  one write round trip", samples.write},
+       {"ping_floor", "Client::Ping x 2 (reference)", samples.other_floor},
+       {"ping_write_rt", "  one Ping", samples.other_write},
+       {"handoff", "hand-off (Release returned->grant)", handoff.from_return_us},
+       {"handoff_from_call", "  from the Release call", handoff.from_call_us}},
+      results);
+  ReportRatios(dlock::bench::GrantSpreadPercent(handoff.counts, results), report);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "--contender") return Contender(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "--contender")
+    return dlock::bench::Contender(argc, argv);
   const Flags flags = ParseFlags(argc, argv);
   const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
   auto parsed = dlock::internal::ParseUri(uri);
@@ -574,8 +378,9 @@ int main(int argc, char** argv) {
   report["iterations"] = flags.iterations;
   report["handoff_seconds"] = flags.seconds;
   report["contenders"] = flags.contenders;
-  const Samples samples = RunCyclePhase(uri, *parsed, flags, report);
-  const Handoff handoff = RunHandoff(uri, flags);
+  const CycleSamples samples = RunCyclePhase(uri, *parsed, flags, report);
+  const Handoff handoff = dlock::bench::RunHandoff(uri, flags.seconds, flags.contenders,
+                                                   dlock::bench::TokenSteps::kByOne);
   Report(samples, handoff, report);
   if (!flags.json_path.empty()) {
     std::ofstream out(flags.json_path);
