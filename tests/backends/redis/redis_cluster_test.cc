@@ -600,6 +600,44 @@ class RedisCluster : public ::testing::Test {
     return key;
   }
 
+  // A key in an empty slot (KeyInAnEmptySlot) whose slot is being moved
+  // from its primary to another by hand: IMPORTING on the target, then
+  // MIGRATING on the source. However the test ends, the migration is
+  // finished (as redis.sh move-slot does it: whatever keys are left move,
+  // then SETSLOT NODE). Null, with a failure reported, if it did not start.
+  struct SlotMigration {
+    std::string key, from, to, slot, target_id;
+    ContextPtr source, target;
+    std::unique_ptr<Undo> finish;
+    // Ends it as an operator would: the slot given to the target, on both.
+    void End() {
+      for (redisContext* c : {target.get(), source.get()}) {
+        EXPECT_EQ(ReplyString(Cmd(c, {"CLUSTER", "SETSLOT", slot, "NODE", target_id}).get()), "OK");
+      }
+    }
+  };
+  static std::unique_ptr<SlotMigration> StartMigration(const std::string& name) {
+    auto m = std::make_unique<SlotMigration>();
+    m->key = KeyInAnEmptySlot(name);
+    m->from = PrimaryOf(m->key);
+    m->to = OtherPrimary(m->from);
+    m->slot = std::to_string(HashSlot(LockName(m->key)));
+    m->source = Node(m->from);
+    m->target = Node(m->to);
+    m->target_id = NodeId(m->target.get());
+    m->finish = std::make_unique<Undo>(
+        [key = m->key, to = m->to] { Script("move-slot", "'" + key + "' " + to); });
+    const std::string importing = ReplyString(
+        Cmd(m->target.get(), {"CLUSTER", "SETSLOT", m->slot, "IMPORTING", NodeId(m->source.get())})
+            .get());
+    EXPECT_EQ(importing, "OK");
+    if (importing != "OK") return nullptr;
+    const std::string migrating = ReplyString(
+        Cmd(m->source.get(), {"CLUSTER", "SETSLOT", m->slot, "MIGRATING", m->target_id}).get());
+    EXPECT_EQ(migrating, "OK");
+    return migrating == "OK" ? std::move(m) : nullptr;
+  }
+
   static Topology* topology_;
 };
 Topology* RedisCluster::topology_ = nullptr;
@@ -895,19 +933,9 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
   // A TRYAGAIN is tried again until the deadline: a short one here.
   auto backend = OpenRaw(T().uri() + "?timeout=500ms");
   ASSERT_NE(backend, nullptr);
-  const std::string key = KeyInAnEmptySlot("asked");
-  const std::string from = PrimaryOf(key);
-  const std::string to = OtherPrimary(from);
-  const std::string slot = std::to_string(HashSlot(LockName(key)));
-  ContextPtr src = Node(from), dst = Node(to);
-  const std::string src_id = NodeId(src.get()), dst_id = NodeId(dst.get());
-  // However the test ends, the migration is finished (as redis.sh
-  // move-slot does it: whatever keys are left move, then SETSLOT NODE).
-  Undo finish([key, to] { Script("move-slot", "'" + key + "' " + to); });
-  ASSERT_EQ(ReplyString(Cmd(dst.get(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id}).get()),
-            "OK");
-  ASSERT_EQ(ReplyString(Cmd(src.get(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id}).get()),
-            "OK");
+  auto m = StartMigration("asked");
+  ASSERT_NE(m, nullptr);
+  const std::string& key = m->key;
   // A call of one key the source no longer has goes to the target (ASK).
   BreakRecord record;
   record.key = key;
@@ -916,24 +944,23 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
   record.break_token = 4;
   record.by = "test";
   EXPECT_TRUE(backend->RecordBreak(record, milliseconds(60'000)).ok());
-  EXPECT_EQ(Cmd(dst.get(), {"ASKING"})->type, REDIS_REPLY_STATUS);
-  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", BreaksName(key)})->integer, 1) << "written on the target";
+  EXPECT_EQ(Cmd(m->target.get(), {"ASKING"})->type, REDIS_REPLY_STATUS);
+  EXPECT_EQ(Cmd(m->target.get(), {"EXISTS", BreaksName(key)})->integer, 1)
+      << "written on the target";
   // An acquire declares all the key's names; the target lacks some of them
   // while the slot moves, so it refuses the whole script (TRYAGAIN).
   auto a = backend->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status().ToString();
   EXPECT_NE(a.status().message().find("TRYAGAIN"), std::string::npos) << a.status().ToString();
-  EXPECT_EQ(Cmd(src.get(), {"EXISTS", LockName(key)})->integer, 0);
+  EXPECT_EQ(Cmd(m->source.get(), {"EXISTS", LockName(key)})->integer, 0);
   // The migration ends: the key is granted, on the target.
-  for (redisContext* c : {dst.get(), src.get()}) {
-    EXPECT_EQ(ReplyString(Cmd(c, {"CLUSTER", "SETSLOT", slot, "NODE", dst_id}).get()), "OK");
-  }
-  ASSERT_TRUE(testing_support::Eventually([&] { return PrimaryOf(key) == to; },
+  m->End();
+  ASSERT_TRUE(testing_support::Eventually([&] { return PrimaryOf(key) == m->to; },
                                           milliseconds(20'000), milliseconds(100)));
   auto granted = backend->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)});
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", LockName(key)})->integer, 1);
+  EXPECT_EQ(Cmd(m->target.get(), {"EXISTS", LockName(key)})->integer, 1);
   auto breaks = backend->Breaks(key);
   ASSERT_TRUE(breaks.ok()) << breaks.status().ToString();
   EXPECT_EQ(breaks->size(), 1u);
@@ -947,37 +974,27 @@ TEST_F(RedisCluster, ASlotBeingMigratedIsAskedForOrRefusedWholeNeverHalfDone) {
 TEST_F(RedisCluster, ACallRefusedWhileItsSlotMigratesIsTriedAgainUntilTheMigrationEnds) {
   auto backend = OpenRaw(T().uri());  // the default 5 s timeout
   ASSERT_NE(backend, nullptr);
-  const std::string key = KeyInAnEmptySlot("tryagain");
-  const std::string from = PrimaryOf(key);
-  const std::string to = OtherPrimary(from);
-  const std::string slot = std::to_string(HashSlot(LockName(key)));
-  ContextPtr src = Node(from), dst = Node(to);
-  const std::string src_id = NodeId(src.get()), dst_id = NodeId(dst.get());
-  Undo finish([key, to] { Script("move-slot", "'" + key + "' " + to); });
-  ASSERT_EQ(ReplyString(Cmd(dst.get(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", src_id}).get()),
-            "OK");
-  ASSERT_EQ(ReplyString(Cmd(src.get(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id}).get()),
-            "OK");
-  const long long asked_before = Stat(to, "asking");
+  auto m = StartMigration("tryagain");
+  ASSERT_NE(m, nullptr);
+  const std::string& key = m->key;
+  const long long asked_before = Stat(m->to, "asking");
   std::optional<Result<Attempt>> attempt;
   std::jthread acquire(
       [&] { attempt = backend->TryAcquire({key, OwnerId(12, 1), milliseconds(10'000)}); });
   // Refused at least once by the target (ASKING, then TRYAGAIN) ...
-  EXPECT_TRUE(testing_support::Eventually([&] { return Stat(to, "asking") > asked_before; },
+  EXPECT_TRUE(testing_support::Eventually([&] { return Stat(m->to, "asking") > asked_before; },
                                           milliseconds(4000), milliseconds(10)));
   // ... and a second's worth of refusals more: the migration lasts that long.
   std::this_thread::sleep_for(milliseconds(1000));
-  for (redisContext* c : {dst.get(), src.get()}) {
-    EXPECT_EQ(ReplyString(Cmd(c, {"CLUSTER", "SETSLOT", slot, "NODE", dst_id}).get()), "OK");
-  }
+  m->End();
   acquire.join();
   ASSERT_TRUE(attempt.has_value());
   ASSERT_TRUE(attempt->ok()) << attempt->status().ToString();
   EXPECT_TRUE((*attempt)->granted);
   // Pauses of 10 ms doubled up to 200 ms: about ten tries in that second;
   // tried at once after each refusal it would be hundreds.
-  EXPECT_LT(Stat(to, "asking") - asked_before, 25);
-  EXPECT_EQ(Cmd(dst.get(), {"EXISTS", LockName(key)})->integer, 1);
+  EXPECT_LT(Stat(m->to, "asking") - asked_before, 25);
+  EXPECT_EQ(Cmd(m->target.get(), {"EXISTS", LockName(key)})->integer, 1);
   EXPECT_TRUE(backend->Release(key, OwnerId(12, 1)).ok());
 }
 
