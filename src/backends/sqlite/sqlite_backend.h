@@ -2,7 +2,8 @@
 //
 // One database file holds every lock. Each grant, takeover of an expired
 // lease and token bump happens in one BEGIN IMMEDIATE transaction; tokens come
-// from a per-key counter that is never reset (dlock_tokens). A key may have
+// from the store's one counter, never reset (dlock_meta 'last_token',
+// sqlite_sql.h), so each key's tokens increase. A key may have
 // several holders (read-write locks, semaphores: the sharing rule of
 // backend.h), one dlock_holders row each; waiters queue in dlock_queue with
 // their limit and label. docs/backends.md has the layout.
