@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/duration.h"
+#include "core/key_range.h"
 
 namespace dlock::etcd {
 namespace {
@@ -360,16 +361,7 @@ bool IsQueueMember(std::string_view queue_prefix, std::string_view key) {
 }
 
 std::string PrefixRangeEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty()) {
-    const auto last = static_cast<unsigned char>(end.back());
-    if (last != 0xff) {
-      end.back() = static_cast<char>(last + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::string(1, '\0');
+  return internal::PrefixEnd(prefix).value_or(std::string(1, '\0'));
 }
 
 std::optional<std::string> LockNameOf(std::string_view root, std::string_view key) {

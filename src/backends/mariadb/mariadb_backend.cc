@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <utility>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "backends/mariadb/mariadb_backend_impl.h"
 #include "backends/mariadb/mariadb_schema.h"
 #include "core/duration.h"
+#include "core/key_range.h"
 
 namespace dlock::mariadb {
 namespace {
@@ -33,21 +34,6 @@ constexpr milliseconds kMinRenewBudget{20};
 // costs one of its own.
 constexpr milliseconds kSweepEvery{5000};
 constexpr int kSweepBatch = 500;
-
-// The smallest string greater than every string that starts with `prefix`,
-// or nullopt when there is none (empty prefix, or all 0xff bytes).
-std::optional<std::string> PrefixEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty()) {
-    const auto last = static_cast<unsigned char>(end.back());
-    if (last != 0xff) {
-      end.back() = static_cast<char>(last + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::nullopt;
-}
 
 // The one result set of a statement or procedure, or an internal error.
 Result<const std::vector<Row>*> OnlySet(const ResultSets& sets, const std::string& what) {
@@ -361,7 +347,7 @@ std::vector<Status> MariaDbBackend::Renew(std::span<const LeaseRequest> leases) 
 Result<ResultSets> MariaDbBackend::RunForPrefix(
     std::string (*sql)(const SchemaNames&, const std::string&, const std::string&),
     std::string_view prefix, const std::string& what) {
-  const std::optional<std::string> end = PrefixEnd(prefix);
+  const std::optional<std::string> end = internal::PrefixEnd(prefix);
   return Run(sql(names_, HexLiteral(prefix), end ? HexLiteral(*end) : "NULL"), CallDeadline(), what);
 }
 

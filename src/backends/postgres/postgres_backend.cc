@@ -19,6 +19,7 @@
 #include "backends/postgres/postgres_backend_impl.h"
 #include "backends/postgres/postgres_sql.h"
 #include "core/duration.h"
+#include "core/key_range.h"
 #include "core/tls_files.h"
 
 namespace dlock::postgres {
@@ -43,21 +44,6 @@ constexpr milliseconds kLastSweepWithin{200};
 
 // A table name as a quoted SQL identifier (IsTableName admits no '"').
 std::string QuoteIdentifier(std::string_view name) { return "\"" + std::string(name) + "\""; }
-
-// The smallest string greater than every string that starts with `prefix`,
-// or nullopt when there is none (empty prefix, or all 0xff bytes).
-std::optional<std::string> PrefixEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty()) {
-    const auto last = static_cast<unsigned char>(end.back());
-    if (last != 0xff) {
-      end.back() = static_cast<char>(last + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::nullopt;
-}
 
 // Runs `sql` on a connection being set up (before any PREPARE), with text
 // parameters.
@@ -553,7 +539,7 @@ std::vector<Status> PostgresBackend::Renew(std::span<const LeaseRequest> leases)
 Result<PgResultHandle> PostgresBackend::RunForPrefix(const char* statement,
                                                      std::string_view prefix,
                                                      const std::string& what) {
-  const std::optional<std::string> end = PrefixEnd(prefix);
+  const std::optional<std::string> end = internal::PrefixEnd(prefix);
   Params params;
   params.Bytes(prefix);
   if (end) {

@@ -2,6 +2,8 @@
 
 #include <system_error>
 
+#include "core/key_range.h"
+
 namespace dlock::sqlite {
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
@@ -46,7 +48,7 @@ Status FromSqlite(int rc, sqlite3* db, std::string_view what) {
 
 void BindKeyRange(Query& query, std::string_view prefix) {
   query.Bind(":lo", prefix);
-  if (const std::optional<std::string> end = PrefixEnd(prefix)) {
+  if (const std::optional<std::string> end = internal::PrefixEnd(prefix)) {
     query.Bind(":hi", *end);
   } else {
     query.BindNull(":hi");

@@ -139,21 +139,6 @@ class WriteTransaction {
   sqlite3_stmt* rollback_;
 };
 
-// The smallest string greater than every string that starts with `prefix`,
-// or nullopt when there is none (empty prefix, or all 0xff bytes).
-inline std::optional<std::string> PrefixEnd(std::string_view prefix) {
-  std::string end(prefix);
-  while (!end.empty()) {
-    const auto last = static_cast<unsigned char>(end.back());
-    if (last != 0xff) {
-      end.back() = static_cast<char>(last + 1);
-      return end;
-    }
-    end.pop_back();
-  }
-  return std::nullopt;
-}
-
 // Binds :lo and :hi to the range of keys that start with `prefix`
 // (:hi NULL when it has no end).
 void BindKeyRange(Query& query, std::string_view prefix);
