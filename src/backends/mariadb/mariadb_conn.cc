@@ -200,34 +200,6 @@ bool Connection::Usable() {
   return !broken_;
 }
 
-std::string HexEncode(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
-bool HexDecode(std::string_view hex, std::string* out) {
-  if (hex.size() % 2 != 0) return false;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  out->clear();
-  for (std::size_t i = 0; i < hex.size(); i += 2) {
-    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out->push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return true;
-}
-
 std::string HexLiteral(std::string_view bytes) {
   if (bytes.empty()) return "''";
   return "X'" + HexEncode(bytes) + "'";

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backends/mariadb/mariadb_options.h"
+#include "core/hex.h"
 #include "dlock/status.h"
 
 namespace dlock::mariadb {
@@ -102,9 +103,9 @@ std::string HexLiteral(std::string_view bytes);
 std::string IntLiteral(std::int64_t value);
 std::string NullableInt(std::optional<std::int64_t> value);
 
-// Lower-case hex of arbitrary bytes, and back (false on bad input).
-std::string HexEncode(std::string_view bytes);
-bool HexDecode(std::string_view hex, std::string* out);
+// Lower-case hex of arbitrary bytes, and back (core/hex.h).
+using internal::HexDecode;
+using internal::HexEncode;
 
 // Reads a decimal integer from a result cell; false when it is NULL or not
 // a number.

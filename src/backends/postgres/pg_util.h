@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/hex.h"
 #include "core/timed_mutex.h"
 #include "dlock/status.h"
 
@@ -90,10 +91,9 @@ bool DrainIdle(PGconn* conn);
 // 0 timed out, <0 error. `extra_fd` (if >= 0) is also watched for POLLIN.
 int PollFd(int fd, short events, SteadyTime deadline, int extra_fd = -1);
 
-// Lower-case hex of arbitrary bytes, and back (nullopt-like: false on bad
-// input).
-std::string HexEncode(std::string_view bytes);
-bool HexDecode(std::string_view hex, std::string* out);
+// Lower-case hex of arbitrary bytes, and back (core/hex.h).
+using internal::HexDecode;
+using internal::HexEncode;
 
 }  // namespace dlock::postgres
 
