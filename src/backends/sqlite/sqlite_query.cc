@@ -8,9 +8,6 @@ namespace dlock::sqlite {
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// The one place SQLite result codes become dlock Statuses. `what` says what
-// was being done ("acquire jobs/a"); the database path comes from `db`.
-// Call it right after the failing call: a later call overwrites errmsg.
 Status FromSqlite(int rc, sqlite3* db, std::string_view what) {
   const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
   const std::string path = file != nullptr && *file != '\0' ? file : "(unnamed database)";
