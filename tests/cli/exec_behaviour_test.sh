@@ -17,7 +17,7 @@ rc=$?
 # is not its last), plus half a second.
 "$DLOCK" exec held --ttl 30s -- sleep 30 &
 holder=$!
-for _ in $(seq 100); do "$DLOCK" status held --json | grep -q '"key": "held"' && break; sleep 0.05; done
+for _ in $(seq 1200); do "$DLOCK" status held --json | grep -q '"key": "held"' && break; sleep 0.05; done
 refusal_ms=0
 for _ in 1 2; do
   start=$(date +%s%N)
@@ -43,12 +43,12 @@ expect_exit 0 "" -- "$DLOCK" exec held --no-wait -- true
 # with a larger token.
 "$DLOCK" exec orphan --ttl 3s -- sh -c 'echo $DLOCK_TOKEN >"$0/tok"; echo $$ >"$0/pid"; exec sleep 60' "$WORK" &
 parent=$!
-for _ in $(seq 100); do [ -s "$WORK/pid" ] && break; sleep 0.05; done
+for _ in $(seq 1200); do [ -s "$WORK/pid" ] && break; sleep 0.05; done
 child=$(cat "$WORK/pid")
 kill -9 "$parent"
 wait "$parent" 2>/dev/null
 alive() { [ -e "/proc/$1" ] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
-for _ in $(seq 100); do alive "$child" || break; sleep 0.02; done
+for _ in $(seq 500); do alive "$child" || break; sleep 0.02; done
 alive "$child" && fail "child $child survived kill -9 of its dlock parent"
 first=$(cat "$WORK/tok")
 expect_exit 75 "is held by another owner" -- "$DLOCK" exec orphan --no-wait -- true
@@ -57,18 +57,23 @@ out=$("$DLOCK" exec orphan --wait 5s -- sh -c 'echo $DLOCK_TOKEN')
 
 # A lease that cannot be renewed: the store is locked by another writer for
 # longer than the TTL. The command's group is killed before valid_until and
-# dlock exits 79.
-"$PYTHON3" - "$DB" <<'PY' &
-import sqlite3, sys, time
+# dlock exits 79. The writer takes the store once the command has begun
+# (dlock holds the key by then); a command that is never stopped gives up
+# after a minute, and the test fails rather than hangs.
+"$PYTHON3" - "$DB" "$WORK/beats" <<'PY' &
+import os, sqlite3, sys, time
 c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
-time.sleep(0.5)  # let dlock acquire first
+for _ in range(1200):
+    if os.path.exists(sys.argv[2]):
+        break
+    time.sleep(0.05)
 c.execute("BEGIN EXCLUSIVE")
 time.sleep(4)
 c.execute("COMMIT")
 PY
 blocker=$!
 start=$(date +%s%N)
-"$DLOCK" exec starved --ttl 1500ms -- sh -c 'while :; do date +%s%N >>"$0/beats"; sleep 0.05; done' "$WORK" 2>"$WORK/starved.err"
+"$DLOCK" exec starved --ttl 1500ms -- sh -c 'for _ in $(seq 1200); do date +%s%N >>"$0/beats"; sleep 0.05; done' "$WORK" 2>"$WORK/starved.err"
 rc=$?
 end=$(date +%s%N)
 wait "$blocker"

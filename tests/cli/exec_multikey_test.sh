@@ -29,7 +29,7 @@ out=$("$DLOCK" exec zeta --key alpha -- sh -c 'echo "$DLOCK_KEY $DLOCK_KEY_COUNT
 # All or nothing: c is held elsewhere, so {a, c} gives up and leaves a free.
 "$DLOCK" exec c --ttl 30s -- sleep 30 &
 holder=$!
-for _ in $(seq 100); do "$DLOCK" status c --json | grep -q '"key": "c"' && break; sleep 0.05; done
+for _ in $(seq 1200); do "$DLOCK" status c --json | grep -q '"key": "c"' && break; sleep 0.05; done
 expect_exit 75 "gave up waiting for key 'c'" -- "$DLOCK" exec a --key c --wait 200ms -- true
 held=$("$DLOCK" status --json | "$PYTHON3" -c 'import json,sys; print(" ".join(r["key"] for r in json.load(sys.stdin)))')
 [ "$held" = "c" ] || fail "after a failed multi-key acquire, held: '$held'"

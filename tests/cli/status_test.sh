@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 a=$!
 "$DLOCK" exec other --ttl 20s -- sleep 30 &
 b=$!
-for _ in $(seq 100); do [ "$("$DLOCK" status --json | grep -c '"key"')" = 2 ] && break; sleep 0.05; done
+for _ in $(seq 1200); do [ "$("$DLOCK" status --json | grep -c '"key"')" = 2 ] && break; sleep 0.05; done
 
 json=$("$DLOCK" status jobs/ --json)
 "$PYTHON3" - "$json" <<'PY' || fail "status --json: $json"
