@@ -2,15 +2,15 @@
 // suite: FIFO hand-off, names that extend each other, one session per client,
 // etcd's TTL granularity, the Go Mutex's key layout, keys and sessions lost
 // behind the client's back, and bad input.
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "etcd_test_util.h"
 #include "eventually.h"
@@ -1093,7 +1093,17 @@ TEST(EtcdBackendTest, ARenewalOfManyLocksFitsEtcdsTransactionLimit) {
   for (const auto& got : backend->TryAcquireMany(held)) {
     ASSERT_TRUE(got.ok() && got->granted) << got.status().ToString();
   }
-  const std::vector<Status> renewed = backend->Renew(held);
+  // A renewal etcd did not answer in time (under ThreadSanitizer beside a
+  // CPU hog, 130 leases in two transactions) is sent again, as the core's
+  // renewal loop does while the leases last; what is checked is the answer.
+  std::vector<Status> renewed;
+  for (int tries = 0; tries < 5; ++tries) {
+    renewed = backend->Renew(held);
+    if (std::none_of(renewed.begin(), renewed.end(),
+                     [](const Status& s) { return s.code() == StatusCode::kUnavailable; })) {
+      break;
+    }
+  }
   ASSERT_EQ(renewed.size(), held.size());
   for (std::size_t i = 0; i < renewed.size(); ++i) {
     EXPECT_TRUE(renewed[i].ok()) << held[i].key << ": " << renewed[i].ToString();
