@@ -35,6 +35,10 @@ constexpr milliseconds kQuiet{150};
 // The core's queue place (kQueueTtl in src/core/acquire_step.h); a waiter
 // refreshes it (one Try) every third of it.
 constexpr milliseconds kQueueTtl{3000};
+// The queue place of a waiter these tests drive by hand, which nothing
+// refreshes: it outlasts the test, so a slow machine cannot let it lapse
+// (a lapsed place ahead lets the next waiter's turn come early).
+constexpr milliseconds kUnrefreshedPlace = kPatience;
 
 using dlock::testing_support::ThreadsOfThisProcess;
 
@@ -78,7 +82,7 @@ class SqliteNotifyTest : public ::testing::Test {
   }
 
   static LeaseRequest Waiting(const OwnerId& owner, std::uint32_t limit = 1) {
-    LeaseRequest request{"k", owner, seconds(30), kQueueTtl};
+    LeaseRequest request{"k", owner, seconds(30), kUnrefreshedPlace};
     request.limit = limit;
     return request;
   }
