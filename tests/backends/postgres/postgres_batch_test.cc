@@ -103,7 +103,9 @@ TEST_F(PostgresBatchTest, KeepPlacesKeepsEveryLivePlaceInOneTransactionAndNoHold
     auto held = holder->TryAcquire({key, OwnerId(1, i + 1), kTtl});
     ASSERT_TRUE(held.ok() && held->granted) << held.status().ToString();
     LeaseRequest w{key, OwnerId(2, i + 1), kTtl};
-    w.queue_ttl = milliseconds(3000);
+    // Longer than these 20 attempts take on a loaded machine, shorter than
+    // the keep's 30 s mark below.
+    w.queue_ttl = milliseconds(20'000);
     waiting.push_back(waiter->Begin(w));
     auto refused = waiting.back()->Try();
     ASSERT_TRUE(refused.ok() && !refused->granted) << refused.status().ToString();
@@ -129,7 +131,7 @@ TEST_F(PostgresBatchTest, KeepPlacesKeepsEveryLivePlaceInOneTransactionAndNoHold
   for (int i = 1; i < kPlaces; ++i) EXPECT_TRUE(kept[i].ok()) << i << ": " << kept[i].ToString();
   EXPECT_EQ(kept[kPlaces].code(), StatusCode::kNotFound) << "a holder has no place to keep";
   EXPECT_EQ(kept[kPlaces + 1].code(), StatusCode::kNotFound);
-  // Each place kept lives a minute now (its attempt gave it 3 s), all
+  // Each place kept lives a minute now (its attempt gave it 20 s), all
   // written by one transaction.
   const std::string kept_places = "FROM {q} WHERE expires_at > clock_timestamp() + interval '30 s'";
   EXPECT_EQ(Ask("SELECT count(*) " + kept_places), std::to_string(kPlaces - 1));
