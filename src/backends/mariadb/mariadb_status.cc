@@ -7,23 +7,10 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/one_line.h"
+
 namespace dlock::mariadb {
 namespace {
-
-// Connector/C's and the server's texts may span lines: one line reads
-// better inside a Status.
-std::string OneLine(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n') {
-      out += "; ";
-    } else if (c != '\r' && c != '\t') {
-      out += c;
-    }
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
-  return out;
-}
 
 bool IsOneOf(unsigned int code, std::initializer_list<unsigned int> codes) {
   return std::find(codes.begin(), codes.end(), code) != codes.end();
@@ -90,7 +77,7 @@ bool EndsSession(unsigned int code) {
 Status FromMaria(MYSQL* mysql, std::string_view what, std::string_view where,
                  bool client_certificate) {
   const unsigned int code = mysql != nullptr ? mysql_errno(mysql) : CR_OUT_OF_MEMORY;
-  std::string text = mysql != nullptr ? OneLine(mysql_error(mysql)) : "";
+  std::string text = mysql != nullptr ? internal::OnOneLine(mysql_error(mysql)) : "";
   if (text.empty()) text = "Connector/C reported an error without a message";
   std::string message =
       std::string(what) + " (" + std::string(where) + "): " + text + " (error " +

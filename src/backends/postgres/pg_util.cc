@@ -8,24 +8,10 @@
 #include <system_error>
 
 #include "core/duration.h"
+#include "core/one_line.h"
 
 namespace dlock::postgres {
 namespace {
-
-// libpq messages end in a newline and may span lines ("...failed: ...\n\tIs
-// the server running..."): one line reads better inside a Status.
-std::string OneLine(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n') {
-      out += "; ";
-    } else if (c != '\t' && c != '\r') {
-      out += c;
-    }
-  }
-  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
-  return out;
-}
 
 bool IsOneOf(std::string_view code, std::initializer_list<std::string_view> codes) {
   for (std::string_view c : codes) {
@@ -107,16 +93,17 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
     if (result != nullptr) text = PQresultErrorMessage(result);
     if (text.empty() && conn != nullptr) text = PQerrorMessage(conn);
     if (text.empty()) text = "libpq reported an error without a message";
-    if (IsTlsFileProblem(text)) return InvalidArgumentError(prefix + OneLine(text));
+    if (IsTlsFileProblem(text)) return InvalidArgumentError(prefix + internal::OnOneLine(text));
     if (IsLoginRefused(text) || IsTlsRefused(text)) {
-      return PermissionDeniedError(prefix + OneLine(text));
+      return PermissionDeniedError(prefix + internal::OnOneLine(text));
     }
-    return UnavailableError(prefix + OneLine(text));
+    return UnavailableError(prefix + internal::OnOneLine(text));
   }
   const std::string code = state;
   const char* primary = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
-  const std::string text = OneLine(primary != nullptr ? primary : PQresultErrorMessage(result)) +
-                           " (SQLSTATE " + code + ")";
+  const std::string text =
+      internal::OnOneLine(primary != nullptr ? primary : PQresultErrorMessage(result)) +
+      " (SQLSTATE " + code + ")";
   const std::string_view cls = std::string_view(code).substr(0, 2);
   if (code == "25006") {
     return UnavailableError(prefix + text + ": the server is read-only (a standby?)");
