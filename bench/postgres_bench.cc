@@ -54,12 +54,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -71,84 +69,19 @@
 #include "core/uri.h"
 #include "cycle_and_handoff.h"
 #include "dlock/client.h"
-
-#ifndef DLOCK_SOURCE_DIR
-#define DLOCK_SOURCE_DIR "."
-#endif
+#include "sql_bench_setup.h"
 
 namespace {
 
 using dlock::bench::CycleSamples;
 using dlock::bench::Die;
+using dlock::bench::Flags;
 using dlock::bench::Handoff;
 using dlock::bench::kExitUsage;
 constexpr int kBlock = 100;
 constexpr const char* kUsage =
     "usage: dlock_bench_postgres [--uri URI] [--iterations N] [--seconds S] "
     "[--contenders K] [--json FILE]";
-
-struct Flags {
-  std::string uri;  // empty: start a server of our own
-  int iterations = 2000;
-  int seconds = 5;
-  int contenders = 4;
-  std::string json_path;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage << '\n';
-      std::exit(0);
-    }
-    int* count = arg == "--iterations"    ? &flags.iterations
-                 : arg == "--seconds"     ? &flags.seconds
-                 : arg == "--contenders"  ? &flags.contenders
-                                          : nullptr;
-    std::string* text = arg == "--uri" ? &flags.uri : arg == "--json" ? &flags.json_path : nullptr;
-    if (count == nullptr && text == nullptr) {
-      Die("unknown argument '" + std::string(arg) + "'; " + kUsage, kExitUsage);
-    }
-    if (i + 1 >= argc) Die(std::string(arg) + " needs a value; " + kUsage, kExitUsage);
-    const std::string value = argv[++i];
-    if (text != nullptr) {
-      *text = value;
-      continue;
-    }
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *count);
-    if (ec != std::errc() || end != value.data() + value.size() || *count < 1) {
-      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
-    }
-  }
-  if (flags.contenders < 2) Die("--contenders wants at least 2", kExitUsage);
-  return flags;
-}
-
-// ------------------------------------------------------------ the server
-
-// Our own server, stopped at exit (std::exit included).
-std::string StartServer() {
-  char tmpl[] = "/tmp/dlock-bench-pg.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) Die(std::string("mkdtemp: ") + std::strerror(errno));
-  static std::string dir;
-  dir = std::string(tmpl) + "/server";
-  static const std::string script = DLOCK_SOURCE_DIR "/scripts/servers/postgres.sh";
-  const std::string start = "bash '" + script + "' start '" + dir + "' >/dev/null";
-  if (std::system(start.c_str()) != 0) Die("could not start a server with " + script);
-  std::atexit([] {
-    const std::string stop = "bash '" + script + "' stop '" + dir + "' >/dev/null 2>&1";
-    (void)std::system(stop.c_str());
-    std::error_code ignored;
-    std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ignored);
-  });
-  std::ifstream in(dir + "/uri");
-  std::string uri;
-  std::getline(in, uri);
-  if (uri.empty()) Die("the server script wrote no URI to " + dir + "/uri");
-  return uri;
-}
 
 // ------------------------------------------------------------ (b) floor
 
@@ -367,8 +300,8 @@ void Report(const CycleSamples& samples, const Handoff& handoff, nlohmann::json&
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--contender")
     return dlock::bench::Contender(argc, argv);
-  const Flags flags = ParseFlags(argc, argv);
-  const std::string uri = flags.uri.empty() ? StartServer() : flags.uri;
+  const Flags flags = dlock::bench::ParseFlags(argc, argv, kUsage);
+  const std::string uri = flags.uri.empty() ? dlock::bench::StartOwnServer("postgres") : flags.uri;
   auto parsed = dlock::internal::ParseUri(uri);
   if (!parsed.ok()) Die(parsed.status().message(), kExitUsage);
 
