@@ -41,6 +41,21 @@ void BindKeepUntil(Query& query, std::int64_t unix_ms, std::chrono::milliseconds
   }
 }
 
+// The end of a write that added a record: deletes the records past their
+// retention at `unix_ms` (`expire`), so the table never needs a sweeper of
+// its own, and commits.
+Status SweepAndCommit(sqlite3* db, sqlite3_stmt* expire, std::int64_t unix_ms,
+                      WriteTransaction& txn, const std::string& what) {
+  int rc;
+  {
+    Query sweep(expire);
+    sweep.Bind(":unix_ms", unix_ms);
+    rc = sweep.Step();
+  }  // reset before the commit, as every statement of the transaction
+  if (!IsError(rc)) rc = txn.Commit();
+  return IsError(rc) ? FromSqlite(rc, db, what) : Status::Ok();
+}
+
 }  // namespace
 
 // Marked only by the current holder, in one transaction with the check.
@@ -68,8 +83,8 @@ Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
     }
     token = held.Int(0);
   }
+  const std::int64_t unix_ms = UnixNowMs();
   {
-    const std::int64_t unix_ms = UnixNowMs();
     Query mark(mark_done_.get());
     mark.Bind(":key", key)
         .Bind(":owner", owner.ToString())
@@ -78,14 +93,8 @@ Status SqliteBackend::MarkDone(std::string_view key, const OwnerId& owner,
     BindKeepUntil(mark, unix_ms, keep);
     rc = mark.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what);
-    Query expire(expire_done_.get());
-    expire.Bind(":unix_ms", unix_ms);
-    rc = expire.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what);
   }
-  rc = txn.Commit();
-  if (IsError(rc)) return FromSqlite(rc, db, what);
-  return Status::Ok();
+  return SweepAndCommit(db, expire_done_.get(), unix_ms, txn, what);
 }
 
 Status SqliteBackend::RecordBreak(const BreakRecord& record, std::chrono::milliseconds keep) {
@@ -109,14 +118,8 @@ Status SqliteBackend::RecordBreak(const BreakRecord& record, std::chrono::millis
     BindKeepUntil(insert, unix_ms, keep);
     rc = insert.Step();
     if (IsError(rc)) return FromSqlite(rc, db, what);
-    Query expire(expire_breaks_.get());
-    expire.Bind(":unix_ms", unix_ms);
-    rc = expire.Step();
-    if (IsError(rc)) return FromSqlite(rc, db, what);
   }
-  rc = txn.Commit();
-  if (IsError(rc)) return FromSqlite(rc, db, what);
-  return Status::Ok();
+  return SweepAndCommit(db, expire_breaks_.get(), unix_ms, txn, what);
 }
 
 Result<std::vector<BreakRecord>> SqliteBackend::Breaks(std::string_view prefix) {
