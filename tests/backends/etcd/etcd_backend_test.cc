@@ -885,7 +885,8 @@ TEST(EtcdBackendTest, KeepPlacesKeepsEveryPlaceOfAClientWithOneKeepAlive) {
   std::vector<std::unique_ptr<Acquisition>> acquisitions;
   for (int i = 0; i < kWaiters; ++i) {
     waiting.push_back(Req(name, NewOwner()));
-    waiting.back().queue_ttl = seconds(3);
+    // A keep's deadline is a third of it: 10 s, not a loaded machine's 1 s.
+    waiting.back().queue_ttl = seconds(30);
     acquisitions.push_back(backend->Begin(waiting.back()));
     auto queued = acquisitions.back()->Try();
     ASSERT_TRUE(queued.ok() && !queued->granted) << queued.status().ToString();
@@ -939,7 +940,7 @@ TEST(EtcdBackendTest, KeepPlacesRunsBesideTheWaitersOwnAttempts) {
   const OwnerId h = NewOwner();
   ASSERT_TRUE(holder->TryAcquire(Req(name, h, seconds(20)))->granted);
   LeaseRequest waiting = Req(name, NewOwner());
-  waiting.queue_ttl = seconds(3);
+  waiting.queue_ttl = seconds(30);  // a keep's deadline is a third of it
   auto acquisition = backend->Begin(waiting);
   ASSERT_FALSE(acquisition->Try()->granted);
   std::atomic<int> kept{0}, unexpected{0};

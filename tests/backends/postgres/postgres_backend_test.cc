@@ -814,16 +814,22 @@ TEST_F(PostgresBackendTest, AWaiterThatStopsComingLeavesTheQueue) {
   auto b = Raw();
   const std::string key = Unique("dead-waiter");
   ASSERT_TRUE(b->TryAcquire({key, OwnerId(1, 1), milliseconds(10'000)})->granted);
-  // Queued for 200 ms, then never heard of again (crashed: the acquisition
-  // is dropped without Abandon).
-  auto dead = b->Begin({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(200)});
+  // Queued for 2 s (long enough, on a loaded machine, to still count at the
+  // first attempt below), then never heard of again (crashed: the
+  // acquisition is dropped without Abandon).
+  auto dead = b->Begin({key, OwnerId(2, 2), milliseconds(10'000), milliseconds(2000)});
   ASSERT_FALSE(dead->Try()->granted);
   dead.reset();
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  EXPECT_FALSE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)})->granted);
-  std::this_thread::sleep_for(milliseconds(300));
-  auto later = b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)});
-  ASSERT_TRUE(later.ok() && later->granted) << "the dead waiter's place did not expire";
+  EXPECT_FALSE(b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)})->granted)
+      << "the dead waiter's place stopped counting before it lapsed";
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto later = b->TryAcquire({key, OwnerId(3, 3), milliseconds(10'000)});
+        return later.ok() && later->granted;
+      },
+      milliseconds(10'000), milliseconds(50)))
+      << "the dead waiter's place did not expire";
   ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
 }
 

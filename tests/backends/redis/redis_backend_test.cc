@@ -650,9 +650,11 @@ TEST_F(RedisServer, KeepPlacesKeepsEveryPlaceInOnePipelineAndTouchesNoHolding) {
   std::vector<std::unique_ptr<Acquisition>> waiting;
   for (int i = 0; i < kPlaces; ++i) {
     const std::string key = UniqueKey("keep/" + std::to_string(i));
-    ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(10'000)})->granted);
-    LeaseRequest waiter{key, OwnerId(2, static_cast<std::uint64_t>(i + 1)), milliseconds(10'000),
-                        milliseconds(3000)};
+    ASSERT_TRUE(b->TryAcquire({key, holder, milliseconds(60'000)})->granted);
+    // A place of 20 s (two thirds): the 600 round trips of this loop fit
+    // in it on a loaded machine, and the keep below still shows.
+    LeaseRequest waiter{key, OwnerId(2, static_cast<std::uint64_t>(i + 1)), milliseconds(60'000),
+                        milliseconds(30'000)};
     waiting.push_back(b->Begin(waiter));
     auto refused = waiting.back()->Try();
     ASSERT_TRUE(refused.ok() && !refused->granted) << i;
@@ -661,7 +663,7 @@ TEST_F(RedisServer, KeepPlacesKeepsEveryPlaceInOnePipelineAndTouchesNoHolding) {
   }
   // The holder of the first key: its holding is no place.
   const std::string held = keeps[0].key;
-  keeps.push_back({held, holder, milliseconds(10'000), milliseconds(60'000)});
+  keeps.push_back({held, holder, milliseconds(60'000), milliseconds(120'000)});
   // Never queued.
   keeps.push_back({UniqueKey("keep/none"), OwnerId(3, 3), milliseconds(10'000),
                    milliseconds(60'000)});
@@ -691,7 +693,7 @@ TEST_F(RedisServer, KeepPlacesKeepsEveryPlaceInOnePipelineAndTouchesNoHolding) {
   }
   EXPECT_EQ(kept[kPlaces].code(), StatusCode::kNotFound) << kept[kPlaces].ToString();
   EXPECT_EQ(ReplyString(Cmd(admin_.get(), {"GET", LockName(held)}).get()), held_value);
-  EXPECT_LE(Cmd(admin_.get(), {"PTTL", LockName(held)})->integer, 10'000) << "a holding extended";
+  EXPECT_LE(Cmd(admin_.get(), {"PTTL", LockName(held)})->integer, 60'000) << "a holding extended";
   EXPECT_EQ(kept[kPlaces + 1].code(), StatusCode::kNotFound) << kept[kPlaces + 1].ToString();
   EXPECT_EQ(kept[kPlaces + 2].code(), StatusCode::kNotFound) << kept[kPlaces + 2].ToString();
   EXPECT_EQ(PlaceExpiry(admin_.get(), lapsing, short_lived.owner), lapsed_at) << "revived";
