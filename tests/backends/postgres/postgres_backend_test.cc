@@ -383,7 +383,9 @@ TEST_F(PostgresBackendTest, LockDelayHoldsAnExpiredKeyButNotAReleasedOne) {
   ASSERT_TRUE(b->SupportsLockDelay());
   const std::string key = Unique("delay");
   LeaseRequest first{key, OwnerId(1, 1), milliseconds(200)};
-  first.lock_delay = milliseconds(1500);
+  // Long enough that the checks inside it all come before its end on a
+  // loaded machine.
+  first.lock_delay = milliseconds(5000);
   auto g1 = b->TryAcquire(first);
   ASSERT_TRUE(g1.ok() && g1->granted) << g1.status().ToString();
   std::this_thread::sleep_for(milliseconds(400));  // expired, inside the delay
@@ -391,16 +393,22 @@ TEST_F(PostgresBackendTest, LockDelayHoldsAnExpiredKeyButNotAReleasedOne) {
   ASSERT_TRUE(refused.ok()) << refused.status().ToString();
   EXPECT_FALSE(refused->granted) << "granted inside the lock-delay";
   EXPECT_GT(refused->holder_ttl_remaining, milliseconds(0));
-  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(1500));
+  EXPECT_LE(refused->holder_ttl_remaining, milliseconds(5000));
   EXPECT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
   auto still = b->TryAcquire({key, OwnerId(2, 2), milliseconds(5000)});
   ASSERT_TRUE(still.ok());
   EXPECT_FALSE(still->granted) << "a late release cut the lock-delay short";
-  std::this_thread::sleep_for(milliseconds(1500));
   LeaseRequest second{key, OwnerId(3, 3), milliseconds(5000)};
   second.lock_delay = milliseconds(5000);
-  auto g2 = b->TryAcquire(second);
-  ASSERT_TRUE(g2.ok() && g2->granted) << "after the delay";
+  Result<Attempt> g2 = still;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        g2 = b->TryAcquire(second);
+        return g2.ok() && g2->granted;
+      },
+      milliseconds(15'000), milliseconds(100)))
+      << "after the delay";
+  ASSERT_TRUE(g2.ok() && g2->granted);
   EXPECT_GT(g2->token, g1->token);
   ASSERT_TRUE(b->Release(key, OwnerId(3, 3)).ok());
   auto g3 = b->TryAcquire({key, OwnerId(4, 4), milliseconds(5000)});
@@ -446,18 +454,21 @@ TEST_F(PostgresBackendTest, SharedHoldersAreEachTheirOwn) {
     r.label = "permit-" + std::to_string(i);
     return r;
   };
+  constexpr milliseconds kShortPermit{1500};
   std::vector<FencingToken> tokens;
   for (std::uint64_t i = 1; i <= 3; ++i) {
-    LeaseRequest r = req(i, milliseconds(i == 3 ? 300 : 5000));
-    if (i == 3) r.lock_delay = milliseconds(1500);
+    // Permit 3 lasts long enough to be renewed and listed below on a loaded
+    // machine, and its lock-delay long enough for the checks inside it.
+    LeaseRequest r = req(i, i == 3 ? kShortPermit : milliseconds(10'000));
+    if (i == 3) r.lock_delay = milliseconds(5000);
     auto g = b->TryAcquire(r);
     ASSERT_TRUE(g.ok() && g->granted) << i << " " << g.status().ToString();
     tokens.push_back(g->token);
   }
   EXPECT_LT(tokens[0], tokens[1]);
   EXPECT_LT(tokens[1], tokens[2]);
-  auto renewed = b->Renew(std::vector<LeaseRequest>{req(1, milliseconds(5000)),
-                                                    req(2, milliseconds(5000))});
+  auto renewed = b->Renew(
+      std::vector<LeaseRequest>{req(1, milliseconds(10'000)), req(2, milliseconds(10'000))});
   ASSERT_EQ(renewed.size(), 2u);
   EXPECT_TRUE(renewed[0].ok()) << renewed[0].ToString();
   EXPECT_TRUE(renewed[1].ok()) << renewed[1].ToString();
@@ -472,14 +483,14 @@ TEST_F(PostgresBackendTest, SharedHoldersAreEachTheirOwn) {
   }
   EXPECT_TRUE(b->MarkDone(key, OwnerId(2, 2), kDefaultDoneRetention).ok()) << "a sharer is a holder";
   // Permit 3 expires: it keeps its place for its lock-delay.
-  std::this_thread::sleep_for(milliseconds(500));
-  EXPECT_FALSE(b->TryAcquire(req(4, milliseconds(5000)))->granted) << "inside the lock-delay";
+  std::this_thread::sleep_for(kShortPermit + milliseconds(200));
+  EXPECT_FALSE(b->TryAcquire(req(4, milliseconds(10'000)))->granted) << "inside the lock-delay";
   EXPECT_EQ(b->List(key)->size(), 2u);
   // The first holder leaves; the sharer stays held and a new permit is free.
   ASSERT_TRUE(b->Release(key, OwnerId(1, 1)).ok());
-  auto renew2 = b->Renew(std::vector<LeaseRequest>{req(2, milliseconds(5000))});
+  auto renew2 = b->Renew(std::vector<LeaseRequest>{req(2, milliseconds(10'000))});
   EXPECT_TRUE(renew2[0].ok()) << renew2[0].ToString();
-  auto g5 = b->TryAcquire(req(5, milliseconds(5000)));
+  auto g5 = b->TryAcquire(req(5, milliseconds(10'000)));
   ASSERT_TRUE(g5.ok() && g5->granted);
   EXPECT_GT(g5->token, tokens[2]);
   EXPECT_EQ(b->Release(key, OwnerId(9, 9)).code(), StatusCode::kNotOwner);
