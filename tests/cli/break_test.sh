@@ -19,8 +19,11 @@ at_terminal() {
 }
 
 # A holder whose command runs long, on a short TTL so that it learns of a
-# break within a second or so.
-"$DLOCK" exec job --ttl 3s -- sleep 120 >"$WORK/job.out" 2>"$WORK/job.err" &
+# break within a second or so: 3 s, or ten times the slowest of three exec
+# runs on this machine now, so that its renewals get through meanwhile.
+probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || fail "exec probe failed"
+ttl_ms=$((probe * 10 > 3000 ? probe * 10 : 3000))
+"$DLOCK" exec job --ttl "${ttl_ms}ms" -- sleep 120 >"$WORK/job.out" 2>"$WORK/job.err" &
 job=$!
 wait_for 20 is_held job || fail "the job never held its key"
 token=$("$DLOCK" status job --json | field token)
@@ -72,15 +75,15 @@ if [[ "${DLOCK_BACKEND:-}" != redlock* ]]; then
 fi
 
 # A detached holder: broken with --force; its handle then reports the loss.
-h=$("$DLOCK" acquire detached --ttl 3s) || fail "acquire failed"
+h=$("$DLOCK" acquire detached --ttl "${ttl_ms}ms") || fail "acquire failed"
 expect_exit 0 "" -- "$DLOCK" break detached --force
 grep -q "^broke 'detached': owner " "$WORK/stdout" || fail "no report: $(cat "$WORK/stdout")"
 expect_exit 79 "" -- "$DLOCK" release "$h"
 
 # Shared holders: --owner breaks that reader alone.
-"$DLOCK" exec shared --shared --ttl 3s -- sleep 120 2>/dev/null &
+"$DLOCK" exec shared --shared --ttl "${ttl_ms}ms" -- sleep 120 2>/dev/null &
 first=$!
-"$DLOCK" exec shared --shared --ttl 3s -- sleep 120 2>/dev/null &
+"$DLOCK" exec shared --shared --ttl "${ttl_ms}ms" -- sleep 120 2>/dev/null &
 second=$!
 wait_for 20 sh -c "[ \$('$DLOCK' status shared --json | grep -c '\"owner\"') = 2 ]" ||
   fail "the two readers never held 'shared' together"

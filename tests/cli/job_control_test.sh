@@ -22,9 +22,18 @@ SH
 }
 section_ok() { [ "$failures" = "$1" ] && echo "ok: $2"; }
 
+# A lease short enough to lapse soon once its holder stops, long enough for
+# its renewals to get through while it runs: ten times the slowest of three
+# exec runs on this machine now, at least 1 s and at most 10 s (the waits
+# for a lapse below allow 30 s).
+probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || fail "exec probe failed"
+ttl_ms=$((probe * 10 > 1000 ? probe * 10 : 1000))
+ttl_ms=$((ttl_ms < 10000 ? ttl_ms : 10000))
+echo "ttl ${ttl_ms}ms (slowest exec ${probe}ms)"
+
 # --- A: Ctrl-Z, the lease lapses while stopped, another holder runs, fg.
 before=$failures
-script a "exec k --ttl 1s -- sh -c 'echo \$\$ >a.pid; while :; do echo tick >>a; sleep 0.1; done'"
+script a "exec k --ttl ${ttl_ms}ms -- sh -c 'echo \$\$ >a.pid; while :; do echo tick >>a; sleep 0.1; done'"
 tmux_type "sh $W/a.sh"
 wait_for 30 test -s "$W/a" || fail "A: the command never ran"
 cmd=$(cat "$W/a.pid")
@@ -100,7 +109,7 @@ section_ok "$before" "a background read stops the job; fg hands the terminal ove
 # runs in a session of its own, so its process group is orphaned, as a
 # script's under cron is: there the kernel discards SIGTSTP.
 before=$failures
-setsid "$DLOCK" exec k5 --ttl 1s -- sh -c "echo \$\$ >$W/e.pid; while :; do echo tick >>$W/e; sleep 0.1; done" \
+setsid "$DLOCK" exec k5 --ttl ${ttl_ms}ms -- sh -c "echo \$\$ >$W/e.pid; while :; do echo tick >>$W/e; sleep 0.1; done" \
   </dev/null 2>"$W/e.err" &
 dl=$!
 wait_for 30 test -s "$W/e" || fail "E: the command never ran"
