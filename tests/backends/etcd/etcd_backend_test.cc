@@ -32,6 +32,7 @@ AcquireOptions Opts(milliseconds ttl, milliseconds wait = milliseconds(0)) {
 
 using testing_support::Eventually;
 using testing_support::FastPath;
+using testing_support::WokenWithin;
 
 // A waiter whose wake-up (a watch) is lost is still granted, by the core's
 // next attempt: it re-arms a wait at least every third of its queue ttl
@@ -134,7 +135,7 @@ TEST(EtcdBackendTest, NamesThatExtendEachOtherNeitherAliasNorDeadlock) {
   ASSERT_TRUE(held_a->Release().ok());
   waiter.join();
   ASSERT_TRUE(waited->ok()) << waited->status().ToString();
-  EXPECT_LT(MonotonicClock::now() - released, prompt.limit) << prompt;
+  EXPECT_LT(MonotonicClock::now() - released, WokenWithin(prompt)) << prompt;
   EXPECT_TRUE(held_ab->Check().ok());
 
   // Each name lists once, with its own holder.
@@ -376,8 +377,8 @@ TEST(EtcdBackendTest, SharingWaitersWakePromptly) {
   t3.join();
   ASSERT_TRUE(third->ok()) << third->status().ToString();
   const auto gap = std::chrono::duration_cast<milliseconds>(third_at - freed);
-  EXPECT_LT(gap, prompt.limit) << "the semaphore waiter woke after " << gap.count() << " ms; "
-                               << prompt;
+  EXPECT_LT(gap, WokenWithin(prompt))
+      << "the semaphore waiter woke after " << gap.count() << " ms; " << prompt;
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
@@ -638,7 +639,7 @@ TEST(EtcdBackendTest, LockDelayClosesTheNameAfterAnUncleanEndByEtcdsClock) {
   // Measured again after the hand-off: the machine then, not seconds before.
   prompt = FastPath(std::max(prompt.measured, GrantAndReleaseCost(*waiter_client, "delay-probe")),
                     kPromptFloor, kRearmEvery);
-  EXPECT_LT(granted_at - marker_gone, prompt.limit)
+  EXPECT_LT(granted_at - marker_gone, WokenWithin(prompt))
       << "the waiter woke " << testing_support::Millis(granted_at - marker_gone)
       << " ms after the marker went; " << prompt;
   // On the client's clock too, the name stayed closed for most of the delay
@@ -795,7 +796,7 @@ TEST(EtcdBackendTest, AnAcquisitionMovesBetweenThreadsAndKeepsItsMember) {
   const TimePoint released = MonotonicClock::now();
   ASSERT_TRUE(holder->Release(name, h).ok());
   waiter.join();
-  EXPECT_LT(woke_at - released, prompt.limit) << "not woken by the release; " << prompt;
+  EXPECT_LT(woke_at - released, WokenWithin(prompt)) << "not woken by the release; " << prompt;
 
   Result<Attempt> second = UnavailableError("not run");
   std::thread([&] { second = acquisition->Try(); }).join();

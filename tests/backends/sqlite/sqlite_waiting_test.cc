@@ -23,6 +23,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing_support::FastPath;
 using testing_support::MeasureWokenSlowest;
+using testing_support::WokenWithin;
 
 // Unwoken, a waiter polls at most this far apart (kMaxPollInterval in
 // src/core/client_core.cc); a wake by the database's write beats it.
@@ -201,14 +202,19 @@ TEST_F(SqliteWaitingTest, AWaiterWakesWhenTheHoldingThatBlocksItLapses) {
   ASSERT_TRUE(granted.ok() && granted->granted);
   // `first` never renews: its lease lapses 300 ms after the grant. Not
   // woken at the lapse, `second` tries again a re-arm after its refusal,
-  // which came after `asked_at`.
+  // which came after `asked_at`. One sample: anything before half that
+  // fallback counts as woken.
   constexpr milliseconds kTtl{300};
   const auto prompt = FastPath(cost, kPollCap, asked_at + kRearmEvery - (granted_at + kTtl));
   t.join();
   ASSERT_TRUE(got->ok()) << got->status().ToString();
   EXPECT_GT((*got)->token(), granted->token);
-  EXPECT_LT(got_at - granted_at, kTtl + prompt.limit) << "slept past the lease's expiry; "
-                                                      << prompt;
+  if (prompt.separates) {
+    EXPECT_LT(got_at - granted_at, kTtl + WokenWithin(prompt))
+        << "slept past the lease's expiry; " << prompt;
+  } else {
+    std::cout << "the wake-up's time not judged: " << prompt << "\n";
+  }
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using namespace dlock::zookeeper::testing;
 using testing_support::FastPath;
+using testing_support::WokenWithin;
 
 // The fault proxy writes to sockets its peers may have reset.
 const bool kSigpipeIgnored = [] {
@@ -1081,8 +1082,8 @@ TEST(ZooKeeperBackendTest, SharingWaitersWakePromptly) {
   t3.join();
   ASSERT_TRUE(third->ok()) << third->status().ToString();
   const auto gap = std::chrono::duration_cast<milliseconds>(third_at - freed);
-  EXPECT_LT(gap, prompt.limit) << "the semaphore waiter woke after " << gap.count() << " ms; "
-                               << prompt;
+  EXPECT_LT(gap, WokenWithin(prompt))
+      << "the semaphore waiter woke after " << gap.count() << " ms; " << prompt;
   EXPECT_GT((*third)->token(), b->token());
   EXPECT_TRUE(a->Release().ok());
   EXPECT_TRUE((*third)->Release().ok());
@@ -1133,7 +1134,8 @@ TEST(ZooKeeperBackendTest, AnAcquisitionMayMoveBetweenThreads) {
   EXPECT_TRUE(backend->Release(key, holder).ok());
   wait.join();
   EXPECT_TRUE(woke);
-  EXPECT_LT(woke_at - released, prompt.limit) << "the wait outlasted the release; " << prompt;
+  EXPECT_LT(woke_at - released, WokenWithin(prompt))
+      << "the wait outlasted the release; " << prompt;
 
   std::optional<Result<Attempt>> second;
   on_a_thread([&] { second.emplace(w->Try()); });
