@@ -1099,9 +1099,24 @@ TEST(EtcdBackendTest, ARenewalOfManyLocksFitsEtcdsTransactionLimit) {
     // ThreadSanitizer, beside other tests, it took more than 5 s).
     held.push_back(Req(UniqueName("renew-many-" + std::to_string(i)), NewOwner(), seconds(60)));
   }
-  for (const auto& got : backend->TryAcquireMany(held)) {
-    ASSERT_TRUE(got.ok() && got->granted) << got.status().ToString();
+  // A grant etcd did not answer in time (130 transactions in flight under
+  // ThreadSanitizer beside a CPU hog: no answer within the request timeout)
+  // is asked again by the same owner, which gets the same grant back
+  // (ConformanceTest.SameOwnerRetryGetsTheSameGrantBack).
+  std::vector<LeaseRequest> unanswered = held;
+  for (int tries = 0; tries < 5 && !unanswered.empty(); ++tries) {
+    std::vector<LeaseRequest> again;
+    const auto answers = backend->TryAcquireMany(unanswered);
+    for (std::size_t i = 0; i < answers.size(); ++i) {
+      if (answers[i].status().code() == StatusCode::kUnavailable) {
+        again.push_back(unanswered[i]);
+        continue;
+      }
+      ASSERT_TRUE(answers[i].ok() && answers[i]->granted) << answers[i].status().ToString();
+    }
+    unanswered = std::move(again);
   }
+  ASSERT_TRUE(unanswered.empty()) << unanswered.size() << " grants unanswered after 5 tries";
   // A renewal etcd did not answer in time (under ThreadSanitizer beside a
   // CPU hog, 130 leases in two transactions) is sent again, as the core's
   // renewal loop does while the leases last; what is checked is the answer.
