@@ -1,0 +1,88 @@
+#include "core/shared_loop.h"
+
+#include <algorithm>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+namespace dlock::internal {
+
+struct SharedLoop::State {
+  explicit State(std::shared_ptr<Clock> c) : clock(std::move(c)) {}
+
+  struct Job {
+    Run run;
+    TimePoint next = TimePoint::min();
+    bool woken = true;  // a new job runs at the next turn
+  };
+
+  // Held by the loop's thread too: a job may destroy the SharedLoop.
+  const std::shared_ptr<Clock> clock;
+  std::mutex mu;
+  std::deque<Job> jobs;  // a deque: a running job's entry stays put as jobs are added
+  Loop* loop = nullptr;  // null once stopped
+  bool stopped = false;
+
+  // One turn: runs each job that is due or woken, each with the time of its
+  // own start (an earlier job may have taken a round trip). Returns when
+  // the next turn is due; at once if a job was woken meanwhile.
+  TimePoint RunDue() {
+    std::unique_lock lock(mu);
+    for (std::size_t i = 0; i < jobs.size() && !stopped; ++i) {
+      Job& job = jobs[i];
+      const TimePoint now = clock->Now();
+      if (!job.woken && job.next > now) continue;
+      job.woken = false;
+      lock.unlock();
+      const TimePoint next = job.run(now);
+      lock.lock();
+      job.next = next;
+    }
+    TimePoint next = TimePoint::max();
+    for (const Job& job : jobs) next = std::min(next, job.woken ? TimePoint::min() : job.next);
+    return next;
+  }
+
+  void Wake(std::size_t id) {
+    std::lock_guard lock(mu);
+    if (stopped) return;
+    jobs[id].woken = true;
+    loop->Wake();  // never runs a turn inline, so safe under mu
+  }
+};
+
+SharedLoop::SharedLoop(std::shared_ptr<Clock> clock)
+    : state_(std::make_shared<State>(std::move(clock))) {
+  loop_ = state_->clock->StartLoop([s = state_](TimePoint) { return s->RunDue(); });
+  std::lock_guard lock(state_->mu);
+  state_->loop = loop_.get();
+}
+
+SharedLoop::~SharedLoop() { Stop(); }
+
+SharedLoop::Waker SharedLoop::Add(Run run) {
+  std::size_t id = 0;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->stopped) return [] {};
+    state_->jobs.push_back({std::move(run)});
+    id = state_->jobs.size() - 1;
+    state_->loop->Wake();
+  }
+  return [weak = std::weak_ptr<State>(state_), id] {
+    if (auto state = weak.lock()) state->Wake(id);
+  };
+}
+
+void SharedLoop::Stop() {
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stopped = true;
+    state_->loop = nullptr;
+  }
+  // Outside mu: a turn in progress may be waiting for it, and the Loop's
+  // destructor waits for that turn (unless this is it).
+  loop_.reset();
+}
+
+}  // namespace dlock::internal

@@ -1,0 +1,128 @@
+#include "core/shared_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "dlock/testing/simulated_clock.h"
+
+namespace dlock::internal {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::SimulatedClock;
+
+TEST(SharedLoopTest, EachJobRunsAtTheTimesItAsksFor) {
+  auto clock = std::make_shared<SimulatedClock>();
+  const TimePoint t0 = clock->Now();
+  std::vector<std::pair<char, Duration>> runs;
+  SharedLoop loop(clock);
+  loop.Add([&](TimePoint now) {
+    runs.push_back({'a', now - t0});
+    return now + milliseconds(30);
+  });
+  loop.Add([&](TimePoint now) {
+    runs.push_back({'b', now - t0});
+    return now + milliseconds(45);
+  });
+  clock->Advance(milliseconds(90));
+  const std::vector<std::pair<char, Duration>> want = {
+      {'a', milliseconds(0)},  {'b', milliseconds(0)},  {'a', milliseconds(30)},
+      {'b', milliseconds(45)}, {'a', milliseconds(60)}, {'a', milliseconds(90)},
+      {'b', milliseconds(90)}};
+  EXPECT_EQ(runs, want);
+}
+
+// The point of separate due times: waking the driver's timer must not run
+// the renewal round, which walks every held lease.
+TEST(SharedLoopTest, AWakerRunsItsOwnJobOnly) {
+  auto clock = std::make_shared<SimulatedClock>();
+  int a_runs = 0;
+  int b_runs = 0;
+  SharedLoop loop(clock);
+  loop.Add([&](TimePoint now) {
+    ++a_runs;
+    return now + std::chrono::hours(1);
+  });
+  const SharedLoop::Waker wake_b = loop.Add([&](TimePoint now) {
+    ++b_runs;
+    return now + std::chrono::hours(1);
+  });
+  clock->Advance(milliseconds(0));
+  EXPECT_EQ(a_runs, 1);
+  EXPECT_EQ(b_runs, 1);
+  wake_b();
+  clock->Advance(milliseconds(10));
+  EXPECT_EQ(a_runs, 1);
+  EXPECT_EQ(b_runs, 2);
+}
+
+TEST(SharedLoopTest, AJobWokenWhileItRunsRunsAgain) {
+  auto clock = std::make_shared<SimulatedClock>();
+  int runs = 0;
+  SharedLoop loop(clock);
+  SharedLoop::Waker wake;
+  wake = loop.Add([&](TimePoint now) {
+    if (++runs == 1) wake();
+    return now + std::chrono::hours(1);  // computed after the wake
+  });
+  clock->Advance(milliseconds(0));
+  EXPECT_EQ(runs, 2);
+}
+
+TEST(SharedLoopTest, AWakerOutlivesItsLoopHarmlessly) {
+  auto clock = std::make_shared<SimulatedClock>();
+  int runs = 0;
+  SharedLoop::Waker wake;
+  {
+    SharedLoop loop(clock);
+    wake = loop.Add([&](TimePoint now) {
+      ++runs;
+      return now + std::chrono::hours(1);
+    });
+    clock->Advance(milliseconds(0));
+    loop.Stop();
+    wake();                        // stopped
+    loop.Add([&](TimePoint now) {  // never runs
+      ++runs;
+      return now;
+    })();
+  }
+  wake();  // gone
+  clock->Advance(milliseconds(10));
+  EXPECT_EQ(runs, 1);
+}
+
+// A job may end the loop (an on_lost callback drops the last Client): no
+// job runs after it, and nothing waits for itself.
+TEST(SharedLoopTest, AJobThatDestroysTheLoopIsTheLastToRun) {
+  auto loop = std::make_unique<SharedLoop>(DefaultClock());
+  std::promise<void> both_added;
+  std::promise<void> thread_done;  // the loop's jobs are destroyed with its thread
+  std::atomic<int> after{0};
+  loop->Add([&, added = both_added.get_future().share()](TimePoint now) {
+    added.wait();
+    loop.reset();
+    return now;
+  });
+  auto witness = std::shared_ptr<int>(new int(0), [&](int* p) {
+    delete p;
+    thread_done.set_value();
+  });
+  loop->Add([&, witness](TimePoint now) {
+    ++after;
+    return now + std::chrono::hours(1);
+  });
+  witness.reset();
+  both_added.set_value();
+  ASSERT_EQ(thread_done.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "the loop's thread did not end";
+  EXPECT_EQ(loop, nullptr);
+  EXPECT_EQ(after.load(), 0) << "a job ran after the one that destroyed the loop";
+}
+
+}  // namespace
+}  // namespace dlock::internal
