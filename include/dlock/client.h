@@ -65,11 +65,12 @@ struct ClientOptions {
   // caller's, or the renewal thread's for renewals and losses): to feed
   // the application's own metrics system. Never called under the client's
   // own locks; still, keep it short and never block in it: the renewal
-  // thread waits for it.
+  // thread (which also keeps the asynchronous API's timers) waits for it.
   std::function<void(const MetricEvent&)> on_metric;
   // The worker threads that run asynchronous acquisitions (AcquireAsync),
   // made at the first one: each step (one store attempt) runs on one of
-  // them, and so do the callbacks. One more thread keeps their timers.
+  // them, and so do the callbacks. Their timers are kept by the renewal
+  // thread: a client's own threads are these and that one.
   unsigned async_threads = 2;
 };
 
@@ -82,7 +83,8 @@ struct AcquireOptions {
   // this host and the store. Unset: ttl/100 + 2 ms (capped at ttl/4).
   std::optional<std::chrono::milliseconds> drift_margin;
   // Runs once, on the client's renewal thread, when the lease is lost. Keep
-  // it short; it must not block.
+  // it short; it must not block: renewals and the asynchronous API's timers
+  // wait for it.
   std::function<void(const Status& why)> on_lost;
   // Cancels a waiting Acquire (kCancelled).
   std::stop_token cancel;

@@ -55,14 +55,13 @@ struct AsyncDriver::State {
   }
 };
 
-AsyncDriver::AsyncDriver(std::shared_ptr<Clock> clock, unsigned workers)
-    : state_(std::make_shared<State>()) {
+AsyncDriver::AsyncDriver(SharedLoop& timers, unsigned workers) : state_(std::make_shared<State>()) {
   for (unsigned i = 0; i < std::max(1U, workers); ++i) {
     // Each worker holds the state, so a worker that ends the driver from a
     // job may finish that job after the driver is gone.
     state_->workers.emplace_back([s = state_] { s->Work(); });
   }
-  timer_ = clock->StartLoop([s = state_](TimePoint now) { return s->Fire(now); });
+  wake_timer_ = timers.Add([s = state_](TimePoint now) { return s->Fire(now); });
 }
 
 AsyncDriver::~AsyncDriver() { Stop(); }
@@ -86,7 +85,7 @@ std::uint64_t AsyncDriver::At(TimePoint when, Job job) {
     sooner = when < state_->timer_next;
     if (sooner) state_->timer_next = when;
   }
-  if (sooner && timer_) timer_->Wake();
+  if (sooner) wake_timer_();
   return id;
 }
 
@@ -119,13 +118,12 @@ bool AsyncDriver::OnWorker() const {
 }
 
 void AsyncDriver::Stop() {
-  timer_.reset();  // no timer fires from here on
   std::vector<std::thread> workers;
   std::deque<Job> left;
   std::multimap<TimePoint, std::pair<std::uint64_t, Job>> timers;
   {
     std::lock_guard lock(state_->mu);
-    state_->stopping = true;
+    state_->stopping = true;  // the timer job stays on the SharedLoop, idle
     workers.swap(state_->workers);
     left.swap(state_->queue);
     timers.swap(state_->timers);

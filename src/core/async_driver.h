@@ -1,9 +1,10 @@
 // AsyncDriver: the few threads that run one client's asynchronous
 // acquisitions, however many are pending.
 //
-// A fixed number of workers take jobs from one queue; a timer, run by the
-// client's Clock as a Loop (one thread under RealClock; the test's thread
-// under SimulatedClock), posts each timed job when its time comes. Nothing
+// A fixed number of workers take jobs from one queue; a timer, a job of the
+// client's SharedLoop (the thread that also renews its leases under
+// RealClock; the test's thread under SimulatedClock), posts each timed job
+// when its time comes. Nothing
 // here blocks on a store: a job is one step of an acquisition (one Try),
 // and waiting is a timer or a store's notification, which posts the next
 // step.
@@ -17,6 +18,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/shared_loop.h"
 #include "dlock/clock.h"
 
 namespace dlock::internal {
@@ -25,7 +27,7 @@ class AsyncDriver {
  public:
   using Job = std::function<void()>;
 
-  AsyncDriver(std::shared_ptr<Clock> clock, unsigned workers);
+  AsyncDriver(SharedLoop& timers, unsigned workers);
   ~AsyncDriver();  // Stop()
   AsyncDriver(const AsyncDriver&) = delete;
   AsyncDriver& operator=(const AsyncDriver&) = delete;
@@ -50,7 +52,7 @@ class AsyncDriver {
  private:
   struct State;
   std::shared_ptr<State> state_;
-  std::unique_ptr<Loop> timer_;
+  SharedLoop::Waker wake_timer_;
 };
 
 }  // namespace dlock::internal

@@ -37,7 +37,7 @@ std::shared_ptr<AsyncAcquire> ClientCore::AcquireAsync(std::string_view key,
 AsyncDriver* ClientCore::DriverLocked() {
   if (async_stopped_) return nullptr;
   if (!async_) {
-    async_ = std::make_unique<AsyncDriver>(clock_, async_threads_);
+    async_ = std::make_unique<AsyncDriver>(*loop_, async_threads_);
     if (backend_->BatchesCalls()) {
       batcher_ = std::make_unique<CallBatcher>(*backend_, *async_, *clock_, async_threads_);
     }

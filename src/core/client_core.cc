@@ -60,7 +60,8 @@ ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
 ClientCore::~ClientCore() { loop_.reset(); }
 
 void ClientCore::Start() {
-  loop_ = clock_->StartLoop([this](TimePoint now) { return Tick(now); });
+  loop_ = std::make_unique<SharedLoop>(clock_);
+  wake_renewal_ = loop_->Add([this](TimePoint now) { return Tick(now); });
 }
 
 Status ClientCore::CheckOptions(const AcquireOptions& options, bool wait) const {
@@ -223,7 +224,7 @@ Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireO
   }
   // Waking the loop costs a thread switch on every acquire; only needed when
   // this lease must be renewed before the loop's next planned run.
-  if (wake) loop_->Wake();
+  if (wake) wake_renewal_();
   return Lease(shared_from_this(), std::move(state));
 }
 

@@ -14,21 +14,22 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <optional>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/metrics_recorder.h"
+#include "core/shared_loop.h"
 #include "dlock/backend.h"
 #include "dlock/client.h"
 #include "dlock/clock.h"
 #include "dlock/lease.h"
 #include "dlock/metrics.h"
-#include "core/metrics_recorder.h"
 
 namespace dlock::internal {
 
@@ -257,7 +258,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // stopped.
   AsyncDriver* DriverLocked();
 
-  std::unique_ptr<Loop> loop_;  // last member: stopped first
+  // Renewals, and the driver's timers once it is made: one thread.
+  SharedLoop::Waker wake_renewal_;
+  std::unique_ptr<SharedLoop> loop_;  // last member: stopped first
 };
 
 }  // namespace dlock::internal

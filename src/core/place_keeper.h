@@ -14,7 +14,8 @@
 // changes nothing (if the place lapsed, the next tick says so).
 //
 // The tick is a timer on the client's AsyncDriver that posts a job: the
-// store call runs on a worker, never on the timer thread. It runs only
+// store call runs on a worker, never on the timer's thread (which renews
+// the client's leases too). It runs only
 // while something is registered.
 //
 // Thread-safety: every method may be called from any thread. `lost` never
