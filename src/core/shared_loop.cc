@@ -25,7 +25,8 @@ struct SharedLoop::State {
 
   // One turn: runs each job that is due or woken, each with the time of its
   // own start (an earlier job may have taken a round trip). Returns when
-  // the next turn is due; at once if a job was woken meanwhile.
+  // the next turn is due: now if a job was woken meanwhile, at most an
+  // hour on (never TimePoint::max(): the wait adds it to the clock).
   TimePoint RunDue() {
     std::unique_lock lock(mu);
     for (std::size_t i = 0; i < jobs.size() && !stopped; ++i) {
@@ -38,8 +39,9 @@ struct SharedLoop::State {
       lock.lock();
       job.next = next;
     }
-    TimePoint next = TimePoint::max();
-    for (const Job& job : jobs) next = std::min(next, job.woken ? TimePoint::min() : job.next);
+    const TimePoint now = clock->Now();
+    TimePoint next = now + std::chrono::hours(1);
+    for (const Job& job : jobs) next = std::min(next, job.woken ? now : job.next);
     return next;
   }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "dlock/testing/simulated_clock.h"
@@ -94,6 +95,22 @@ TEST(SharedLoopTest, AWakerOutlivesItsLoopHarmlessly) {
   wake();  // gone
   clock->Advance(milliseconds(10));
   EXPECT_EQ(runs, 1);
+}
+
+// Between jobs, and before the first, the loop waits a bounded time: a
+// wait until TimePoint::max() overflows the clock's arithmetic (UBSan).
+TEST(SharedLoopTest, AnIdleLoopWaitsABoundedTime) {
+  std::promise<void> ran;
+  {
+    SharedLoop loop(DefaultClock());
+    std::this_thread::sleep_for(milliseconds(20));  // an empty turn, likely
+    loop.Add([&](TimePoint now) {
+      ran.set_value();
+      return now + std::chrono::hours(24 * 365);
+    });
+    ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    std::this_thread::sleep_for(milliseconds(20));  // waiting for the year, capped
+  }
 }
 
 // A job may end the loop (an on_lost callback drops the last Client): no
