@@ -14,11 +14,8 @@ is_held() { held_json "$1" | grep -q "\"key\": \"$1\""; }
 holder_pid() { held_json "$1" | sed -n 's/.*"label": "[^"]*:\([0-9]*\)".*/\1/p' | head -1; }
 sockets() { find "$XDG_RUNTIME_DIR/dlock" -name '*.sock' 2>/dev/null | wc -l; }
 
-# A TTL renewals get through on this machine now: ten times the slowest of
-# three whole exec runs, at least 2 s.
-probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || fail "exec probe failed"
-ttl_ms=$(( probe * 10 > 2000 ? probe * 10 : 2000 ))
-echo "ttl ${ttl_ms}ms (slowest exec ${probe}ms)"
+# A TTL renewals get through on this machine now, at least 2 s.
+ttl_ms=$(renewable_ttl_ms 2000) || fail "exec probe failed"
 
 # Held after the command returned, by one holder, with the token it printed;
 # renewed past twice its TTL; others are refused meanwhile.

@@ -19,10 +19,9 @@ at_terminal() {
 }
 
 # A holder whose command runs long, on a short TTL so that it learns of a
-# break within a second or so: 3 s, or ten times the slowest of three exec
-# runs on this machine now, so that its renewals get through meanwhile.
-probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || fail "exec probe failed"
-ttl_ms=$((probe * 10 > 3000 ? probe * 10 : 3000))
+# break within a second or so, yet long enough for its renewals to get
+# through on this machine now: at least 3 s.
+ttl_ms=$(renewable_ttl_ms 3000) || fail "exec probe failed"
 "$DLOCK" exec job --ttl "${ttl_ms}ms" -- sleep 120 >"$WORK/job.out" 2>"$WORK/job.err" &
 job=$!
 wait_for 20 is_held job || fail "the job never held its key"

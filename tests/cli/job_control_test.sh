@@ -23,13 +23,9 @@ SH
 section_ok() { [ "$failures" = "$1" ] && echo "ok: $2"; }
 
 # A lease short enough to lapse soon once its holder stops, long enough for
-# its renewals to get through while it runs: ten times the slowest of three
-# exec runs on this machine now, at least 1 s and at most 10 s (the waits
-# for a lapse below allow 30 s).
-probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || fail "exec probe failed"
-ttl_ms=$((probe * 10 > 1000 ? probe * 10 : 1000))
-ttl_ms=$((ttl_ms < 10000 ? ttl_ms : 10000))
-echo "ttl ${ttl_ms}ms (slowest exec ${probe}ms)"
+# its renewals to get through while it runs: at least 1 s and at most 10 s
+# (the waits for a lapse below allow 30 s).
+ttl_ms=$(renewable_ttl_ms 1000 10000) || fail "exec probe failed"
 
 # --- A: Ctrl-Z, the lease lapses while stopped, another holder runs, fg.
 before=$failures

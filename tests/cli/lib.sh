@@ -81,6 +81,18 @@ slowest_ms() {
   echo "$slowest"
 }
 
+# renewable_ttl_ms MIN [MAX]: a lease TTL, in ms, whose renewals get through
+# on this machine now: ten times the slowest of three whole `dlock exec`
+# runs, at least MIN and at most MAX. Says what it measured on stderr.
+renewable_ttl_ms() {
+  local min=$1 max=${2:-} probe ttl
+  probe=$(slowest_ms 3 "$DLOCK" exec probe -- true) || return 1
+  ttl=$((probe * 10 > min ? probe * 10 : min))
+  [ -z "$max" ] || ttl=$((ttl < max ? ttl : max))
+  echo "ttl ${ttl}ms (slowest exec ${probe}ms)" >&2
+  echo "$ttl"
+}
+
 # repeats N: how many times a test repeats a run. N for a plain build; for a
 # sanitized dlock (AddressSanitizer or ThreadSanitizer, seen in the libraries
 # it loads) a tenth, at least 4. Repeats are for races and interleavings, which
