@@ -35,7 +35,12 @@
 # JVM flags (the default favours start-up time: client compiler only).
 source "$(dirname "$0")/lib.sh"
 
-ZK_CP=${DLOCK_ZK_CLASSPATH:-/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar}
+# Warnings and errors (a port already taken, a peer unreachable) go to each
+# member's out.log: when an ensemble fails to start, they say why.
+ZK_CP=${DLOCK_ZK_CLASSPATH:-/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar}
+LOG_OPTS="-Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.showDateTime=true
+  -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"
+
 JVM_OPTS=${DLOCK_ZK_JVM_OPTS:--Xms32m -Xmx160m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k}
 MEMBERS=(1 2 3)
 
@@ -91,6 +96,15 @@ stop_member() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# member_running DIR N: member N's process, launched by this script, has not
+# exited (it may not be the JVM yet: launch's subshell execs it).
+member_running() {
+  local pid="" _ state=""
+  read -r pid 2>/dev/null <"$1/$2/pid" || [ -n "$pid" ] || return 1
+  read -r _ _ state _ 2>/dev/null <"/proc/$pid/stat" || return 1
+  [ "$state" != Z ]
+}
+
 member_mode() {  # member_mode DIR N
   local port="" line
   read -r port 2>/dev/null <"$1/$2/client_port" || [ -n "$port" ] || { echo down; return; }
@@ -109,28 +123,53 @@ launch() {  # launch DIR N
     # The JVM is this subshell's child only in name: exec keeps the pid.
     # Emptied lock paths (container nodes) are looked for every second, not
     # every minute, so that a test sees a released key leave nothing behind.
-    exec setsid java $JVM_OPTS $extra -Dzookeeper.log.dir="$dir/$n" -Dzookeeper.4lw.commands.whitelist='*' \
-      -Dznode.container.checkIntervalMs=1000 \
+    # An election's unanswered notifications are re-sent at most a second
+    # apart (ZooKeeper's default backs off to 60 s, sized for 2 s ticks, not
+    # 100 ms ones): members that start seconds apart on a busy machine
+    # still find each other within a test's wait.
+    exec setsid java $JVM_OPTS $LOG_OPTS $extra -Dzookeeper.log.dir="$dir/$n" \
+      -Dzookeeper.4lw.commands.whitelist='*' -Dznode.container.checkIntervalMs=1000 \
+      -Dzookeeper.fastleader.maxNotificationInterval=1000 \
       -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/$n/zoo.cfg" \
       >"$dir/$n/out.log" 2>&1 </dev/null
   ) &
   echo $! >"$dir/$n/pid"
 }
 
-# wait_serving DIR SECONDS N...: until each member is leader or follower.
+# wait_serving DIR SECONDS N...: until each member is leader or follower;
+# SECONDS of wall-clock time (each question may itself take a while on a
+# busy machine). Fails at once when a member's JVM has exited: a port
+# taken between configure and launch, say, which no wait will cure.
 wait_serving() {
-  local dir=$1 seconds=$2 i n ok
+  local dir=$1 seconds=$2 deadline=$((SECONDS + $2)) n ok
   shift 2
-  for ((i = 0; i < seconds * 10; i++)); do
+  while ((SECONDS < deadline)); do
     ok=1
     for n in "$@"; do
-      case $(member_mode "$dir" "$n") in leader | follower) ;; *) ok=0 ;; esac
+      case $(member_mode "$dir" "$n") in
+        leader | follower) ;;
+        *)
+          ok=0
+          member_running "$dir" "$n" || { serving_failed "$dir" "member $n exited" "$@"; return 1; }
+          ;;
+      esac
     done
     [ $ok = 1 ] && return 0
     sleep 0.1
   done
-  echo "zookeeper.sh: members $* did not start serving within ${seconds}s; logs:" >&2
-  for n in "$@"; do tail -5 "$dir/$n/out.log" >&2 2>/dev/null; done
+  serving_failed "$dir" "members $* did not start serving within ${seconds}s" "$@"
+}
+
+# serving_failed DIR WHY N...: says so, with each member's last log lines
+# (a stack trace's frames left out).
+serving_failed() {
+  local dir=$1 n
+  echo "zookeeper.sh: $2; the end of each member's log:" >&2
+  shift 2
+  for n in "$@"; do
+    echo "--- member $n ($(member_mode "$dir" "$n"))" >&2
+    grep -v $'^\t' "$dir/$n/out.log" 2>/dev/null | tail -8 >&2
+  done
   return 1
 }
 
