@@ -10,7 +10,18 @@ failures=0
 cleanup() {
   # Leave nothing running behind.
   jobs -p | xargs -r kill -9 2>/dev/null
+  [ "$failures" = 0 ] || show_logs
   rm -rf "$WORK"
+}
+
+# The end of each log the failed test's commands left in $WORK (a server
+# script's, a chaos run's), before $WORK goes: CI keeps only what is printed.
+show_logs() {
+  local log
+  while IFS= read -r log; do
+    echo "--- the end of ${log#"$WORK"/}:" >&2
+    tail -20 "$log" >&2
+  done < <(find "$WORK" -maxdepth 3 -name '*.log' -type f 2>/dev/null | sort | head -20)
 }
 trap cleanup EXIT
 
