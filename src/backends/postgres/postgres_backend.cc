@@ -73,9 +73,8 @@ PostgresBackend::PostgresBackend(PostgresOptions options)
 
 Status PostgresBackend::Init() {
   std::unique_lock lock(mu_);
-  DLOCK_RETURN_IF_ERROR(EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout,
-                                              "open the lock store"));
-  sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
+  DLOCK_RETURN_IF_ERROR(
+      EnsureConnectedLocked(SteadyClock::now() + options_.connect_timeout, "open the lock store"));
   return Status::Ok();
 }
 
@@ -559,6 +558,12 @@ Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
 
 void PostgresBackend::NoteReleaseForSweep() {
   released_at_.store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  std::lock_guard lock(sweeper_mu_);
+  if (sweeping_) return;
+  // A sweeper that ended has returned or is about to, and holds nothing.
+  if (sweeper_.joinable()) sweeper_.join();
+  sweeping_ = true;
+  sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
 }
 
 // A row is swept once its key was last granted kSweepEvery ago, so sweeps
@@ -569,30 +574,47 @@ void PostgresBackend::SweepLoop(std::stop_token stop) {
   std::mutex mu;
   std::condition_variable_any wake;
   std::unique_lock lock(mu);
-  PgConnHandle own;
   while (!stop.stop_requested()) {
     wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
-    SteadyTime::rep released = released_at_.load();
-    if (stop.stop_requested() || released == 0) continue;
-    const bool all_aged =
-        SteadyClock::now() - SteadyTime(SteadyTime::duration(released)) >= kSweepEvery;
-    bool more = true, failed = false;
-    for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
-      const Result<std::int64_t> swept = SweepOn(own, CallDeadline());
-      more = swept.ok() && *swept == kSweepBatch;
-      // A sweep kept out (lock_timeout) or cut short is tried next time.
-      failed = !swept.ok() || (more && round + 1 == kSweepBatchesPerRound);
-    }
-    if (all_aged && !failed) released_at_.compare_exchange_strong(released, 0);
+    if (stop.stop_requested()) break;
+    if (SweepRound(stop) && SweeperDone()) return;
   }
-  // A process that lives for one lock (`dlock exec`, `dlock once`) never
-  // reaches a round: one batch on the way out, so that what earlier such
-  // processes left goes with it, bounded so that exit stays quick. On the
-  // backend's connection unless the loop opened one: nothing else runs now.
+  LastSweep();
+}
+
+bool PostgresBackend::SweepRound(const std::stop_token& stop) {
+  SteadyTime::rep released = released_at_.load();
+  if (released == 0) return true;
+  const bool all_aged =
+      SteadyClock::now() - SteadyTime(SteadyTime::duration(released)) >= kSweepEvery;
+  bool more = true, failed = false;
+  for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
+    const Result<std::int64_t> swept = SweepOn(sweep_conn_, CallDeadline());
+    more = swept.ok() && *swept == kSweepBatch;
+    // A sweep kept out (lock_timeout) or cut short is tried next time.
+    failed = !swept.ok() || (more && round + 1 == kSweepBatchesPerRound);
+  }
+  return all_aged && !failed && released_at_.compare_exchange_strong(released, 0);
+}
+
+bool PostgresBackend::SweeperDone() {
+  std::lock_guard lock(sweeper_mu_);
+  // A release since the round's swap keeps the loop going: its
+  // NoteReleaseForSweep saw sweeping_ and started no other.
+  if (released_at_.load() != 0) return false;
+  sweeping_ = false;
+  return true;
+}
+
+// A process that lives for one lock (`dlock exec`, `dlock once`) never
+// reaches a round: one batch on the way out, so that what earlier such
+// processes left goes with it, bounded so that exit stays quick. On the
+// backend's connection unless the loop opened one: nothing else runs now.
+void PostgresBackend::LastSweep() {
   if (released_at_.load() == 0) return;
   const SteadyTime deadline = SteadyClock::now() + kLastSweepWithin;
-  if (own) {
-    (void)SweepOn(own, deadline);
+  if (sweep_conn_) {
+    (void)SweepOn(sweep_conn_, deadline);
     return;
   }
   std::unique_lock busy(mu_, std::defer_lock);

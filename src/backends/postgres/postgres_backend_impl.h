@@ -152,9 +152,18 @@ class PostgresBackend final : public Backend {
   // Deleting the rows of keys nobody holds (SweepSql): every kSweepEvery,
   // while this backend released something not yet swept, in batches while
   // they come back full (a bounded number per round); and once as it
-  // closes.
-  void SweepLoop(std::stop_token stop);
+  // closes. The sweeper thread runs only while there is something to
+  // sweep: a release starts it, and it ends after the round that swept
+  // the last of it, so a client that only waits or holds keeps no thread
+  // for it (issue 25's thread budget).
   void NoteReleaseForSweep();
+  void SweepLoop(std::stop_token stop);
+  // One round; whether everything released before it is now swept.
+  bool SweepRound(const std::stop_token& stop);
+  // Under sweeper_mu_: ends the loop when nothing is left to sweep.
+  bool SweeperDone();
+  // As the backend closes, after a release the rounds have not swept.
+  void LastSweep();
   Result<std::int64_t> SweepOn(PgConnHandle& conn, SteadyTime deadline);
   // With mu_ held, on the operations connection: whether a sweep would
   // delete anything now (false when that cannot be told).
@@ -199,7 +208,10 @@ class PostgresBackend final : public Backend {
   // When this backend last released a key or wrote a record that expires
   // (steady clock ticks); 0 when every row it freed has been swept since.
   std::atomic<SteadyTime::rep> released_at_{0};
-  std::jthread sweeper_;  // last: stopped and joined before the rest goes
+  PgConnHandle sweep_conn_;  // the sweeper's own; one sweeper thread at a time
+  std::mutex sweeper_mu_;    // guards the two below
+  bool sweeping_ = false;    // sweeper_ runs, and will see a new release
+  std::jthread sweeper_;     // last: stopped and joined before the rest goes
 };
 
 // One acquire of one key by one owner (Backend::Begin). A waiting one

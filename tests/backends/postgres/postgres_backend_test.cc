@@ -36,6 +36,7 @@
 #include "dlock/client.h"
 #include "eventually.h"
 #include "postgres_test_util.h"
+#include "threads.h"
 #include "timing.h"
 
 namespace dlock::postgres {
@@ -255,6 +256,41 @@ TEST_F(PostgresBackendTest, SweptRowsLeaveNothingAndTokensGoOnAboveThem) {
   ASSERT_TRUE(next.ok() && next->granted) << next.status().ToString();
   EXPECT_GT(next->token, ahead) << "the token went down after the row was swept";
   ASSERT_TRUE(b->Release(key, OwnerId(3, 4)).ok());
+}
+
+// The sweeper is a thread only while something released waits to be
+// swept: none for a backend that has released nothing, one from a release
+// until the round that swept it, and one again at the next release.
+TEST_F(PostgresBackendTest, TheSweeperThreadLivesOnlyWhileThereIsSomethingToSweep) {
+  using testing_support::ThreadsOfThisProcess;
+  const std::string table = Unique("sweeper");
+  auto b = Raw(WithParam(ServerUri(), "table=" + table));
+  ASSERT_NE(b, nullptr);
+  const int before = ThreadsOfThisProcess();
+  auto granted = b->TryAcquire({"k", OwnerId(1, 2), milliseconds(5000)});
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  EXPECT_EQ(ThreadsOfThisProcess(), before) << "a grant started a thread";
+  ASSERT_TRUE(b->Release("k", OwnerId(1, 2)).ok());
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "the release started no sweeper";
+  Result<std::uint64_t> left = 0;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        left = b->StoredObjects("k");
+        return left.ok() && *left == 0 && ThreadsOfThisProcess() == before;
+      },
+      milliseconds(60'000)))
+      << "rows left: " << (left.ok() ? std::to_string(*left) : left.status().ToString())
+      << "; threads " << ThreadsOfThisProcess() << ", " << before << " before the release";
+  granted = b->TryAcquire({"k", OwnerId(1, 2), milliseconds(5000)});
+  ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
+  ASSERT_TRUE(b->Release("k", OwnerId(1, 2)).ok());
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "the next release started no sweeper";
+  b.reset();
+  EXPECT_EQ(ThreadsOfThisProcess(), before) << "the closed backend left its sweeper";
+  auto admin = AdminConnect();
+  Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done, " +
+                         table + "_breaks");
+  Query(admin.get(), "DROP SEQUENCE IF EXISTS " + table + "_tokens");
 }
 
 // A process that lives for one lock (`dlock exec`) never reaches a sweep
