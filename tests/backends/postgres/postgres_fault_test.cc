@@ -95,12 +95,17 @@ TEST_F(PostgresFaultTest, KilledSessionIsReplacedAndTheLeaseKept) {
     waited.emplace(waiter->Acquire(key, Opts(ttl, 20 * ttl)));
     waited_done = true;
   });
-  std::this_thread::sleep_for(milliseconds(150));
-
+  // All three sessions open before any is killed: the LISTEN session comes
+  // with the waiter's first wait, which a loaded machine may take a while
+  // to reach.
   auto admin = AdminConnect();
-  const std::string killed = Query(
-      admin.get(), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '" +
-                       app + "'");
+  const std::string of_app = " FROM pg_stat_activity WHERE application_name = '" + app + "'";
+  std::string open;
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] { return std::stoi(open = Query(admin.get(), "SELECT count(*)" + of_app)) >= 3; },
+      10 * ttl))
+      << "sessions open: " << open << ", want the holder's, the waiter's and its LISTEN one";
+  const std::string killed = Query(admin.get(), "SELECT count(pg_terminate_backend(pid))" + of_app);
   EXPECT_GE(std::stoi(killed), 3) << "holder, waiter and the waiter's LISTEN sessions";
 
   // Several TTLs later the lease is still held: renewals reconnected.
@@ -153,18 +158,30 @@ TEST_F(PostgresFaultTest, ARenewalWaitsForASlowNewSessionWhileTheLeaseLasts) {
 TEST_F(PostgresFaultTest, CleanRestartKeepsALongLeaseAndTokensGrow) {
   auto client = NewClient();
   const std::string key = Unique("restart");
-  auto lease = client->TryAcquire(key, Opts(milliseconds(8000)));
+  constexpr milliseconds kTtl{8000};
+  auto lease = client->TryAcquire(key, Opts(kTtl));
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   const FencingToken before = lease->token();
   ASSERT_TRUE(Server("restart"));
-  // Past a renewal (ttl/3) after the restart: renewals reach the new server.
-  std::this_thread::sleep_for(milliseconds(3000));
-  ASSERT_TRUE(lease->Check().ok()) << lease->Check().ToString();
-  auto holders = client->List(key);
+  const auto up = std::chrono::steady_clock::now();
+  // A renewal reaches the new server: the store's time left is more than
+  // any renewal sent before the restart ended could leave by now. Bounded
+  // by the lease itself, which is lost without one.
+  Result<std::vector<HolderInfo>> holders = std::vector<HolderInfo>{};
+  const bool renewed = testing_support::Eventually(
+      [&] {
+        const auto asked = std::chrono::steady_clock::now();
+        holders = client->List(key);
+        return holders.ok() && holders->size() == 1 &&
+               (*holders)[0].ttl_remaining > kTtl - (asked - up);
+      },
+      kTtl, milliseconds(50));
   ASSERT_TRUE(holders.ok()) << holders.status().ToString();
   ASSERT_EQ(holders->size(), 1u);
+  EXPECT_TRUE(renewed) << "not renewed after the restart: " << (*holders)[0].ttl_remaining.count()
+                       << " ms left";
+  ASSERT_TRUE(lease->Check().ok()) << lease->Check().ToString();
   EXPECT_EQ((*holders)[0].owner, lease->owner()) << "client and store disagree on the holder";
-  EXPECT_GT((*holders)[0].ttl_remaining, milliseconds(4000)) << "renewed after the restart";
   ASSERT_TRUE(lease->Release().ok());
   auto next = client->TryAcquire(key, Opts(milliseconds(1000)));
   ASSERT_TRUE(next.ok()) << next.status().ToString();
@@ -187,7 +204,10 @@ TEST_F(PostgresFaultTest, ServerAwayLongerThanTheLeaseMakesItLostAtValidUntil) {
   }) - milliseconds(1);
   ASSERT_TRUE(Server("down"));
   const TimePoint valid_until = lease->valid_until();
+  // Down well past valid_until, and on until the loss is reported (a
+  // loaded machine may run the renewal loop late).
   std::this_thread::sleep_for(milliseconds(1200));
+  testing_support::Eventually([&] { return lost_at_ns.load() != 0; }, milliseconds(5000));
   const TimePoint up_at = MonotonicClock::now();
   ASSERT_TRUE(Server("up"));
   ASSERT_NE(lost_at_ns.load(), 0) << "a lease that could not be renewed was not reported lost";
