@@ -95,12 +95,20 @@ TEST_F(MariaDbFaultTest, KilledSessionsAreReplacedAndTheLeaseKept) {
     waited.emplace(waiter->Acquire(key, Opts(ttl, 20 * ttl)));
     waited_done = true;
   });
-  std::this_thread::sleep_for(milliseconds(300));
-  // Every session of the dlock user but this one: operations, waits.
+  // Every session of the dlock user but this one: operations, waits. All
+  // three open before any is killed: the wait session comes with the
+  // waiter's first wait, which a loaded machine may take a while to reach.
   auto admin = AdminConnect();
-  const std::string killed = Query(
-      admin.get(), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'dlock' "
-                   "AND ID <> CONNECTION_ID()");
+  std::string killed;
+  EXPECT_TRUE(testing_support::Eventually(
+      [&] {
+        killed = Query(admin.get(),
+                       "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'dlock' "
+                       "AND ID <> CONNECTION_ID()");
+        return std::stoi(killed) >= 3;
+      },
+      10 * ttl))
+      << "sessions open: " << killed << ", want the holder's, the waiter's and its wait one";
   Query(admin.get(), "BEGIN NOT ATOMIC FOR s IN (SELECT ID FROM information_schema.PROCESSLIST "
                      "WHERE USER = 'dlock' AND ID <> CONNECTION_ID()) DO KILL CONNECTION s.ID; "
                      "END FOR; END");
