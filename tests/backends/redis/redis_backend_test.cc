@@ -295,10 +295,20 @@ TEST_F(RedisServer, HandOffByNotificationIsPrompt) {
       waited.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000))));
       granted_ns = NowNs();
     });
-    // Long enough for the waiter to be asleep on its subscription; the
-    // holder's lease (10 s) and the queue refresh (1 s) are far longer than
-    // the gap asserted below, so only the notification can explain it.
-    std::this_thread::sleep_for(milliseconds(200));
+    // Released once the waiter is queued and its subscriber listens on the
+    // key's channel; the holder's lease (10 s) and the queue refresh (1 s)
+    // are far longer than the gap asserted below, so only the notification
+    // can explain it.
+    EXPECT_TRUE(testing_support::Eventually(
+        [&] {
+          ReplyPtr subscribers = Cmd(admin_.get(), {"PUBSUB", "NUMSUB", WakeChannel(0, key)});
+          ReplyPtr queued = Cmd(admin_.get(), {"LLEN", QueueName(key)});
+          return subscribers && subscribers->type == REDIS_REPLY_ARRAY &&
+                 subscribers->elements == 2 && subscribers->element[1]->integer >= 1 && queued &&
+                 queued->integer >= 1;
+        },
+        milliseconds(10'000), milliseconds(10)))
+        << "round " << round << ": the waiter never listened";
     const std::int64_t released_ns = NowNs();
     EXPECT_TRUE(held->Release().ok());  // no ASSERT while the waiter runs
     waiter.join();

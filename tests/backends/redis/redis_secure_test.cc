@@ -9,6 +9,7 @@
 
 #include "backends/redis/redis_fence_conn.h"
 #include "dlock/fence_redis.h"
+#include "eventually.h"
 #include "redis_test_util.h"
 #include "timing.h"
 
@@ -56,23 +57,39 @@ TEST_F(RedisSecure, MinimalAclUserLocksWaitsAndFences) {
   const auto bound = testing_support::FastPath(
       testing_support::GrantAndReleaseCost(*b, key + "/probe", milliseconds(10'000)),
       milliseconds(250), milliseconds(1000));
-  auto held = a->TryAcquire(key, Opts(milliseconds(10'000)));
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
   // A waiter woken by the release's message over the TLS subscriber: the
-  // lease (10 s) and the queue refresh are far longer than the bound.
-  std::atomic<std::int64_t> granted_ns{0};
+  // lease (10 s) and the queue refresh are far longer than the bound. The
+  // first round is not timed: its waiter opens the subscriber connection
+  // (a TLS handshake and a login), which a release during it would wait
+  // for. Each release waits until the waiter is queued.
   std::optional<Result<Lease>> waited;
-  std::thread waiter([&] {
-    waited.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000))));
-    granted_ns = NowNs();
-  });
-  std::this_thread::sleep_for(milliseconds(300));
-  const std::int64_t released_ns = NowNs();
-  EXPECT_TRUE(held->Release().ok());
-  waiter.join();
-  ASSERT_TRUE(waited->ok()) << waited->status().ToString();
-  const double bound_ms = std::chrono::duration<double, std::milli>(bound.limit).count();
-  EXPECT_LT(static_cast<double>(granted_ns - released_ns) / 1e6, bound_ms) << bound;
+  for (int round = 0; round < 2; ++round) {
+    auto held = a->TryAcquire(key, Opts(milliseconds(10'000)));
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    std::atomic<std::int64_t> granted_ns{0};
+    waited.reset();
+    std::thread waiter([&] {
+      waited.emplace(b->Acquire(key, Opts(milliseconds(10'000), milliseconds(10'000))));
+      granted_ns = NowNs();
+    });
+    EXPECT_TRUE(testing_support::Eventually(
+        [&] {
+          auto queued = a->Waiters(key);
+          return queued.ok() && queued->size() == 1;
+        },
+        milliseconds(10'000), milliseconds(20)))
+        << "the waiter did not queue";
+    const std::int64_t released_ns = NowNs();
+    EXPECT_TRUE(held->Release().ok());
+    waiter.join();
+    ASSERT_TRUE(waited->ok()) << waited->status().ToString();
+    const double bound_ms = std::chrono::duration<double, std::milli>(bound.limit).count();
+    if (round == 0) {
+      ASSERT_TRUE((*waited)->Release().ok());
+    } else {
+      EXPECT_LT(static_cast<double>(granted_ns - released_ns) / 1e6, bound_ms) << bound;
+    }
+  }
 
   // The Redis fence over TLS, as the same user.
   ConnectOptions o;
