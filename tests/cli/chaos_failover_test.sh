@@ -68,8 +68,10 @@ checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
 assert checks["d"]["verdict"].lower() == "fail", checks["d"]
 PY
 
-out=$(run fenced "wait_replicas=1&wait_timeout=300ms")
-rc=$?
+# The fenced run must stage the failover as well, or checker d judges
+# nothing: a run whose schedule slipped is made again, as above.
+run_until_killed run fenced "wait_replicas=1&wait_timeout=300ms" ||
+  fail "with wait_replicas: three runs staged no failover (a kill, then a grant): $(summary "$out")"
 # 4: only recovery failures, which a loaded machine may cause.
 [ "$rc" = 0 ] || [ "$rc" = 4 ] || { fail "with wait_replicas: exited $rc: $(summary "$out")"; show_logs "$out"; }
 "$PYTHON3" - "$out" <<'PY' || { fail "with wait_replicas: $(summary "$out")"; show_logs "$out"; }
@@ -80,9 +82,10 @@ assert r["violations"] == 0, r["violations"]
 assert r["faults_by_kind"].get("member-hold-back", 0) >= 1, r["faults_by_kind"]
 checks = {c["id"]: c for c in r["run_results"][0]["checks"]}
 assert checks["d"]["verdict"].lower() == "pass", checks["d"]
-# Recovery (i) is liveness: judged, but a miss is what exit 4 allows above
-# (Sentinel's own failover delay on a loaded machine).
-assert checks["i"]["verdict"].lower() in ("pass", "fail"), checks["i"]
+# Recovery (i) is liveness, reported but not required: the killed member's
+# restart can come too late in a loaded run for its window to close
+# (checker i then says "unknown"), and a miss is what exit 4 allows.
+# What is required, a grant after the failover, run_until_killed saw.
 PY
 [ -n "$(member_pids)" ] && fail "members left running"
 
