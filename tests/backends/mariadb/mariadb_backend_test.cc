@@ -212,6 +212,7 @@ TEST_F(MariaDbBackendTest, AReleaseWakesTheNextWaiterAtOnce) {
   const auto bound = FastPath(
       testing_support::GrantAndReleaseCost(*waiter, Unique("probe"), milliseconds(5000)),
       kPromptFloor, kRearmEvery);
+  auto admin = AdminConnect();
   // Round 0 warms up: the waiter's first wait opens its wait connection;
   // it is not measured.
   for (int round = 0; round < 4; ++round) {
@@ -226,7 +227,16 @@ TEST_F(MariaDbBackendTest, AReleaseWakesTheNextWaiterAtOnce) {
     });
     auto raw = Raw();
     EXPECT_TRUE(raw && WaitForWaiters(*raw, key, 1)) << "the waiter never queued";
-    std::this_thread::sleep_for(milliseconds(100));  // in its GET_LOCK by now, most likely
+    // Released once a session waits in GET_LOCK (another test's waiter on
+    // this server may be the one seen: then this round is timed as before).
+    EXPECT_TRUE(testing_support::Eventually(
+        [&] {
+          return Query(admin.get(),
+                       "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'dlock' "
+                       "AND STATE = 'User lock'") != "0";
+        },
+        milliseconds(10'000), milliseconds(10)))
+        << "round " << round << ": the waiter never waited in GET_LOCK";
     const auto released = Steady::now();
     EXPECT_TRUE(first->Release().ok());
     t.join();
