@@ -20,8 +20,7 @@ struct SharedLoop::State {
   const std::shared_ptr<Clock> clock;
   std::mutex mu;
   std::deque<Job> jobs;  // a deque: a running job's entry stays put as jobs are added
-  Loop* loop = nullptr;  // null once stopped
-  bool stopped = false;
+  Loop* loop = nullptr;  // null before the start and once stopped: no job runs
 
   // One turn: runs each job that is due or woken, each with the time of its
   // own start (an earlier job may have taken a round trip). Returns when
@@ -29,7 +28,7 @@ struct SharedLoop::State {
   // hour on (never TimePoint::max(): the wait adds it to the clock).
   TimePoint RunDue() {
     std::unique_lock lock(mu);
-    for (std::size_t i = 0; i < jobs.size() && !stopped; ++i) {
+    for (std::size_t i = 0; i < jobs.size() && loop != nullptr; ++i) {
       Job& job = jobs[i];
       const TimePoint now = clock->Now();
       if (!job.woken && job.next > now) continue;
@@ -47,7 +46,7 @@ struct SharedLoop::State {
 
   void Wake(std::size_t id) {
     std::lock_guard lock(mu);
-    if (stopped) return;
+    if (loop == nullptr) return;
     jobs[id].woken = true;
     loop->Wake();  // never runs a turn inline, so safe under mu
   }
@@ -66,7 +65,7 @@ SharedLoop::Waker SharedLoop::Add(Run run) {
   std::size_t id = 0;
   {
     std::lock_guard lock(state_->mu);
-    if (state_->stopped) return [] {};
+    if (state_->loop == nullptr) return [] {};
     state_->jobs.push_back({std::move(run)});
     id = state_->jobs.size() - 1;
     state_->loop->Wake();
@@ -79,7 +78,6 @@ SharedLoop::Waker SharedLoop::Add(Run run) {
 void SharedLoop::Stop() {
   {
     std::lock_guard lock(state_->mu);
-    state_->stopped = true;
     state_->loop = nullptr;
   }
   // Outside mu: a turn in progress may be waiting for it, and the Loop's
