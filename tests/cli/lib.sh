@@ -10,13 +10,13 @@ failures=0
 cleanup() {
   # Leave nothing running behind.
   jobs -p | xargs -r kill -9 2>/dev/null
-  [ "$failures" = 0 ] || show_logs
+  [ "$failures" = 0 ] || show_work_logs
   rm -rf "$WORK"
 }
 
 # The end of each log the failed test's commands left in $WORK (a server
 # script's, a chaos run's), before $WORK goes: CI keeps only what is printed.
-show_logs() {
+show_work_logs() {
   local log
   while IFS= read -r log; do
     echo "--- the end of ${log#"$WORK"/}:" >&2
