@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
+#include "core/duration.h"
 #include "core/leak_suppressions.h"
 
 namespace dlock::zookeeper {
@@ -212,23 +214,43 @@ Session::Session(std::string hosts, std::chrono::milliseconds timeout,
   acl_.data = acl_entries_.data();
 }
 
-Status Session::Authenticate(const Identity& identity) {
+int AddCredentials(zhandle_t* zh, const std::string& cert, std::chrono::nanoseconds wait) {
+  const auto end = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    const int rc =
+        zoo_add_auth(zh, "digest", cert.data(), static_cast<int>(cert.size()), nullptr, nullptr);
+    // Between attempts the state is 0 and no event marks its end: poll.
+    // An attempt that is taken holds a non-zero state for its handshake.
+    if (rc != ZINVALIDSTATE || is_unrecoverable(zh) != ZOK ||
+        std::chrono::steady_clock::now() >= end) {
+      return rc;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status Session::Authenticate(const Identity& identity, std::chrono::nanoseconds wait) {
   if (identity.user.empty()) return Status::Ok();
   const std::string cert = identity.user + ":" + identity.password;
   // The outcome arrives as a session event (ZOO_AUTH_FAILED_STATE) if the
   // ensemble refuses; the digest scheme accepts any well-formed pair and
   // a wrong password is found when the ACLs refuse it (ZNOAUTH).
-  const int rc = zoo_add_auth(zh_, "digest", cert.data(), static_cast<int>(cert.size()), nullptr,
-                              nullptr);
+  const int rc = AddCredentials(zh_, cert, wait);
+  if (rc == ZINVALIDSTATE && is_unrecoverable(zh_) == ZOK) {
+    return UnavailableError(
+        "no ZooKeeper server at " + hosts_ + " took a connection within " +
+        internal::FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(wait)) +
+        " (is the ensemble running, and are these its client ports?)");
+  }
   if (rc != ZOK) return ZkError(rc, "sending the credentials of user '" + identity.user + "'");
   return Status::Ok();
 }
 
 Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
                                                 std::chrono::milliseconds timeout,
-                                                std::shared_ptr<Clock> clock,
-                                                StateHandler on_state, NodeHandler on_node,
-                                                const Identity& identity) {
+                                                std::shared_ptr<Clock> clock, StateHandler on_state,
+                                                NodeHandler on_node, const Identity& identity,
+                                                std::chrono::nanoseconds credentials_wait) {
   SetLogLevelOnce();
   std::unique_ptr<Session> s(new Session(hosts, timeout, std::move(clock), std::move(on_state),
                                          std::move(on_node), identity));
@@ -251,7 +273,7 @@ Result<std::unique_ptr<Session>> Session::Start(const std::string& hosts,
   // to follow a DNS change; a lost connection still resolves at once.
   (void)zoo_set_servers_resolution_delay(zh, kResolveEveryMs);
   s->zh_ = zh;
-  DLOCK_RETURN_IF_ERROR(s->Authenticate(identity));
+  DLOCK_RETURN_IF_ERROR(s->Authenticate(identity, credentials_wait));
   return s;
 }
 

@@ -125,13 +125,14 @@ class Session {
   using DoneHandler = std::function<void(const Reply&)>;
 
   // Starts connecting to `hosts` ("h1:2181,h2:2181"), asking for `timeout`;
-  // returns at once. kUnavailable when the client cannot even start (a host
-  // that does not resolve).
-  static Result<std::unique_ptr<Session>> Start(const std::string& hosts,
-                                                std::chrono::milliseconds timeout,
-                                                std::shared_ptr<Clock> clock,
-                                                StateHandler on_state, NodeHandler on_node,
-                                                const Identity& identity = {});
+  // returns at once, or with an identity once the client took its
+  // credentials (at most `credentials_wait`: see AddCredentials).
+  // kUnavailable when the client cannot even start (a host that does not
+  // resolve) or no member took a connection within that wait.
+  static Result<std::unique_ptr<Session>> Start(
+      const std::string& hosts, std::chrono::milliseconds timeout, std::shared_ptr<Clock> clock,
+      StateHandler on_state, NodeHandler on_node, const Identity& identity = {},
+      std::chrono::nanoseconds credentials_wait = std::chrono::seconds(1));
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -178,7 +179,7 @@ class Session {
           StateHandler on_state, NodeHandler on_node, const Identity& identity);
   // Sends the digest credentials; the client sends them again on every
   // reconnect, ahead of any request.
-  Status Authenticate(const Identity& identity);
+  Status Authenticate(const Identity& identity, std::chrono::nanoseconds wait);
   static void OnWatch(zhandle_t* zh, int type, int state, const char* path, void* ctx);
   void HandleWatch(zhandle_t* zh, int type, int state, const char* path);
   void NoteHeard(TimePoint sent);
@@ -205,6 +206,13 @@ class Session {
   std::mutex mu_;
   std::condition_variable cv_;  // state changes
 };
+
+// zoo_add_auth with digest credentials "user:password", tried again for up
+// to `wait` while the handle is between two connection attempts: the C
+// client refuses credentials then (ZINVALIDSTATE, ZOOKEEPER-800) though
+// nothing is wrong, as when the first member it tried closed the
+// connection. Returns zoo_add_auth's last answer.
+int AddCredentials(zhandle_t* zh, const std::string& cert, std::chrono::nanoseconds wait);
 
 // True when `rc` means the ensemble answered the request (so it heard from
 // this session), false for connection loss, timeouts, a closed handle.

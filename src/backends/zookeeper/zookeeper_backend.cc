@@ -114,12 +114,15 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
       old = std::move(session);
       const milliseconds timeout = options.session_timeout.value_or(ttl_hint);
       const std::uint64_t g = gen + 1;
+      // With credentials Start may wait (≤ attempt_timeout) for a member to
+      // take a connection; under the lock, as every caller would wait for
+      // that connection anyway.
       DLOCK_ASSIGN_OR_RETURN(
           session, Session::Start(
                        options.hosts, timeout, clock,
                        [this, g](Session::State st) { OnSessionState(g, st); },
                        [this, g](int type, const std::string& path) { OnNodeEvent(g, type, path); },
-                       options.identity));
+                       options.identity, attempt_timeout));
       gen = g;
       // Leases of an expired session are gone with it.
       std::erase_if(holdings, [&](const auto& kv) { return kv.second->gen != g; });
