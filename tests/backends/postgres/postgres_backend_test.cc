@@ -678,6 +678,8 @@ TEST_F(PostgresBackendTest, AWaiterAcquiresPromptlyAfterTheRelease) {
   auto holder = NewClient();
   auto waiter_client = NewClient();
   const std::string key = Unique("handoff");
+  auto observer = Raw();
+  ASSERT_NE(observer, nullptr);
   std::vector<double> gaps_ms;
   // 50 ms, or more on a machine where a grant and release cost more now;
   // below the second after which a waiter that missed its NOTIFY asks again.
@@ -694,7 +696,9 @@ TEST_F(PostgresBackendTest, AWaiterAcquiresPromptlyAfterTheRelease) {
       got.emplace(waiter_client->Acquire(key, Opts(milliseconds(30'000), milliseconds(10'000))));
       granted_at = Steady::now();
     });
-    std::this_thread::sleep_for(milliseconds(100));  // let it wait (not asserted)
+    // Queued, so it waits for the release's NOTIFY (an attempt started
+    // before the release and refused after it is woken all the same).
+    EXPECT_TRUE(WaitForWaiters(*observer, key, 1)) << "the waiter never queued";
     // The key is released when Release returns (committed; its WAL flush
     // is not waited for, and nothing here needs it).
     const Status released = held->Release();
