@@ -10,11 +10,12 @@ source "$(dirname "$0")/chaos_lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../scripts/servers" && pwd)/redis_cluster.sh
 trap 'stop_members; cleanup' EXIT
 
-# run WORKLOAD [PARAMS] [SEED]: one 15 s run, ttl 1 s, the key's primary
-# killed at least once; kept, with the members' logs, for show_logs.
+# run WORKLOAD [PARAMS] [SEED]: one run of 15 s (more on a retry), ttl 1 s,
+# the key's primary killed at least once; kept, with the members' logs, for
+# show_logs.
 run() {
   "$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed "${3:-5}" --ttl 1s \
-    --duration 15s --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
+    --duration "$(stretched 15)" --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
 }
 
 # show_logs JSON: what the nodes and the script logged in a failed run.

@@ -34,13 +34,14 @@ kill_leftovers() {
 }
 trap 'kill_leftovers; cleanup' EXIT
 
-# run SCRIPT WORKLOAD SECONDS SEED: one run in $WORK/SCRIPT (kept: its
-# history is read below), ttl 1 s, the primary killed at least once unless
-# the schedule slipped (run_until_killed tries another seed then).
+# run SCRIPT WORKLOAD SECONDS SEED: one run of SECONDS (more on a retry) in
+# $WORK/SCRIPT (kept: its history is read below), ttl 1 s, the primary
+# killed at least once unless the schedule slipped (run_until_killed tries
+# another seed then).
 run() {
   mkdir -p "$WORK/$1"
   "$DLOCK" chaos --server-script "$SERVERS/$1" --dir "$WORK/$1" --json --keep --seed "$4" \
-    --ttl 1s --duration "$3s" --faults leader-lag-kill --workload "$2"
+    --ttl 1s --duration "$(stretched "$3")" --faults leader-lag-kill --workload "$2"
 }
 
 run_until_killed run postgres_replicated.sh unfenced 12 ||

@@ -25,12 +25,13 @@ expect_exit 64 "goes with member faults" -- \
   "$DLOCK" chaos --store-params wait_replicas=1 --faults pause --duration 4s --dir "$WORK"
 [ -n "$(member_pids)" ] && fail "a refused run left members running"
 
-# run WORKLOAD [PARAMS] [SEED]: one 15 s run, ttl 1 s, the primary killed at
-# least once (a kill late in the run leaves its failover unseen: the others
-# show it); kept, with the members' logs, for show_logs.
+# run WORKLOAD [PARAMS] [SEED]: one run of 15 s (more on a retry), ttl 1 s,
+# the primary killed at least once (a kill late in the run leaves its
+# failover unseen: the others show it); kept, with the members' logs, for
+# show_logs.
 run() {
   "$DLOCK" chaos --server-script "$SCRIPT" --dir "$WORK" --json --seed "${3:-5}" --ttl 1s \
-    --duration 15s --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
+    --duration "$(stretched 15)" --faults leader-lag-kill --workload "$1" ${2:+--store-params "$2"} --keep
 }
 
 # show_logs JSON: what the sentinels and members logged in a failed run;

@@ -68,14 +68,25 @@ PY
 
 # run_until_killed RUN ARGS...: calls `RUN ARGS... SEED` with seeds 5, 6, 7
 # until a run stages a failover (killed); sets $out and $rc from the last
-# run. 1 if none did.
+# run. 1 if none did. A schedule slips when a loaded machine makes the
+# failover slow, so each try is given more time: RUN takes its duration
+# from `stretched`.
+attempt=1
 run_until_killed() {
   local seed
+  attempt=1
   for seed in 5 6 7; do
     out=$("$@" "$seed")
     rc=$?
     killed "$out" && return 0
-    echo "seed $seed: no failover served a grant (the schedule slipped); again" >&2
+    echo "seed $seed: no failover served a grant (the schedule slipped); again, longer" >&2
+    attempt=$((attempt + 1))
   done
   return 1
+}
+
+# stretched SECONDS: the run's duration for this try of run_until_killed:
+# SECONDS, then 1.5 and 2 times it.
+stretched() {
+  echo "$(($1 * (attempt + 1) / 2))s"
 }
