@@ -27,6 +27,24 @@ inline long long Millis(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// Sleeps for `d` in steps of `step` and returns the longest gap between two
+// steps: far above `step` when the machine stalled this process. A check
+// that such a stall can fail legitimately (a session or lease shorter than
+// the stall, which then ends as it should) is reported, not asserted, when
+// the stall reached its margin.
+inline Duration SleepNotingStalls(Duration d, Duration step = std::chrono::milliseconds(10)) {
+  const TimePoint end = MonotonicClock::now() + d;
+  TimePoint last = MonotonicClock::now();
+  Duration longest{0};
+  while (last < end) {
+    std::this_thread::sleep_for(std::min<Duration>(step, end - last));
+    const TimePoint now = MonotonicClock::now();
+    longest = std::max<Duration>(longest, now - last);
+    last = now;
+  }
+  return longest;
+}
+
 // The slowest of `n` runs of `fn`: its cost on a busy machine, not its best.
 template <typename F>
 Duration MeasureSlowest(int n, F fn) {
