@@ -23,7 +23,6 @@ struct AsyncDriver::State {
   std::unordered_map<std::uint64_t, std::multimap<TimePoint, std::pair<std::uint64_t, Job>>::iterator>
       timer_index;
   std::uint64_t next_timer = 1;
-  TimePoint timer_next = TimePoint::max();  // when the timer loop runs next
 
   void Work() {
     std::unique_lock lock(mu);
@@ -50,8 +49,7 @@ struct AsyncDriver::State {
       cv.notify_one();
     }
     // With nothing due the loop still wakes now and then; harmless.
-    timer_next = timers.empty() ? now + std::chrono::hours(1) : timers.begin()->first;
-    return timer_next;
+    return timers.empty() ? now + std::chrono::hours(1) : timers.begin()->first;
   }
 };
 
@@ -74,7 +72,6 @@ void AsyncDriver::Post(Job job) {
 }
 
 std::uint64_t AsyncDriver::At(TimePoint when, Job job) {
-  bool sooner = false;
   std::uint64_t id = 0;
   {
     std::lock_guard lock(state_->mu);
@@ -82,10 +79,8 @@ std::uint64_t AsyncDriver::At(TimePoint when, Job job) {
     id = state_->next_timer++;
     auto it = state_->timers.emplace(when, std::make_pair(id, std::move(job)));
     state_->timer_index.emplace(id, it);
-    sooner = when < state_->timer_next;
-    if (sooner) state_->timer_next = when;
   }
-  if (sooner) wake_timer_();
+  wake_timer_(when);  // the loop knows whether it runs the timers by then
   return id;
 }
 

@@ -215,16 +215,15 @@ Result<Lease> ClientCore::StartLease(const LeaseRequest& request, const AcquireO
   // last keep-alive, sent before this request.
   const TimePoint from =
       attempt.valid_from != TimePoint{} && attempt.valid_from < sent ? attempt.valid_from : sent;
-  bool wake;
+  TimePoint renew_by;
   {
     std::lock_guard lock(mu_);
     ExtendLocked(*state, from, session);
     held_.push_back(state);
-    wake = loop_next_ != TimePoint::min() && state->next_renew_at < loop_next_;
+    renew_by = state->next_renew_at;
   }
-  // Waking the loop costs a thread switch on every acquire; only needed when
-  // this lease must be renewed before the loop's next planned run.
-  if (wake) wake_renewal_();
+  // Wakes the loop (a thread switch) only if its next planned run is later.
+  wake_renewal_(renew_by);
   return Lease(shared_from_this(), std::move(state));
 }
 
@@ -477,7 +476,6 @@ TimePoint ClientCore::Tick(TimePoint now) {
   for (const auto& state : held_) {
     next = std::min({next, state->next_renew_at, state->valid_until});
   }
-  loop_next_ = next;
   return next;
 }
 

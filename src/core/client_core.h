@@ -235,9 +235,6 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<LeaseState>> held_;  // phase == kHeld
-  // When the loop will run next, as its last tick decided; min() until the
-  // first tick. A new lease wakes the loop only if it needs it sooner.
-  TimePoint loop_next_ = TimePoint::min();
 
   // The asynchronous acquisitions still pending (owned here while they
   // wait: nothing else holds one), and what runs them.

@@ -14,6 +14,7 @@ struct SharedLoop::State {
     Run run;
     TimePoint next = TimePoint::min();
     bool woken = true;  // a new job runs at the next turn
+    bool running = false;
   };
 
   // Held by the loop's thread too: a job may destroy the SharedLoop.
@@ -33,10 +34,12 @@ struct SharedLoop::State {
       const TimePoint now = clock->Now();
       if (!job.woken && job.next > now) continue;
       job.woken = false;
+      job.running = true;
       lock.unlock();
       const TimePoint next = job.run(now);
       lock.lock();
       job.next = next;
+      job.running = false;
     }
     const TimePoint now = clock->Now();
     TimePoint next = now + std::chrono::hours(1);
@@ -44,10 +47,12 @@ struct SharedLoop::State {
     return next;
   }
 
-  void Wake(std::size_t id) {
+  void Wake(std::size_t id, TimePoint by) {
     std::lock_guard lock(mu);
     if (loop == nullptr) return;
-    jobs[id].woken = true;
+    Job& job = jobs[id];
+    if (job.woken || (!job.running && job.next <= by)) return;
+    job.woken = true;
     loop->Wake();  // never runs a turn inline, so safe under mu
   }
 };
@@ -65,13 +70,13 @@ SharedLoop::Waker SharedLoop::Add(Run run) {
   std::size_t id = 0;
   {
     std::lock_guard lock(state_->mu);
-    if (state_->loop == nullptr) return [] {};
+    if (state_->loop == nullptr) return [](TimePoint) {};
     state_->jobs.push_back({std::move(run)});
     id = state_->jobs.size() - 1;
     state_->loop->Wake();
   }
-  return [weak = std::weak_ptr<State>(state_), id] {
-    if (auto state = weak.lock()) state->Wake(id);
+  return [weak = std::weak_ptr<State>(state_), id](TimePoint by) {
+    if (auto state = weak.lock()) state->Wake(id, by);
   };
 }
 

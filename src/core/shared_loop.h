@@ -27,9 +27,12 @@ namespace dlock::internal {
 class SharedLoop {
  public:
   using Run = std::function<TimePoint(TimePoint now)>;
-  // Wakes one job: it runs at the loop's next turn. Does nothing once the
-  // loop has stopped, so it may outlive the loop.
-  using Waker = std::function<void()>;
+  // Asks one job to run by `by` at the latest: at the loop's next turn if
+  // its last run planned the next one later (or it is running now, and may
+  // have planned without what asks), else nothing. Callers need not track
+  // when the job runs next. Does nothing once the loop has stopped, so it
+  // may outlive the loop.
+  using Waker = std::function<void(TimePoint by)>;
 
   explicit SharedLoop(std::shared_ptr<Clock> clock);
   ~SharedLoop();  // Stop()

@@ -55,10 +55,30 @@ TEST(SharedLoopTest, AWakerRunsItsOwnJobOnly) {
   clock->Advance(milliseconds(0));
   EXPECT_EQ(a_runs, 1);
   EXPECT_EQ(b_runs, 1);
-  wake_b();
+  wake_b(clock->Now());
   clock->Advance(milliseconds(10));
   EXPECT_EQ(a_runs, 1);
   EXPECT_EQ(b_runs, 2);
+}
+
+// A waker says by when the job must run; the loop wakes it only if it
+// planned its next run later, so a caller keeps no copy of that plan.
+TEST(SharedLoopTest, AWakeByALaterTimeThanPlannedRunsNothing) {
+  auto clock = std::make_shared<SimulatedClock>();
+  int runs = 0;
+  SharedLoop loop(clock);
+  const SharedLoop::Waker wake = loop.Add([&](TimePoint now) {
+    ++runs;
+    return now + milliseconds(100);
+  });
+  clock->Advance(milliseconds(0));
+  ASSERT_EQ(runs, 1);
+  wake(clock->Now() + milliseconds(500));  // it runs at +100 ms anyway
+  clock->Advance(milliseconds(50));
+  EXPECT_EQ(runs, 1) << "woken though it was due sooner than asked";
+  wake(clock->Now() + milliseconds(10));  // sooner than its +100 ms
+  clock->Advance(milliseconds(0));
+  EXPECT_EQ(runs, 2) << "not woken though asked for before its plan";
 }
 
 TEST(SharedLoopTest, AJobWokenWhileItRunsRunsAgain) {
@@ -66,8 +86,10 @@ TEST(SharedLoopTest, AJobWokenWhileItRunsRunsAgain) {
   int runs = 0;
   SharedLoop loop(clock);
   SharedLoop::Waker wake;
+  // Even a wake by a time past its plan: the plan is not known while it
+  // runs, and may have been made without what asks.
   wake = loop.Add([&](TimePoint now) {
-    if (++runs == 1) wake();
+    if (++runs == 1) wake(now + std::chrono::hours(2));
     return now + std::chrono::hours(1);  // computed after the wake
   });
   clock->Advance(milliseconds(0));
@@ -86,13 +108,13 @@ TEST(SharedLoopTest, AWakerOutlivesItsLoopHarmlessly) {
     });
     clock->Advance(milliseconds(0));
     loop.Stop();
-    wake();                        // stopped
+    wake(TimePoint::min());        // stopped
     loop.Add([&](TimePoint now) {  // never runs
       ++runs;
       return now;
-    })();
+    })(TimePoint::min());
   }
-  wake();  // gone
+  wake(TimePoint::min());  // gone
   clock->Advance(milliseconds(10));
   EXPECT_EQ(runs, 1);
 }
