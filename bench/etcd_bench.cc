@@ -39,7 +39,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,8 +48,6 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-
-#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -59,6 +56,8 @@
 
 #include "backends/etcd/etcd_connection.h"
 #include "backends/etcd/etcd_keys.h"
+#include "bench_flags.h"
+#include "bench_util.h"
 #include "core/uri.h"
 #include "dlock/client.h"
 
@@ -67,6 +66,7 @@ extern char** environ;
 namespace {
 
 using Steady = std::chrono::steady_clock;
+using dlock::bench::ParseBenchFlags;
 using dlock::bench::SummaryJson;
 using std::chrono::milliseconds;
 constexpr int kExitUsage = 64;
@@ -103,38 +103,19 @@ std::filesystem::path SelfDir() {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage << '\n';
-      std::exit(0);
-    }
-    int* number = arg == "--iterations" ? &f.iterations
-                  : arg == "--seconds"  ? &f.seconds
-                  : arg == "--hold-us"  ? &f.hold_us
-                                        : nullptr;
-    std::string* text = arg == "--uri"           ? &f.uri
-                        : arg == "--json"        ? &f.json_path
-                        : arg == "--dlock"       ? &f.dlock
-                        : arg == "--go-peer"     ? &f.go_peer
-                        : arg == "--python-peer" ? &f.python_peer
-                        : arg == "--etcdctl"     ? &f.etcdctl
-                        : arg == "--stamp"       ? &f.stamp
-                        : arg == "--contend"     ? &f.contend
-                        : arg == "--out"         ? &f.out
-                                                 : nullptr;
-    if (!number && !text) Die("unknown argument '" + std::string(arg) + "'\n" + kUsage, kExitUsage);
-    if (i + 1 >= argc) Die(std::string(arg) + " needs a value\n" + kUsage, kExitUsage);
-    const std::string value = argv[++i];
-    if (text) {
-      *text = value;
-      continue;
-    }
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *number);
-    if (ec != std::errc() || end != value.data() + value.size() || *number < 1) {
-      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
-    }
-  }
+  ParseBenchFlags(argc, argv, kUsage,
+                  {{"--iterations", &f.iterations},
+                   {"--seconds", &f.seconds},
+                   {"--hold-us", &f.hold_us},
+                   {"--uri", &f.uri},
+                   {"--json", &f.json_path},
+                   {"--dlock", &f.dlock},
+                   {"--go-peer", &f.go_peer},
+                   {"--python-peer", &f.python_peer},
+                   {"--etcdctl", &f.etcdctl},
+                   {"--stamp", &f.stamp},
+                   {"--contend", &f.contend},
+                   {"--out", &f.out}});
   const auto dir = SelfDir();
   if (f.dlock.empty()) f.dlock = (dir / "dlock").string();
   if (f.go_peer.empty()) f.go_peer = (dir / "etcd_mutex_peer").string();

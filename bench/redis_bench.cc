@@ -34,19 +34,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-
-#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_flags.h"
+#include "bench_util.h"
 #include "dlock/client.h"
 
 extern char** environ;
@@ -55,6 +55,8 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, as the peers read it
 using dlock::bench::MonotonicNs;
+using dlock::bench::ParseBenchFlags;
+using dlock::bench::SetTo;
 using dlock::bench::Summarize;
 using dlock::bench::Summary;
 constexpr int kExitUsage = 64;
@@ -84,45 +86,16 @@ void SpinFor(std::int64_t ns) {
   }
 }
 
-int ParseInt(const char* text, const char* flag) {
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v <= 0 || v > 100'000'000) {
-    Die(std::string("bad ") + flag + " '" + text + "': expected a positive number\n" + kUsage,
-        kExitUsage);
-  }
-  return static_cast<int>(v);
-}
-
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) Die(a + " needs a value\n" + kUsage, kExitUsage);
-      return argv[++i];
-    };
-    if (a == "--uri") {
-      f.uri = value();
-    } else if (a == "--iterations") {
-      f.iterations = ParseInt(value(), "--iterations");
-    } else if (a == "--duration-ms") {
-      f.duration_ms = ParseInt(value(), "--duration-ms");
-    } else if (a == "--contenders") {
-      f.contenders = ParseInt(value(), "--contenders");
-    } else if (a == "--cs-us") {
-      f.cs_us = ParseInt(value(), "--cs-us");
-    } else if (a == "--json") {
-      f.json_path = value();
-    } else if (a == "--no-peers") {
-      f.peers = false;
-    } else if (a == "--help" || a == "-h") {
-      std::cout << kUsage << '\n';
-      std::exit(0);
-    } else {
-      Die("unknown flag '" + a + "'\n" + kUsage, kExitUsage);
-    }
-  }
+  ParseBenchFlags(argc, argv, kUsage,
+                  {{"--uri", &f.uri},
+                   {"--iterations", &f.iterations},
+                   {"--duration-ms", &f.duration_ms},
+                   {"--contenders", &f.contenders},
+                   {"--cs-us", &f.cs_us},
+                   {"--json", &f.json_path},
+                   {"--no-peers", SetTo{&f.peers, false}}});
   return f;
 }
 

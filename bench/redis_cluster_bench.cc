@@ -30,11 +30,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.h"
 #include "dlock/client.h"
 
 namespace {
 
-constexpr int kExitUsage = 64;
+using dlock::bench::ParseBenchFlags;
+
 constexpr const char* kUsage =
     "usage: dlock_bench_redis_cluster [--threads 8] [--keys 256] [--duration-ms 3000]\n"
     "                                 [--rounds 3] [--json FILE]";
@@ -52,40 +54,14 @@ struct Flags {
   std::exit(code);
 }
 
-int ParseInt(const std::string& text, const std::string& flag) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v <= 0 || v > 1'000'000) {
-    Die("bad " + flag + " '" + text + "': expected a positive number\n" + kUsage, kExitUsage);
-  }
-  return static_cast<int>(v);
-}
-
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Die(a + " needs a value\n" + kUsage, kExitUsage);
-      return argv[++i];
-    };
-    if (a == "--threads") {
-      f.threads = ParseInt(value(), a);
-    } else if (a == "--keys") {
-      f.keys = ParseInt(value(), a);
-    } else if (a == "--duration-ms") {
-      f.duration_ms = ParseInt(value(), a);
-    } else if (a == "--rounds") {
-      f.rounds = ParseInt(value(), a);
-    } else if (a == "--json") {
-      f.json_path = value();
-    } else if (a == "--help" || a == "-h") {
-      std::cout << kUsage << '\n';
-      std::exit(0);
-    } else {
-      Die("unknown flag '" + a + "'\n" + kUsage, kExitUsage);
-    }
-  }
+  ParseBenchFlags(argc, argv, kUsage,
+                  {{"--threads", &f.threads},
+                   {"--keys", &f.keys},
+                   {"--duration-ms", &f.duration_ms},
+                   {"--rounds", &f.rounds},
+                   {"--json", &f.json_path}});
   return f;
 }
 

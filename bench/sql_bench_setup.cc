@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -11,38 +10,28 @@
 #include <iostream>
 #include <string_view>
 
+#include "bench_flags.h"
 #include "cycle_and_handoff.h"
 
 namespace dlock::bench {
 
 Flags ParseFlags(int argc, char** argv, const char* usage, Flags defaults) {
   Flags flags = std::move(defaults);
-  const bool takes_keys = flags.keys != 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << usage << '\n';
-      std::exit(0);
-    }
-    int* count = arg == "--iterations"           ? &flags.iterations
-                 : arg == "--seconds"            ? &flags.seconds
-                 : arg == "--contenders"         ? &flags.contenders
-                 : arg == "--keys" && takes_keys ? &flags.keys
-                                                 : nullptr;
-    std::string* text = arg == "--uri" ? &flags.uri : arg == "--json" ? &flags.json_path : nullptr;
-    if (count == nullptr && text == nullptr) {
-      Die("unknown argument '" + std::string(arg) + "'; " + usage, kExitUsage);
-    }
-    if (i + 1 >= argc) Die(std::string(arg) + " needs a value; " + usage, kExitUsage);
-    const std::string value = argv[++i];
-    if (text != nullptr) {
-      *text = value;
-      continue;
-    }
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *count);
-    if (ec != std::errc() || end != value.data() + value.size() || *count < 1) {
-      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
-    }
+  if (flags.keys != 0) {
+    ParseBenchFlags(argc, argv, usage,
+                    {{"--iterations", &flags.iterations},
+                     {"--seconds", &flags.seconds},
+                     {"--contenders", &flags.contenders},
+                     {"--keys", &flags.keys},
+                     {"--uri", &flags.uri},
+                     {"--json", &flags.json_path}});
+  } else {
+    ParseBenchFlags(argc, argv, usage,
+                    {{"--iterations", &flags.iterations},
+                     {"--seconds", &flags.seconds},
+                     {"--contenders", &flags.contenders},
+                     {"--uri", &flags.uri},
+                     {"--json", &flags.json_path}});
   }
   if (flags.contenders < 2) Die("--contenders wants at least 2", kExitUsage);
   return flags;

@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,8 +42,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-
-#include "bench_util.h"
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -53,12 +50,15 @@
 #include <vector>
 
 #include "backends/sqlite/sqlite_backend.h"
+#include "bench_flags.h"
+#include "bench_util.h"
 #include "dlock/client.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
 using dlock::bench::MicrosBetween;
+using dlock::bench::ParseBenchFlags;
 using dlock::bench::SummaryJson;
 constexpr int kExitUsage = 64;
 constexpr int kBlock = 100;  // (a)/(b) alternation, and their warm-up
@@ -82,33 +82,12 @@ struct Flags {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage << '\n';
-      std::exit(0);
-    }
-    int* count = arg == "--iterations"     ? &flags.iterations
-                 : arg == "--process-runs" ? &flags.process_runs
-                                           : nullptr;
-    std::string* text = arg == "--json"    ? &flags.json_path
-                        : arg == "--dir"   ? &flags.dir
-                        : arg == "--dlock" ? &flags.dlock
-                                           : nullptr;
-    if (count == nullptr && text == nullptr) {
-      Die("unknown argument '" + std::string(arg) + "'; " + kUsage, kExitUsage);
-    }
-    if (i + 1 >= argc) Die(std::string(arg) + " needs a value; " + kUsage, kExitUsage);
-    const std::string value = argv[++i];
-    if (text != nullptr) {
-      *text = value;
-      continue;
-    }
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *count);
-    if (ec != std::errc() || end != value.data() + value.size() || *count < 1) {
-      Die(std::string(arg) + " wants a positive integer, got '" + value + "'", kExitUsage);
-    }
-  }
+  ParseBenchFlags(argc, argv, kUsage,
+                  {{"--iterations", &flags.iterations},
+                   {"--process-runs", &flags.process_runs},
+                   {"--json", &flags.json_path},
+                   {"--dir", &flags.dir},
+                   {"--dlock", &flags.dlock}});
   if (!flags.dlock.empty() && access(flags.dlock.c_str(), X_OK) != 0) {
     Die("--dlock " + flags.dlock + ": not an executable file", kExitUsage);
   }
