@@ -33,6 +33,14 @@ using std::chrono::milliseconds;
 constexpr int kRenewBudgetDivisor = 10;
 constexpr milliseconds kMinRenewBudget{20};
 
+// Whether kCheckSql's answer names a table that exists with no comment.
+bool FoundWithoutComment(const PGresult* r) {
+  for (const auto& [exists, comment] : {std::pair{0, 1}, {2, 3}, {5, 6}, {7, 8}}) {
+    if (Value(r, 0, exists) == "t" && Value(r, 0, comment).empty()) return true;
+  }
+  return false;
+}
+
 // The sweep of free rows (postgres_sql.cc, kSweepSql): how often, and how
 // much at a time. A batch keeps grants out for as long as its DELETE of at
 // most kSweepBatch rows by primary key takes (milliseconds).
@@ -90,12 +98,19 @@ Status PostgresBackend::SetUpSessionLocked(PGconn* conn, SteadyTime deadline) {
 
 Result<bool> PostgresBackend::CheckTablesLocked(PGconn* conn, SteadyTime deadline) {
   const std::string& where = options_.describe;
-  DLOCK_ASSIGN_OR_RETURN(PgResultHandle check,
-                         Exec(conn, kCheckSql,
-                              {tables_.locks, tables_.queue, tables_.done, tables_.breaks},
-                              deadline, "check the lock tables", where));
+  PgResultHandle check;
+  // A table another client has just created can be in the catalog
+  // (to_regclass) before this statement's snapshot sees its comment; a
+  // second look, with a new snapshot, sees both. A table without a comment
+  // the second time is not dlock's.
+  for (int look = 0; look < 2; ++look) {
+    DLOCK_ASSIGN_OR_RETURN(
+        check, Exec(conn, kCheckSql, {tables_.locks, tables_.queue, tables_.done, tables_.breaks},
+                    deadline, "check the lock tables", where));
+    DLOCK_RETURN_IF_ERROR(CheckShape(check.get(), 9, 1, "check the lock tables", where));
+    if (!FoundWithoutComment(check.get())) break;
+  }
   const PGresult* r = check.get();
-  DLOCK_RETURN_IF_ERROR(CheckShape(r, 9, 1, "check the lock tables", where));
   const bool have_locks = Value(r, 0, 0) == "t";
   const bool have_queue = Value(r, 0, 2) == "t";
   const bool have_done = Value(r, 0, 5) == "t";
