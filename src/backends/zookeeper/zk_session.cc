@@ -215,14 +215,13 @@ Session::Session(std::string hosts, std::chrono::milliseconds timeout,
 }
 
 int AddCredentials(zhandle_t* zh, const std::string& cert, std::chrono::nanoseconds wait) {
-  const auto end = std::chrono::steady_clock::now() + wait;
+  const TimePoint end = MonotonicClock::now() + wait;
   for (;;) {
     const int rc =
         zoo_add_auth(zh, "digest", cert.data(), static_cast<int>(cert.size()), nullptr, nullptr);
     // Between attempts the state is 0 and no event marks its end: poll.
     // An attempt that is taken holds a non-zero state for its handshake.
-    if (rc != ZINVALIDSTATE || is_unrecoverable(zh) != ZOK ||
-        std::chrono::steady_clock::now() >= end) {
+    if (rc != ZINVALIDSTATE || is_unrecoverable(zh) != ZOK || MonotonicClock::now() >= end) {
       return rc;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
