@@ -9,10 +9,10 @@
 //
 // Handoff and connect timings are asserted on measured gaps (the issue's
 // targets); everything else asserts only the order of events.
+#include "backends/postgres/postgres_backend.h"
+
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,16 +25,14 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_util.h"
-#include "backends/postgres/postgres_backend.h"
 #include "backends/postgres/postgres_sql.h"
 #include "core/registry.h"
 #include "core/uri.h"
 #include "dlock/client.h"
 #include "eventually.h"
+#include "loopback_socket.h"
 #include "postgres_test_util.h"
 #include "threads.h"
 #include "timing.h"
@@ -51,6 +49,7 @@ using testing_pg::WithParam;
 using Steady = std::chrono::steady_clock;
 using testing_support::Eventually;
 using testing_support::FastPath;
+using testing_support::LoopbackSocket;
 using testing_support::WokenWithin;
 
 // A waiter that is not woken still tries again: the core re-arms a wait at
@@ -588,18 +587,10 @@ TEST_F(PostgresBackendTest, ARoleWithoutPrivilegesIsRefusedAsPermissionDenied) {
 }
 
 TEST_F(PostgresBackendTest, RefusedPortFailsAtOnce) {
-  // A port nobody listens on: bind one, note it, close it.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
+  LoopbackSocket refusing;  // bound, not listening: connections are refused
+  ASSERT_NE(refusing.port(), 0);
   const auto start = Steady::now();
-  auto b = OpenUri("postgres://dlock:pw@127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/dlock",
-                   milliseconds(2000));
+  auto b = OpenUri("postgres://dlock:pw@" + refusing.host() + "/dlock", milliseconds(2000));
   const auto took = Steady::now() - start;
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status().ToString();
@@ -607,32 +598,11 @@ TEST_F(PostgresBackendTest, RefusedPortFailsAtOnce) {
   EXPECT_EQ(b.status().message().find(":pw@"), std::string::npos);
 }
 
-// A loopback socket that completes the TCP handshake (the kernel does) but
-// never answers: a stopped server. Closed by the destructor.
-class SilentListener {
- public:
-  SilentListener() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd_, 8) == 0 &&
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
-  ~SilentListener() { close(fd_); }
-  int port() const { return port_; }  // 0 if the socket could not listen
-
- private:
-  int fd_;
-  int port_ = 0;
-};
-
 TEST_F(PostgresBackendTest, SilentServerFailsWithinTheConnectTimeout) {
   // libpq waits for the server's greeting. libpq's own connect_timeout
   // counts whole seconds, at least 2; ours is 300 ms.
-  SilentListener silent;
+  // A stopped server: the kernel completes the TCP handshake, nobody answers.
+  LoopbackSocket silent(LoopbackSocket::Start::kListening);
   ASSERT_NE(silent.port(), 0);
   const auto start = Steady::now();
   auto b = OpenUri("postgres://dlock:pw@127.0.0.1:" + std::to_string(silent.port()) + "/dlock",
@@ -650,7 +620,8 @@ TEST_F(PostgresBackendTest, SilentServerFailsWithinTheConnectTimeout) {
 // answers) costs its share of the connect timeout, not all of it: the next
 // host is tried.
 TEST_F(PostgresBackendTest, ASilentFirstHostGivesWayToTheNext) {
-  SilentListener silent;
+  // A stopped server: the kernel completes the TCP handshake, nobody answers.
+  LoopbackSocket silent(LoopbackSocket::Start::kListening);
   ASSERT_NE(silent.port(), 0);
   const std::string uri = ServerUri();
   auto parsed = internal::ParseUri(uri);
