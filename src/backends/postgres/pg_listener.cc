@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdio>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace dlock::postgres {
@@ -50,22 +51,37 @@ std::string KeyHashText(std::uint64_t key_hash) {
 }
 
 Listener::Listener(ConnInfo info, std::string table, milliseconds connect_timeout,
-                   std::string where)
+                   std::string where, Chore* chore)
     : info_(std::move(info)),
       table_(std::move(table)),
       connect_timeout_(connect_timeout),
       where_(std::move(where)),
+      chore_(chore),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 Listener::~Listener() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Listener::Stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
+    healthy_ = false;
+    thread_started_ = true;  // none starts after this
   }
   cv_.notify_all();
   WakeThread();
   if (thread_.joinable()) thread_.join();
-  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Listener::ChoreDue() {
+  std::lock_guard lock(mu_);
+  if (chore_ == nullptr || stopping_) return;
+  chore_due_ = true;
+  StartThreadLocked();
+  WakeThread();
 }
 
 void Listener::WakeThread() {
@@ -191,6 +207,7 @@ bool Listener::Notify(const Waiter& waiter, std::function<void()> wake) {
   auto found = key->second.waits.find(waiter.id);
   if (found == key->second.waits.end()) return false;
   WaitState& wait = found->second;
+  if (stopping_) return false;  // no thread to run `wake`
   // Armed, on a channel LISTENed since the attempt began: whatever named
   // this owner since then was counted. Otherwise a release may have
   // gone unheard: arm, and have the core try again once the channel is
@@ -316,7 +333,7 @@ bool Listener::Arm(const Waiter& waiter) {
     auto key = keys_.find(waiter.key_hash);
     if (key == keys_.end()) return false;
     auto wait = key->second.waits.find(waiter.id);
-    if (wait == key->second.waits.end()) return false;
+    if (wait == key->second.waits.end() || stopping_) return false;
     ArmLocked(wait->second, channel);
     channels_[channel].last_used = SteadyClock::now();
     StartThreadLocked();
@@ -570,7 +587,8 @@ void Listener::Run() {
         fd = PQsocket(conn_.get());
         wake_at = now + kIdleTick;
       } else {
-        wake_at = want ? std::max(next_connect, now) : now + kIdleTick;
+        // Nothing to look after until somebody waits or the chore is due.
+        wake_at = want ? std::max(next_connect, now) : SteadyTime::max();
       }
     }
     {
@@ -578,14 +596,26 @@ void Listener::Run() {
       wake_at = std::min(wake_at, ReadyDueLocked(SteadyClock::now()));
     }
     RunReady();  // outside every lock: a callback may call the listener
-    if (fd >= 0) {
-      PollFd(fd, POLLIN, wake_at, wake_fd_);
-    } else {
-      PollFd(wake_fd_, POLLIN, wake_at);
-    }
+    const Chore::Next chore = RunChore();
+    std::array<pollfd, 3> fds{{{fd, POLLIN, 0}, {chore.fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}}};
+    PollFds(fds, std::min(wake_at, chore.at));
     std::uint64_t drained;
     [[maybe_unused]] ssize_t n = read(wake_fd_, &drained, sizeof drained);
   }
+}
+
+Listener::Chore::Next Listener::RunChore() {
+  if (chore_ == nullptr) return {};
+  bool due = false;
+  {
+    std::lock_guard lock(mu_);
+    due = std::exchange(chore_due_, false);
+  }
+  // A socket it waits on: Step looks (without blocking) whether it spoke.
+  if (due || chore_next_.fd >= 0 || SteadyClock::now() >= chore_next_.at) {
+    chore_next_ = chore_->Step();
+  }
+  return chore_next_;
 }
 
 }  // namespace dlock::postgres

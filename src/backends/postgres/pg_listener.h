@@ -35,6 +35,10 @@
 // Each waiting acquisition is one Waiter, named by an id from NewWaiterId():
 // its calls may come from any thread, one after the other.
 //
+// The thread also runs the backend's chore (its sweep, pg_sweeper.h), so a
+// backend keeps one thread of its own however it is used: it starts at the
+// first wait or the first ChoreDue(), and lives until Stop().
+//
 // Thread-safety: every method may be called from any thread.
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
 #define DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
@@ -70,9 +74,26 @@ std::string KeyHashText(std::uint64_t key_hash);
 
 class Listener {
  public:
+  // Work the thread does besides notifications. Step runs on the thread,
+  // outside the listener's locks, and must not wait on the server: it
+  // returns when it wants to run again, and a socket whose input should
+  // run it sooner (or -1).
+  class Chore {
+   public:
+    struct Next {
+      SteadyTime at = SteadyTime::max();
+      int fd = -1;
+    };
+    virtual Next Step() = 0;
+
+   protected:
+    ~Chore() = default;
+  };
+
+  // `chore` (may be null) must outlive Stop().
   Listener(ConnInfo info, std::string table, std::chrono::milliseconds connect_timeout,
-           std::string where);
-  ~Listener();
+           std::string where, Chore* chore = nullptr);
+  ~Listener();  // Stop()
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
@@ -99,6 +120,13 @@ class Listener {
   bool Notify(const Waiter& waiter, std::function<void()> wake);
   // Drops what Notify() arranged, unless its callback already runs.
   void StopNotify(const Waiter& waiter);
+
+  // The chore has something to do: its Step runs soon (starting the
+  // thread if need be).
+  void ChoreDue();
+  // Ends the thread (callbacks not yet run are dropped); the listener
+  // answers as if its connection were down from then on.
+  void Stop();
 
   // For tests: the channel is LISTENed on a live connection.
   bool Listening(std::uint64_t key_hash);
@@ -166,6 +194,8 @@ class Listener {
   // LISTENs on the key's channel, connecting first if needed.
   bool ListenOn(std::uint64_t key_hash);
   void Run();
+  // On the thread: the chore's Step, when due; when it wants to run next.
+  Chore::Next RunChore();
   // With conn_mu_ held.
   bool ConnectLocked(SteadyTime deadline);
   bool TryConnectLocked(SteadyTime deadline);  // ConnectLocked but for a failure
@@ -179,6 +209,8 @@ class Listener {
   const std::string table_;
   const std::chrono::milliseconds connect_timeout_;
   const std::string where_;
+  Chore* const chore_;
+  Chore::Next chore_next_;  // the thread's alone
   int wake_fd_ = -1;  // eventfd: stop, or (re)connect now
 
   // Guards conn_; held while talking to the server. Taken before mu_.
@@ -193,6 +225,7 @@ class Listener {
   // new one is up: Notify() says so rather than promise a wake-up.
   bool outage_ = false;
   bool thread_started_ = false;
+  bool chore_due_ = false;
   std::uint64_t next_waiter_id_ = 1;
   std::unordered_map<std::uint64_t, KeyState> keys_;
   std::array<Channel, kChannels> channels_{};

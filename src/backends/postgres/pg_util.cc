@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -131,13 +132,17 @@ Status FromPg(const PGconn* conn, const PGresult* result, std::string_view what,
 }
 
 int PollFd(int fd, short events, SteadyTime deadline, int extra_fd) {
+  std::array<pollfd, 2> fds{{{fd, events, 0}, {extra_fd, POLLIN, 0}}};
+  return PollFds(fds, deadline);
+}
+
+int PollFds(std::span<pollfd> fds, SteadyTime deadline) {
   for (;;) {
     const auto left = deadline - std::chrono::steady_clock::now();
     long long ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
     if (ms < 0) ms = 0;
     if (ms > INT_MAX) ms = INT_MAX;
-    pollfd fds[2] = {{fd, events, 0}, {extra_fd, POLLIN, 0}};
-    const int r = poll(fds, extra_fd >= 0 ? 2 : 1, static_cast<int>(ms));
+    const int r = poll(fds.data(), fds.size(), static_cast<int>(ms));
     if (r < 0 && errno == EINTR) continue;
     return r;
   }

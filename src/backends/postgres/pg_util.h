@@ -13,12 +13,14 @@
 #define DLOCK_SRC_BACKENDS_POSTGRES_PG_UTIL_H_
 
 #include <libpq-fe.h>
+#include <poll.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -90,6 +92,8 @@ bool DrainIdle(PGconn* conn);
 // Waits until `fd` is ready for `events` or the deadline passes: >0 ready,
 // 0 timed out, <0 error. `extra_fd` (if >= 0) is also watched for POLLIN.
 int PollFd(int fd, short events, SteadyTime deadline, int extra_fd = -1);
+// The same for any number of descriptors (those < 0 are skipped).
+int PollFds(std::span<pollfd> fds, SteadyTime deadline);
 
 // Lower-case hex of arbitrary bytes, and back (core/hex.h).
 using internal::HexDecode;

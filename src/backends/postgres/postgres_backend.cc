@@ -3,15 +3,12 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <stop_token>
-#include <thread>
 
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_util.h"
@@ -41,13 +38,8 @@ bool FoundWithoutComment(const PGresult* r) {
   return false;
 }
 
-// The sweep of free rows (postgres_sql.cc, kSweepSql): how often, and how
-// much at a time. A batch keeps grants out for as long as its DELETE of at
-// most kSweepBatch rows by primary key takes (milliseconds).
-constexpr milliseconds kSweepEvery{5000};
-constexpr int kSweepBatch = 200;
-constexpr int kSweepBatchesPerRound = 50;
-// The last batch, as the backend closes: at most this long.
+// The last batch of the sweep (pg_sweeper.h), as the backend closes: at
+// most this long.
 constexpr milliseconds kLastSweepWithin{200};
 
 // A table name as a quoted SQL identifier (IsTableName admits no '"').
@@ -77,7 +69,16 @@ PostgresBackend::PostgresBackend(PostgresOptions options)
               QuoteIdentifier(options_.table + "_done"),
               QuoteIdentifier(options_.table + "_tokens"),
               QuoteIdentifier(options_.table + "_breaks")},
-      listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe) {}
+      sweeper_(options_.conninfo, SweepSql(tables_, kSweepBatch, kSweepEvery),
+               "sweep free rows from " + tables_.locks, options_.connect_timeout,
+               options_.describe),
+      listener_(options_.conninfo, options_.table, options_.connect_timeout, options_.describe,
+                &sweeper_) {}
+
+PostgresBackend::~PostgresBackend() {
+  listener_.Stop();  // and with it the sweep's rounds
+  LastSweep();
+}
 
 Status PostgresBackend::Init() {
   std::unique_lock lock(mu_);
@@ -572,73 +573,24 @@ Result<std::uint64_t> PostgresBackend::StoredObjects(std::string_view prefix) {
 }
 
 void PostgresBackend::NoteReleaseForSweep() {
-  released_at_.store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  std::lock_guard lock(sweeper_mu_);
-  if (sweeping_) return;
-  // A sweeper that ended has returned or is about to, and holds nothing.
-  if (sweeper_.joinable()) sweeper_.join();
-  sweeping_ = true;
-  sweeper_ = std::jthread([this](std::stop_token stop) { SweepLoop(std::move(stop)); });
-}
-
-// A row is swept once its key was last granted kSweepEvery ago, so sweeps
-// go on every kSweepEvery until one runs that long after the last release.
-// The loop sweeps on a connection of its own, opened at its first round: a
-// renewal must never queue behind a sweep for the backend's connection.
-void PostgresBackend::SweepLoop(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any wake;
-  std::unique_lock lock(mu);
-  while (!stop.stop_requested()) {
-    wake.wait_for(lock, stop, kSweepEvery, [] { return false; });
-    if (stop.stop_requested()) break;
-    if (SweepRound(stop) && SweeperDone()) return;
-  }
-  LastSweep();
-}
-
-bool PostgresBackend::SweepRound(const std::stop_token& stop) {
-  SteadyTime::rep released = released_at_.load();
-  if (released == 0) return true;
-  const bool all_aged =
-      SteadyClock::now() - SteadyTime(SteadyTime::duration(released)) >= kSweepEvery;
-  bool more = true, failed = false;
-  for (int round = 0; more && round < kSweepBatchesPerRound && !stop.stop_requested(); ++round) {
-    const Result<std::int64_t> swept = SweepOn(sweep_conn_, CallDeadline());
-    more = swept.ok() && *swept == kSweepBatch;
-    // A sweep kept out (lock_timeout) or cut short is tried next time.
-    failed = !swept.ok() || (more && round + 1 == kSweepBatchesPerRound);
-  }
-  return all_aged && !failed && released_at_.compare_exchange_strong(released, 0);
-}
-
-bool PostgresBackend::SweeperDone() {
-  std::lock_guard lock(sweeper_mu_);
-  // A release since the round's swap keeps the loop going: its
-  // NoteReleaseForSweep saw sweeping_ and started no other.
-  if (released_at_.load() != 0) return false;
-  sweeping_ = false;
-  return true;
+  if (sweeper_.NoteRelease()) listener_.ChoreDue();
 }
 
 // A process that lives for one lock (`dlock exec`, `dlock once`) never
 // reaches a round: one batch on the way out, so that what earlier such
 // processes left goes with it, bounded so that exit stays quick. On the
-// backend's connection unless the loop opened one: nothing else runs now.
+// backend's connection unless the sweeper opened one: nothing else runs now.
 void PostgresBackend::LastSweep() {
-  if (released_at_.load() == 0) return;
+  if (!sweeper_.Released()) return;
   const SteadyTime deadline = SteadyClock::now() + kLastSweepWithin;
-  if (sweep_conn_) {
-    (void)SweepOn(sweep_conn_, deadline);
-    return;
-  }
+  if (sweeper_.LastBatch(deadline)) return;
   std::unique_lock busy(mu_, std::defer_lock);
   if (!busy.try_lock_until(deadline) || awaiting_stale_reply_ || !conn_) return;
   // Usually there is nothing to sweep: ask first with a small prepared
   // statement rather than have the server compile the sweep's DO block
   // while the next `dlock exec` in line is being granted.
   if (!SweepDueLocked(deadline)) return;
-  (void)SweepOn(conn_, deadline);
+  (void)sweeper_.BatchOn(conn_, deadline);
 }
 
 bool PostgresBackend::SweepDueLocked(SteadyTime deadline) {
@@ -655,29 +607,6 @@ bool PostgresBackend::SweepDueLocked(SteadyTime deadline) {
   // Cut off or failed: the connection goes with the backend anyway.
   return due.ok() && PQntuples(due->get()) == 1 && PQnfields(due->get()) == 1 &&
          Value(due->get(), 0, 0) == "t";
-}
-
-// One batch on `conn` (opened first when null; dropped after a failure
-// that left it in an unknown state): how many rows it deleted.
-Result<std::int64_t> PostgresBackend::SweepOn(PgConnHandle& conn, SteadyTime deadline) {
-  const std::string what = "sweep free rows from " + tables_.locks;
-  if (!conn) {
-    auto opened = Connect(options_.conninfo, deadline, options_.describe);
-    if (!opened.ok()) return opened.status().WithContext(what);
-    // Durable as every dlock session: the sweep raises the token sequence.
-    DLOCK_RETURN_IF_ERROR(Exec(opened->get(), "SET synchronous_commit TO on", {}, deadline, what,
-                               options_.describe)
-                              .status());
-    conn = std::move(*opened);
-  }
-  auto swept = Exec(conn.get(), SweepSql(tables_, kSweepBatch, kSweepEvery), {}, deadline, what,
-                    options_.describe);
-  if (PQstatus(conn.get()) != CONNECTION_OK || PQtransactionStatus(conn.get()) != PQTRANS_IDLE) {
-    conn.reset();  // cut off or timed out mid-sweep: start the next one afresh
-  }
-  if (!swept.ok()) return swept.status();
-  DLOCK_RETURN_IF_ERROR(CheckShape(swept->get(), 1, 1, what, options_.describe));
-  return IntValue(swept->get(), 0, 0);
 }
 
 // Columns 0 and 1 of a listing row: the key (hex) and the owner id.

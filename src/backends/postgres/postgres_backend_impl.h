@@ -6,7 +6,6 @@
 
 #include <libpq-fe.h>
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -17,12 +16,12 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backends/postgres/pg_listener.h"
 #include "backends/postgres/pg_pipeline.h"
+#include "backends/postgres/pg_sweeper.h"
 #include "backends/postgres/pg_util.h"
 #include "backends/postgres/pg_values.h"
 #include "backends/postgres/postgres_backend.h"
@@ -54,7 +53,10 @@ class PostgresAcquisition;
 class PostgresBackend final : public Backend {
  public:
   explicit PostgresBackend(PostgresOptions options);
-  // Connects (creating the tables when missing) and starts the sweep.
+  // Stops the listener's thread, then sweeps once more if this backend
+  // freed rows not yet swept.
+  ~PostgresBackend() override;
+  // Connects, creating the tables when missing.
   Status Init();
 
   // Always a single attempt, even with queue_ttl > 0: waiters queue only
@@ -149,22 +151,11 @@ class PostgresBackend final : public Backend {
   Result<bool> CheckTablesLocked(PGconn* conn, SteadyTime deadline);
   Status CreateTablesLocked(PGconn* conn, SteadyTime deadline);
 
-  // Deleting the rows of keys nobody holds (SweepSql): every kSweepEvery,
-  // while this backend released something not yet swept, in batches while
-  // they come back full (a bounded number per round); and once as it
-  // closes. The sweeper thread runs only while there is something to
-  // sweep: a release starts it, and it ends after the round that swept
-  // the last of it, so a client that only waits or holds keeps no thread
-  // for it (issue 25's thread budget).
+  // A row freed (a release, or a record that expires): the sweeper plans
+  // a round, on the listener's thread.
   void NoteReleaseForSweep();
-  void SweepLoop(std::stop_token stop);
-  // One round; whether everything released before it is now swept.
-  bool SweepRound(const std::stop_token& stop);
-  // Under sweeper_mu_: ends the loop when nothing is left to sweep.
-  bool SweeperDone();
   // As the backend closes, after a release the rounds have not swept.
   void LastSweep();
-  Result<std::int64_t> SweepOn(PgConnHandle& conn, SteadyTime deadline);
   // With mu_ held, on the operations connection: whether a sweep would
   // delete anything now (false when that cannot be told).
   bool SweepDueLocked(SteadyTime deadline);
@@ -204,14 +195,8 @@ class PostgresBackend final : public Backend {
   bool awaiting_stale_reply_ = false;  // a timed-out statement's reply is due
   SteadyTime stale_since_{};
 
-  Listener listener_;
-  // When this backend last released a key or wrote a record that expires
-  // (steady clock ticks); 0 when every row it freed has been swept since.
-  std::atomic<SteadyTime::rep> released_at_{0};
-  PgConnHandle sweep_conn_;  // the sweeper's own; one sweeper thread at a time
-  std::mutex sweeper_mu_;    // guards the two below
-  bool sweeping_ = false;    // sweeper_ runs, and will see a new release
-  std::jthread sweeper_;     // last: stopped and joined before the rest goes
+  Sweeper sweeper_;    // the chore of listener_'s thread: outlives it
+  Listener listener_;  // stopped first (the destructor)
 };
 
 // One acquire of one key by one owner (Backend::Begin). A waiting one

@@ -257,35 +257,48 @@ TEST_F(PostgresBackendTest, SweptRowsLeaveNothingAndTokensGoOnAboveThem) {
   ASSERT_TRUE(b->Release(key, OwnerId(3, 4)).ok());
 }
 
-// The sweeper is a thread only while something released waits to be
-// swept: none for a backend that has released nothing, one from a release
-// until the round that swept it, and one again at the next release.
-TEST_F(PostgresBackendTest, TheSweeperThreadLivesOnlyWhileThereIsSomethingToSweep) {
+// A backend keeps one thread of its own however it is used: none until
+// its first release or wait, then one that sweeps what it released and
+// wakes its waiters, until it closes (issue 25's thread budget).
+TEST_F(PostgresBackendTest, ABackendSweepsAndWakesOnOneThreadOfItsOwn) {
   using testing_support::ThreadsOfThisProcess;
-  const std::string table = Unique("sweeper");
+  const std::string table = Unique("onethread");
   auto b = Raw(WithParam(ServerUri(), "table=" + table));
   ASSERT_NE(b, nullptr);
   const int before = ThreadsOfThisProcess();
-  auto granted = b->TryAcquire({"k", OwnerId(1, 2), milliseconds(5000)});
+  const OwnerId holder(1, 2), waiter(3, 4);
+  auto granted = b->TryAcquire({"k", holder, milliseconds(5000)});
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
   EXPECT_EQ(ThreadsOfThisProcess(), before) << "a grant started a thread";
-  ASSERT_TRUE(b->Release("k", OwnerId(1, 2)).ok());
-  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "the release started no sweeper";
+  ASSERT_TRUE(b->Release("k", holder).ok());
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "the release started no thread to sweep";
   Result<std::uint64_t> left = 0;
-  EXPECT_TRUE(Eventually(
-      [&] {
-        left = b->StoredObjects("k");
-        return left.ok() && *left == 0 && ThreadsOfThisProcess() == before;
-      },
-      milliseconds(60'000)))
-      << "rows left: " << (left.ok() ? std::to_string(*left) : left.status().ToString())
-      << "; threads " << ThreadsOfThisProcess() << ", " << before << " before the release";
-  granted = b->TryAcquire({"k", OwnerId(1, 2), milliseconds(5000)});
+  EXPECT_TRUE(Eventually([&] { return (left = b->StoredObjects("k")).ok() && *left == 0; },
+                         milliseconds(60'000)))
+      << "rows left: " << (left.ok() ? std::to_string(*left) : left.status().ToString());
+  // A wait on a held key, woken by its release: on the same thread.
+  granted = b->TryAcquire({"k", holder, milliseconds(5000)});
   ASSERT_TRUE(granted.ok() && granted->granted) << granted.status().ToString();
-  ASSERT_TRUE(b->Release("k", OwnerId(1, 2)).ok());
-  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "the next release started no sweeper";
+  auto waiting = b->Begin({"k", waiter, milliseconds(5000), milliseconds(3000)});
+  auto refused = waiting->Try();
+  ASSERT_TRUE(refused.ok() && !refused->granted) << refused.status().ToString();
+  std::atomic<bool> woken = false;
+  auto wait_woken = [&] { return Eventually([&] { return woken.load(); }, milliseconds(30'000)); };
+  // The first Notify on a channel not yet LISTENed arranges the LISTEN and
+  // asks for another try once it is in place (pg_listener.h).
+  ASSERT_TRUE(waiting->Notify([&] { woken = true; }));
+  ASSERT_TRUE(wait_woken()) << "no call back once the channel was LISTENed";
+  woken = false;
+  refused = waiting->Try();
+  ASSERT_TRUE(refused.ok() && !refused->granted) << refused.status().ToString();
+  ASSERT_TRUE(waiting->Notify([&] { woken = true; }));
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1) << "a wait started a second thread";
+  ASSERT_TRUE(b->Release("k", holder).ok());
+  EXPECT_TRUE(wait_woken()) << "the release woke no waiter";
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);
+  waiting.reset();
   b.reset();
-  EXPECT_EQ(ThreadsOfThisProcess(), before) << "the closed backend left its sweeper";
+  EXPECT_EQ(ThreadsOfThisProcess(), before) << "the closed backend left its thread";
   auto admin = AdminConnect();
   Query(admin.get(), "DROP TABLE " + table + ", " + table + "_queue, " + table + "_done, " +
                          table + "_breaks");
