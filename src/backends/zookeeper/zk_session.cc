@@ -236,10 +236,7 @@ Status Session::Authenticate(const Identity& identity, std::chrono::nanoseconds 
   // a wrong password is found when the ACLs refuse it (ZNOAUTH).
   const int rc = AddCredentials(zh_, cert, wait);
   if (rc == ZINVALIDSTATE && is_unrecoverable(zh_) == ZOK) {
-    return UnavailableError(
-        "no ZooKeeper server at " + hosts_ + " took a connection within " +
-        internal::FormatDuration(std::chrono::duration_cast<std::chrono::milliseconds>(wait)) +
-        " (is the ensemble running, and are these its client ports?)");
+    return NoServerAnswered(hosts_, std::chrono::duration_cast<std::chrono::milliseconds>(wait));
   }
   if (rc != ZOK) return ZkError(rc, "sending the credentials of user '" + identity.user + "'");
   return Status::Ok();
@@ -444,6 +441,12 @@ bool Answered(int rc) {
 bool OutcomeUnknown(int rc) {
   return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING ||
          rc == ZSESSIONMOVED || rc == ZSYSTEMERROR || rc == ZMARSHALLINGERROR;
+}
+
+Status NoServerAnswered(const std::string& hosts, std::chrono::milliseconds wait) {
+  return UnavailableError("no ZooKeeper server at " + hosts + " answered within " +
+                          internal::FormatDuration(wait) +
+                          " (is the ensemble running, and are these its client ports?)");
 }
 
 Status ZkError(int rc, std::string_view what) {

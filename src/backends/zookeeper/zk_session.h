@@ -222,6 +222,8 @@ bool Answered(int rc);
 bool OutcomeUnknown(int rc);
 // Maps a ZooKeeper error code to a Status: the one place that does.
 Status ZkError(int rc, std::string_view what);
+// kUnavailable: no member of `hosts` answered a new session within `wait`.
+Status NoServerAnswered(const std::string& hosts, std::chrono::milliseconds wait);
 
 }  // namespace dlock::zookeeper
 

@@ -141,9 +141,7 @@ Result<Live> ZooKeeperBackendImpl::EnsureSession(milliseconds ttl_hint, bool pro
     return UnavailableError("the ZooKeeper session at " + options.hosts +
                             " expired; a new one is opened on retry");
   }
-  return UnavailableError("no ZooKeeper server at " + options.hosts + " answered within " +
-                          FormatDuration(attempt_timeout) +
-                          " (is the ensemble running, and are these its client ports?)");
+  return NoServerAnswered(options.hosts, attempt_timeout);
 }
 
 bool ZooKeeperBackendImpl::SessionInUseLocked() const {
