@@ -50,10 +50,12 @@ void CallBatcher::Drain() {
   std::vector<ReleaseAnswer> release_answers;
   {
     std::lock_guard lock(mu_);
-    TakeFront(attempts_, attempts, kMaxBatch);
-    TakeFront(attempt_answers_, attempt_answers, kMaxBatch);
-    TakeFront(releases_, releases, kMaxBatch);
-    TakeFront(release_answers_, release_answers, kMaxBatch);
+    const std::size_t attempt_count = FittingLocked(attempts_);
+    TakeFront(attempts_, attempts, attempt_count);
+    TakeFront(attempt_answers_, attempt_answers, attempt_count);
+    const std::size_t release_count = FittingLocked(releases_);
+    TakeFront(releases_, releases, release_count);
+    TakeFront(release_answers_, release_answers, release_count);
   }
   if (!attempts.empty()) SendAttempts(attempts, attempt_answers);
   if (!releases.empty()) SendReleases(releases, release_answers);
@@ -62,10 +64,29 @@ void CallBatcher::Drain() {
   if (!attempts_.empty() || !releases_.empty()) PostIfNeededLocked();
 }
 
+std::size_t CallBatcher::FittingLocked(const std::deque<LeaseRequest>& queue) const {
+  const std::size_t most = std::min(queue.size(), kMaxBatch);
+  if (per_call_ <= Duration::zero()) return std::min(most, kFirstBatch);
+  Duration shortest = Duration::max();
+  std::size_t n = 0;
+  for (; n < most; ++n) {
+    if (queue[n].ttl > Duration::zero()) shortest = std::min<Duration>(shortest, queue[n].ttl);
+    const auto calls = static_cast<Duration::rep>(n + 1);
+    if (n > 0 && per_call_ * calls > shortest / kTtlShare) break;
+  }
+  return n;
+}
+
+void CallBatcher::Measured(std::size_t calls, Duration took) {
+  std::lock_guard lock(mu_);
+  per_call_ = std::max(Duration(1), took / static_cast<Duration::rep>(calls));
+}
+
 void CallBatcher::SendAttempts(std::vector<LeaseRequest>& requests,
                                std::vector<AttemptAnswer>& answers) {
   const TimePoint sent = clock_.Now();
   std::vector<Result<Attempt>> got = backend_.TryAcquireMany(requests);
+  Measured(requests.size(), clock_.Now() - sent);
   for (std::size_t i = 0; i < answers.size(); ++i) {
     answers[i](i < got.size() ? std::move(got[i])
                               : InternalError("the store answered fewer attempts than asked"),
@@ -75,7 +96,9 @@ void CallBatcher::SendAttempts(std::vector<LeaseRequest>& requests,
 
 void CallBatcher::SendReleases(std::vector<LeaseRequest>& holdings,
                                std::vector<ReleaseAnswer>& answers) {
+  const TimePoint sent = clock_.Now();
   std::vector<Status> got = backend_.ReleaseMany(holdings);
+  Measured(holdings.size(), clock_.Now() - sent);
   for (std::size_t i = 0; i < answers.size(); ++i) {
     answers[i](i < got.size() ? std::move(got[i])
                               : InternalError("the store answered fewer releases than asked"));
