@@ -57,8 +57,10 @@ void CallBatcher::Drain() {
     TakeFront(releases_, releases, release_count);
     TakeFront(release_answers_, release_answers, release_count);
   }
-  if (!attempts.empty()) SendAttempts(attempts, attempt_answers);
+  // Releases first: each ends a lease that ages while it waits, where an
+  // attempt's lease starts only when its batch is sent.
   if (!releases.empty()) SendReleases(releases, release_answers);
+  if (!attempts.empty()) SendAttempts(attempts, attempt_answers);
   std::lock_guard lock(mu_);
   --running_;
   if (!attempts_.empty() || !releases_.empty()) PostIfNeededLocked();
