@@ -597,7 +597,8 @@ void Listener::Run() {
     }
     RunReady();  // outside every lock: a callback may call the listener
     const Chore::Next chore = RunChore();
-    std::array<pollfd, 3> fds{{{fd, POLLIN, 0}, {chore.fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}}};
+    std::array<pollfd, 3> fds{
+        {{fd, POLLIN, 0}, {chore.fd, chore.events, 0}, {wake_fd_, POLLIN, 0}}};
     PollFds(fds, std::min(wake_at, chore.at));
     std::uint64_t drained;
     [[maybe_unused]] ssize_t n = read(wake_fd_, &drained, sizeof drained);

@@ -43,6 +43,8 @@
 #ifndef DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
 #define DLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_H_
 
+#include <poll.h>
+
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -76,13 +78,15 @@ class Listener {
  public:
   // Work the thread does besides notifications. Step runs on the thread,
   // outside the listener's locks, and must not wait on the server: it
-  // returns when it wants to run again, and a socket whose input should
-  // run it sooner (or -1).
+  // returns when it wants to run again, and a socket (or -1) that should
+  // run it sooner once ready for `events`. While it names a socket, Step
+  // also runs at every turn of the thread.
   class Chore {
    public:
     struct Next {
       SteadyTime at = SteadyTime::max();
       int fd = -1;
+      short events = POLLIN;
     };
     virtual Next Step() = 0;
 

@@ -24,7 +24,10 @@ Result<std::int64_t> SweptRows(const PGresult* last, const std::string& what,
 Sweeper::Sweeper(ConnInfo info, std::string sql, std::string what,
                  std::chrono::milliseconds call_timeout, std::string where)
     : info_(std::move(info)),
-      sql_(std::move(sql)),
+      // Durable as every dlock session (the sweep raises the token
+      // sequence): said in each batch, so that opening the connection
+      // needs no round trip of its own.
+      sql_("SET synchronous_commit TO on;" + sql),
       what_(std::move(what)),
       call_timeout_(call_timeout),
       where_(std::move(where)) {}
@@ -41,6 +44,7 @@ bool Sweeper::NoteRelease() {
 
 Listener::Chore::Next Sweeper::Step() {
   const SteadyTime now = SteadyClock::now();
+  if (connecting_) return Connecting(now);
   if (in_flight_) return Collect(now);
   {
     std::lock_guard lock(mu_);
@@ -56,30 +60,56 @@ Listener::Chore::Next Sweeper::Step() {
 }
 
 Listener::Chore::Next Sweeper::SendBatch(SteadyTime now) {
-  const SteadyTime deadline = now + call_timeout_;
   if (!conn_) {
-    auto opened = Connect(info_, deadline, where_);
-    if (!opened.ok()) return EndRound(SteadyClock::now(), true);
-    // Durable as every dlock session: the sweep raises the token sequence.
-    if (!PQsendQuery(opened->get(), "SET synchronous_commit TO on") ||
-        !Await(opened->get(), deadline, what_, where_).ok()) {
-      return EndRound(SteadyClock::now(), true);
-    }
-    conn_ = std::move(*opened);
+    conn_ = StartConnect(info_);
+    if (!conn_ || PQstatus(conn_.get()) == CONNECTION_BAD) return Abandon(now);
+    connecting_ = true;
+    // As if PQconnectPoll had asked for writability (libpq's documented start).
+    connect_status_ = PGRES_POLLING_WRITING;
+    connect_deadline_ = now + call_timeout_;
+    return Connecting(now);
   }
   if (PQsendQuery(conn_.get(), sql_.c_str()) == 0) return Abandon(now);
   in_flight_ = true;
   failed_ = false;
-  batch_deadline_ = deadline;
+  batch_deadline_ = now + call_timeout_;
   ++batches_;
-  return {batch_deadline_, PQsocket(conn_.get())};
+  return Flush(now);
+}
+
+Listener::Chore::Next Sweeper::Connecting(SteadyTime now) {
+  for (;;) {
+    if (connect_status_ == PGRES_POLLING_FAILED) return Abandon(now);
+    if (connect_status_ == PGRES_POLLING_OK) break;
+    // PQconnectPoll only once the socket is ready the way it asked.
+    const short events = connect_status_ == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    const int fd = PQsocket(conn_.get());
+    if (fd >= 0 && PollFd(fd, events, now) == 0) {
+      if (now >= connect_deadline_) return Abandon(now);
+      return {connect_deadline_, fd, events};
+    }
+    connect_status_ = PQconnectPoll(conn_.get());
+  }
+  connecting_ = false;
+  if (!FinishConnect(conn_.get())) return Abandon(now);
+  return SendBatch(now);
+}
+
+Listener::Chore::Next Sweeper::Flush(SteadyTime now) {
+  // Non-blocking: a query the socket did not take at once goes on later.
+  const int unsent = PQflush(conn_.get());
+  if (unsent < 0) return Abandon(now);
+  if (unsent == 0) return {batch_deadline_, PQsocket(conn_.get()), POLLIN};
+  if (now >= batch_deadline_) return Abandon(now);
+  return {batch_deadline_, PQsocket(conn_.get()), POLLIN | POLLOUT};
 }
 
 Listener::Chore::Next Sweeper::Collect(SteadyTime now) {
+  if (PQflush(conn_.get()) != 0) return Flush(now);
   if (PQconsumeInput(conn_.get()) == 0) return Abandon(now);
-  // The sweep is two statements (its DO block, then the count): their
-  // results may come in different steps; all have come when PQgetResult
-  // answers null.
+  // The sweep is three statements (the SET, its DO block, the count):
+  // their results may come in different steps; all have come when
+  // PQgetResult answers null.
   while (PQisBusy(conn_.get()) == 0) {
     PgResultHandle result(PQgetResult(conn_.get()));
     if (!result) return Collected(now);
@@ -91,7 +121,7 @@ Listener::Chore::Next Sweeper::Collect(SteadyTime now) {
     }
   }
   if (now >= batch_deadline_) return Abandon(now);
-  return {batch_deadline_, PQsocket(conn_.get())};
+  return {batch_deadline_, PQsocket(conn_.get()), POLLIN};
 }
 
 Listener::Chore::Next Sweeper::Collected(SteadyTime now) {
@@ -107,8 +137,11 @@ Listener::Chore::Next Sweeper::Collected(SteadyTime now) {
 }
 
 Listener::Chore::Next Sweeper::Abandon(SteadyTime now) {
-  conn_.reset();  // cut off or timed out mid-sweep: the next round starts afresh
+  // Cut off, refused or timed out: the next round starts afresh. (A batch
+  // the server is still running goes on to its end there.)
+  conn_.reset();
   last_.reset();
+  connecting_ = false;
   in_flight_ = false;
   return EndRound(now, true);
 }
@@ -128,14 +161,20 @@ Listener::Chore::Next Sweeper::EndRound(SteadyTime now, bool failed) {
 }
 
 bool Sweeper::LastBatch(SteadyTime deadline) {
+  if (connecting_) conn_.reset();  // not worth finishing now
+  connecting_ = false;
   if (!conn_) return false;
-  if (in_flight_) {
-    conn_.reset();  // the server abandons that batch; the backend sweeps instead
-    last_.reset();
-    in_flight_ = false;
-    return false;
+  if (!in_flight_) {
+    (void)BatchOn(conn_, deadline);
+    return true;
   }
-  (void)BatchOn(conn_, deadline);
+  // The round's batch is the last one: its end, within the deadline. It
+  // holds the table lock another batch would wait for.
+  batch_deadline_ = std::min(batch_deadline_, deadline);
+  batches_ = kSweepBatchesPerRound;  // and no other after it
+  for (Next next = Collect(SteadyClock::now()); in_flight_; next = Collect(SteadyClock::now())) {
+    PollFd(next.fd, next.events, next.at);
+  }
   return true;
 }
 

@@ -5,12 +5,12 @@
 // Every kSweepEvery while the backend released something not yet swept, a
 // round sends batches (each deletes at most kSweepBatch rows) while they
 // come back full, a bounded number per round. The backend's Listener thread
-// drives it as its chore (Listener::Chore): Step() sends a batch and returns
-// at once, and the thread polls the sweep's socket beside its LISTEN
-// socket, so a sweep never holds up a hand-off's wake-up. The sweep runs on
-// a connection of its own, opened at its first round (the one step that
-// waits on the server; a renewal must never queue behind a sweep for the
-// backend's operations connection).
+// drives it as its chore (Listener::Chore): Step() connects, sends a batch
+// and reads its answer without ever waiting on the server, and the thread
+// polls the sweep's socket beside its LISTEN socket, so a sweep never holds
+// up a hand-off's wake-up. The sweep runs on a connection of its own,
+// opened at its first round and again after a failure (a renewal must
+// never queue behind a sweep for the backend's operations connection).
 //
 // Thread-safety: NoteRelease() and Released() from any thread; Step() on
 // the listener's thread; LastBatch() once that thread has stopped.
@@ -51,7 +51,8 @@ class Sweeper final : public Listener::Chore {
   Next Step() override;
 
   // As the backend closes: one batch, before `deadline`, on the sweeper's
-  // own connection. False, having done nothing, when it has none.
+  // own connection, or the end of the one in flight there. False, having
+  // done nothing, when it has no connection.
   bool LastBatch(SteadyTime deadline);
   // One batch on another connection (the backend's), waiting for it: how
   // many rows it deleted. `conn` is dropped (reset) when the batch left it
@@ -61,6 +62,10 @@ class Sweeper final : public Listener::Chore {
  private:
   // Sends the next batch of the round, connecting first if needed.
   Next SendBatch(SteadyTime now);
+  // Opening the connection: as far as its socket allows now.
+  Next Connecting(SteadyTime now);
+  // The batch's query is (partly) sent: the rest, then its answer.
+  Next Flush(SteadyTime now);
   // A batch is in flight: its answer, or keep polling.
   Next Collect(SteadyTime now);
   // Every result of the batch has come.
@@ -85,6 +90,9 @@ class Sweeper final : public Listener::Chore {
 
   // The listener's thread's alone (LastBatch's once it stopped).
   PgConnHandle conn_;
+  bool connecting_ = false;  // conn_ is being opened
+  PostgresPollingStatusType connect_status_ = PGRES_POLLING_WRITING;
+  SteadyTime connect_deadline_{};
   bool in_flight_ = false;
   PgResultHandle last_;  // the batch's last good result so far
   bool failed_ = false;  // ... and whether one was an error

@@ -183,14 +183,7 @@ Result<PgConnHandle> ConnectOne(const ConnInfo& info, SteadyTime deadline,
                                 std::string_view where) {
   const auto budget = std::chrono::ceil<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  std::vector<const char*> keys, values;
-  for (const auto& [k, v] : info) {
-    keys.push_back(k.c_str());
-    values.push_back(v.c_str());
-  }
-  keys.push_back(nullptr);
-  values.push_back(nullptr);
-  PgConnHandle conn(PQconnectStartParams(keys.data(), values.data(), 0));
+  PgConnHandle conn = StartConnect(info);
   if (!conn) return UnavailableError("connect (" + std::string(where) + "): out of memory");
   if (PQstatus(conn.get()) == CONNECTION_BAD) return FromPg(conn.get(), nullptr, "connect", where);
   // As if PQconnectPoll had asked for writability (libpq's documented start).
@@ -211,13 +204,30 @@ Result<PgConnHandle> ConnectOne(const ConnInfo& info, SteadyTime deadline,
     }
     poll_status = PQconnectPoll(conn.get());
   }
-  if (PQsetnonblocking(conn.get(), 1) != 0) return FromPg(conn.get(), nullptr, "connect", where);
-  // dlock's own statements raise only harmless notices; never print them.
-  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);
+  if (!FinishConnect(conn.get())) return FromPg(conn.get(), nullptr, "connect", where);
   return conn;
 }
 
 }  // namespace
+
+PgConnHandle StartConnect(const ConnInfo& info) {
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : info) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  return PgConnHandle(PQconnectStartParams(keys.data(), values.data(), 0));
+}
+
+bool FinishConnect(PGconn* conn) {
+  if (PQsetnonblocking(conn, 1) != 0) return false;
+  // dlock's own statements raise only harmless notices; never print them.
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
+  return true;
+}
 
 // libpq driven without blocking (PQconnectPoll) applies no connect_timeout
 // per host: a host that takes the connection but never answers (a stopped

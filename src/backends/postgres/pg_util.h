@@ -89,6 +89,15 @@ Result<PgResultHandle> Await(PGconn* conn, SteadyTime deadline, std::string_view
 // False when the connection turned out to be broken.
 bool DrainIdle(PGconn* conn);
 
+// A connection driven without blocking, for a caller with a poll loop of
+// its own: StartConnect begins it (null: out of memory; CONNECTION_BAD:
+// failed at once), the caller runs PQconnectPoll as libpq asks, and once
+// it answers PGRES_POLLING_OK, FinishConnect gives it what every dlock
+// connection has (non-blocking sends, no notices printed); false if that
+// failed. Connect is the blocking form.
+PgConnHandle StartConnect(const ConnInfo& info);
+bool FinishConnect(PGconn* conn);
+
 // Waits until `fd` is ready for `events` or the deadline passes: >0 ready,
 // 0 timed out, <0 error. `extra_fd` (if >= 0) is also watched for POLLIN.
 int PollFd(int fd, short events, SteadyTime deadline, int extra_fd = -1);
