@@ -410,6 +410,7 @@ bool Listener::TryConnectLocked(SteadyTime deadline) {
   conn_ = std::move(*conn);
   {
     std::lock_guard lock(mu_);
+    if (stopping_) return false;  // Stop() came meanwhile: stay down
     healthy_ = true;
     outage_ = false;
     for (int c : armed) channels_[c].listening = true;
