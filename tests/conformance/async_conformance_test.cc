@@ -206,9 +206,23 @@ TEST_F(AsyncConformanceTest, ManyPendingAcquisitionsShareTheClientsThreads) {
     // Every one has been refused once and waits.
     ASSERT_TRUE(Eventually([&] { return plan->Tries() - tries_before >= keys; }, kPatience));
     if (round == 1) peak_growth = ThreadsOfThisProcess() - after_first_round;
+    // A release an overloaded store did not answer in time (kUnavailable,
+    // the outcome unknown) frees its key all the same, well within the
+    // waiters' wait: when its 60 s lease ends, or (etcd) when the holder's
+    // next call sends it again, which Waiters() is. What is tested here is
+    // the waiters' threads, not the holder's store.
+    int unanswered = 0;
     for (Lease& lease : held) {
       Status released = lease.Release();
+      if (released.code() == StatusCode::kUnavailable) {
+        ++unanswered;
+        continue;
+      }
       ASSERT_TRUE(released.ok()) << released.ToString();
+    }
+    if (unanswered > 0) {
+      std::cout << unanswered << " of " << keys << " releases unanswered in time\n";
+      (void)holder->Waiters(UniqueKey("async-many/"));
     }
     ASSERT_EQ(answers->all.get_future().wait_for(kPatience), std::future_status::ready);
     EXPECT_EQ(answers->granted.load(), keys);
