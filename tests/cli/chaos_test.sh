@@ -3,6 +3,7 @@
 # fencing, pauses produce rejected stale writes and no violation; without
 # (the positive control), the checkers catch the damage.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/chaos_lib.sh"
 # A store whose leases come in coarse units (etcd: whole seconds) needs a
 # longer TTL, and a longer run to fit the faults in.
 TTL=${CHAOS_TTL:-200ms}
@@ -26,13 +27,14 @@ $3
 PY
 }
 
-# try_duration N: the run's duration for try N (1, 2, 3) of a pause run:
-# DURATION, then 1.5 and 2 times it. A sanitizer build on a loaded machine
-# may get too little done in DURATION for a pause to catch a write in
-# flight; a longer run tests the same thing.
+# try_duration N: the run's duration for try N (1, 2, 3) of a pause run,
+# `stretched` (chaos_lib.sh) from DURATION when it is in whole seconds. A
+# sanitizer build on a loaded machine may get too little done in DURATION
+# for a pause to catch a write in flight; a longer run tests the same thing.
 try_duration() {
   if [[ "$DURATION" =~ ^([0-9]+)s$ ]]; then
-    echo "$((BASH_REMATCH[1] * ($1 + 1) / 2))s"
+    attempt=$1
+    stretched "${BASH_REMATCH[1]}"
   else
     echo "$DURATION"
   fi
