@@ -69,7 +69,6 @@ void Listener::Stop() {
     std::lock_guard lock(mu_);
     stopping_ = true;
     healthy_ = false;
-    thread_started_ = true;  // none starts after this
   }
   cv_.notify_all();
   WakeThread();
@@ -343,7 +342,7 @@ bool Listener::Arm(const Waiter& waiter) {
 }
 
 void Listener::StartThreadLocked() {
-  if (thread_started_) return;
+  if (thread_started_ || stopping_) return;  // none starts after Stop()
   thread_started_ = true;
   thread_ = std::thread([this] { Run(); });
 }
